@@ -1,0 +1,1 @@
+"""fusion_analysis: see its issue; empty until it lands."""

@@ -1,0 +1,183 @@
+"""The lark grammar (``hlo.lark``) and the walk from its tree to parser records.
+
+The grammar parses everything XLA prints; it is the reference the fast scanner is
+tested against, and it produces every syntax error message.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import lark
+
+from .records import CompRecord, InstrRecord, Locator, ModuleRecord
+
+
+@lru_cache(maxsize=None)
+def _parser(start: str) -> lark.Lark:
+    grammar = resources.files(__package__).joinpath("hlo.lark").read_text()
+    return lark.Lark(grammar, parser="lalr", lexer="contextual", start=start, propagate_positions=True, maybe_placeholders=False)
+
+
+_TOKEN_NAMES = {
+    "_NL": "newline",
+    "NAME": "name",
+    "INT": "integer",
+    "WORD": "value",
+    "STRING": "string",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "COMMA": "','",
+    "EQUAL": "'='",
+    "COLON": "':'",
+    "ENTRY": "ENTRY",
+    "ROOT": "ROOT",
+    "HLOMODULE": "HloModule",
+    "LAYOUT": "layout",
+    "SECTION": "stack frame section",
+    "$END": "end of input",
+}
+
+
+def _friendly(names) -> tuple[str, ...]:
+    out = set()
+    for n in names:
+        if n.startswith("__ANON"):
+            continue
+        out.add(_TOKEN_NAMES.get(n, n.lower() if n.isupper() else n))
+    return tuple(sorted(out))
+
+
+def _error(e: lark.exceptions.LarkError, loc: Locator, offset: int):
+    """Maps a lark exception to HloParseError at the right place in the whole text."""
+    if isinstance(e, lark.exceptions.UnexpectedToken):
+        tok = e.token
+        pos = (tok.start_pos if tok.start_pos is not None else len(loc.text) - offset) + offset
+        what = "end of input" if tok.type == "$END" else f"{tok.value[:30]!r}"
+        if tok.type == "_NL":
+            what = "end of line"
+        return loc.error(f"unexpected {what}", pos, _friendly(e.expected))
+    if isinstance(e, lark.exceptions.UnexpectedCharacters):
+        pos = e.pos_in_stream + offset
+        return loc.error(f"unexpected character {e.char!r}", pos, _friendly(e.allowed or ()))
+    if isinstance(e, lark.exceptions.UnexpectedEOF):
+        return loc.error("unexpected end of input", len(loc.text), _friendly(e.expected))
+    return loc.error(str(e).splitlines()[0], offset)
+
+
+class _Walker:
+    def __init__(self, text: str, offset: int):
+        self.text = text
+        self.offset = offset
+
+    def span(self, node) -> str:
+        if isinstance(node, lark.Token):
+            return node.value
+        return self.text[node.meta.start_pos : node.meta.end_pos]
+
+    def pos(self, node) -> int:
+        start = node.start_pos if isinstance(node, lark.Token) else node.meta.start_pos
+        return start + self.offset
+
+    @staticmethod
+    def name(tok) -> str:
+        return tok.value[1:] if tok.value.startswith("%") else tok.value
+
+    def attribute(self, node) -> tuple[str, str, int]:
+        key, value = node.children
+        return key.value, self.span(value), self.pos(key)
+
+    def instruction(self, node) -> InstrRecord:
+        kids = list(node.children)
+        is_root = isinstance(kids[0], lark.Token) and kids[0].type == "ROOT"
+        if is_root:
+            kids = kids[1:]
+        if isinstance(kids[1], lark.Tree) and kids[1].data == "shape":
+            name, shape, opcode, operands, *attrs = kids
+            shape_text, shape_pos = self.span(shape), self.pos(shape)
+        else:
+            name, opcode, operands, *attrs = kids
+            shape_text, shape_pos = "", self.pos(opcode)
+        if operands.children:
+            first, last = operands.children[0], operands.children[-1]
+            operand_text = self.text[first.meta.start_pos : last.meta.end_pos]
+            operand_pos = self.pos(first)
+        else:
+            # "()" : the text between the parentheses (whitespace only)
+            inner = self.span(operands)
+            operand_text, operand_pos = inner[1:-1], operands.meta.start_pos + 1 + self.offset
+        return InstrRecord(
+            self.pos(name),
+            is_root,
+            self.name(name),
+            shape_text,
+            shape_pos,
+            opcode.value,
+            self.pos(opcode),
+            operand_text,
+            operand_pos,
+            [self.attribute(a) for a in attrs],
+        )
+
+    def computation(self, node) -> CompRecord:
+        kids = list(node.children)
+        is_entry = isinstance(kids[0], lark.Token) and kids[0].type == "ENTRY"
+        if is_entry:
+            kids = kids[1:]
+        name = kids[0]
+        params = result = None
+        rest = kids[1:]
+        if rest and isinstance(rest[0], lark.Tree) and rest[0].data == "signature":
+            sig = rest.pop(0)
+            params = []
+            for p in sig.children[:-1]:
+                pname, pshape = p.children
+                params.append((self.name(pname), self.span(pshape), self.pos(pshape)))
+            result = self.span(sig.children[-1])
+        comp = CompRecord(self.name(name), self.pos(name), is_entry, params, result)
+        for child in rest:
+            if child.data == "instruction":
+                comp.instrs.append(self.instruction(child))
+            elif child.data == "attribute":
+                comp.attrs.append(self.attribute(child))
+        return comp
+
+    def module(self, node) -> ModuleRecord:
+        header, *rest = node.children
+        name, *attrs = header.children
+        rec = ModuleRecord(self.name(name), [self.attribute(a) for a in attrs])
+        for child in rest:
+            if child.data == "stack_frames":
+                for section in child.children:
+                    title, *entries = section.children
+                    lines = [self.span(e) for e in entries]
+                    rec.stack_frames.append((title.value, lines))
+            else:
+                rec.computations.append(self.computation(child))
+        return rec
+
+
+def parse_module_records(text: str, loc: Locator) -> ModuleRecord:
+    """Parses a whole module with the grammar."""
+    try:
+        tree = _parser("start").parse(text)
+    except lark.exceptions.LarkError as e:
+        raise _error(e, loc, 0) from None
+    return _Walker(text, 0).module(tree.children[0])
+
+
+def parse_instruction_record(text: str, start: int, end: int, loc: Locator) -> InstrRecord:
+    """Parses one instruction line text[start:end] with the grammar."""
+    line = text[start:end]
+    try:
+        tree = _parser("instruction").parse(line)
+    except lark.exceptions.LarkError as e:
+        raise _error(e, loc, start) from None
+    walker = _Walker(line, start)
+    rec = walker.instruction(tree)
+    return rec

@@ -1,0 +1,725 @@
+"""The HLO IR: Module, Computation, Instruction, with use-def kept consistent.
+
+Every mutation of operands, users and instruction order goes through the methods
+here (``replace_operand``, ``replace_all_uses_with``, ``add_instruction``,
+``remove_instruction``), so a user list can never disagree with an operand list.
+Attributes that passes do not model are kept as the exact text XLA printed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterator
+
+from . import attributes as _attrs
+from .errors import IrError
+from .opcode import HloOpcode
+from .shape import Shape
+
+#: Attributes whose values name computations; they are stored as objects so that
+#: renaming or replacing a computation keeps references right.
+COMPUTATION_ATTRS = frozenset(
+    {
+        "to_apply",
+        "calls",
+        "condition",
+        "body",
+        "select",
+        "scatter",
+        "branch_computations",
+        "true_computation",
+        "false_computation",
+        "called_computations",
+        "comparator",
+    }
+)
+
+
+class Instruction:
+    """One HLO instruction: a named value with an opcode, a shape and operands.
+
+    ``operands`` is a tuple; change it with ``replace_operand`` or
+    ``replace_all_uses_with``. ``users`` is a snapshot of the instructions that
+    use this one, in the order they started using it.
+    """
+
+    __slots__ = (
+        "name",
+        "opcode",
+        "shape",
+        "_operands",
+        "_users",
+        "parent",
+        "attributes",
+        "_called",
+        "_control_predecessors",
+        "_control_successors",
+        "async_wrapped_opcode",
+        "parameter_number",
+        "literal",
+        "_prev",
+        "_next",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        opcode: HloOpcode,
+        shape: Shape,
+        operands: tuple["Instruction", ...] | list["Instruction"] = (),
+        attributes: dict[str, str | None] | None = None,
+        called: dict[str, tuple["Computation", ...]] | None = None,
+        parameter_number: int | None = None,
+        literal: str | None = None,
+        async_wrapped_opcode: HloOpcode | None = None,
+    ):
+        self.name = name
+        self.opcode = opcode
+        self.shape = shape
+        self._operands: tuple[Instruction, ...] = tuple(operands)
+        self._users: dict[Instruction, int] = {}
+        self.parent: Computation | None = None
+        self.attributes: dict[str, str | None] = dict(attributes) if attributes else {}
+        self._called: dict[str, tuple[Computation, ...]] = dict(called) if called else {}
+        for key in self._called:
+            self.attributes.setdefault(key, None)
+        self._control_predecessors: tuple[Instruction, ...] = ()
+        self._control_successors: dict[Instruction, None] = {}
+        self.async_wrapped_opcode = async_wrapped_opcode
+        self.parameter_number = parameter_number
+        self.literal = literal
+        self._prev: Instruction | None = None
+        self._next: Instruction | None = None
+        for op in self._operands:
+            op._users[self] = op._users.get(self, 0) + 1
+
+    # -- construction helpers -------------------------------------------------
+    @classmethod
+    def create(cls, opcode: HloOpcode | str, shape: Shape | str, operands=(), name: str | None = None, **attributes) -> "Instruction":
+        """Builds an instruction; keyword attributes are HLO attribute texts
+        (``dimensions="{0}"``) or typed values that ``attributes.format_value`` knows."""
+        from .shape import parse_shape
+
+        if isinstance(opcode, str):
+            opcode = HloOpcode(opcode)
+        if isinstance(shape, str):
+            shape = parse_shape(shape)
+        attrs = {k.replace("control_predecessors", "control-predecessors"): _attrs.format_value(k, v) for k, v in attributes.items()}
+        return cls(name or opcode.value, opcode, shape, tuple(operands), attrs)
+
+    # -- operands and users ---------------------------------------------------
+    @property
+    def operands(self) -> tuple["Instruction", ...]:
+        return self._operands
+
+    @operands.setter
+    def operands(self, value) -> None:
+        raise AttributeError("operands are read-only: use replace_operand(index, new) or replace_all_uses_with(new)")
+
+    def operand(self, index: int) -> "Instruction":
+        return self._operands[index]
+
+    @property
+    def operand_count(self) -> int:
+        return len(self._operands)
+
+    @property
+    def users(self) -> tuple["Instruction", ...]:
+        return tuple(self._users)
+
+    @property
+    def user_count(self) -> int:
+        return len(self._users)
+
+    def uses(self) -> list[tuple["Instruction", int]]:
+        """(user, operand index) pairs, one per use."""
+        return [(u, i) for u in self._users for i, op in enumerate(u._operands) if op is self]
+
+    def replace_operand(self, index: int, new: "Instruction") -> None:
+        """Makes operand ``index`` refer to ``new`` (XLA's ReplaceOperandWith)."""
+        old = self._operands[index]
+        if old is new:
+            return
+        if not new.shape.compatible(old.shape):
+            raise IrError(
+                f"replace_operand on %{self.name}: operand {index} %{old.name} has shape {old.shape}, "
+                f"replacement %{new.name} has incompatible shape {new.shape}"
+            )
+        self._set_operand(index, new)
+
+    def _set_operand(self, index: int, new: "Instruction") -> None:
+        old = self._operands[index]
+        ops = list(self._operands)
+        ops[index] = new
+        self._operands = tuple(ops)
+        n = old._users[self] - 1
+        if n:
+            old._users[self] = n
+        else:
+            del old._users[self]
+        new._users[self] = new._users.get(self, 0) + 1
+
+    def replace_operands(self, new_operands) -> None:
+        """Replaces the whole operand list (shapes may change: for rewrites that
+        also change this instruction's shape)."""
+        for op in self._operands:
+            n = op._users[self] - 1
+            if n:
+                op._users[self] = n
+            else:
+                del op._users[self]
+        self._operands = tuple(new_operands)
+        for op in self._operands:
+            op._users[self] = op._users.get(self, 0) + 1
+
+    def replace_all_uses_with(self, new: "Instruction", *, allow_different_shape: bool = False) -> None:
+        """Points every user (and the computation root) at ``new``.
+
+        Shapes must be compatible unless ``allow_different_shape`` (XLA's
+        ReplaceAllUsesWithDifferentShape).
+        """
+        if new is self:
+            return
+        if not allow_different_shape and not new.shape.compatible(self.shape):
+            raise IrError(
+                f"replace_all_uses_with: %{self.name} has shape {self.shape} but %{new.name} has {new.shape}; "
+                "pass allow_different_shape=True if that is intended"
+            )
+        for user in list(self._users):
+            if user is new:
+                continue  # new may use self (e.g. a wrapping copy): keep that edge
+            for i, op in enumerate(user._operands):
+                if op is self:
+                    user._set_operand(i, new)
+        comp = self.parent
+        if comp is not None and comp.root is self:
+            comp.root = new
+
+    # -- control dependencies ---------------------------------------------------
+    @property
+    def control_predecessors(self) -> tuple["Instruction", ...]:
+        return self._control_predecessors
+
+    @property
+    def control_successors(self) -> tuple["Instruction", ...]:
+        return tuple(self._control_successors)
+
+    def add_control_predecessor(self, pred: "Instruction") -> None:
+        if pred in self._control_predecessors:
+            return
+        self._control_predecessors += (pred,)
+        pred._control_successors[self] = None
+        self.attributes.setdefault("control-predecessors", None)
+
+    def remove_control_predecessor(self, pred: "Instruction") -> None:
+        if pred not in self._control_predecessors:
+            raise IrError(f"%{pred.name} is not a control predecessor of %{self.name}")
+        self._control_predecessors = tuple(p for p in self._control_predecessors if p is not pred)
+        del pred._control_successors[self]
+        if not self._control_predecessors:
+            self.attributes.pop("control-predecessors", None)
+
+    def drop_all_control_deps(self) -> None:
+        """Removes this instruction's control edges, handing its predecessors to
+        its successors so ordering constraints survive (XLA's
+        SafelyDropAllControlDependencies)."""
+        preds = self._control_predecessors
+        for succ in list(self._control_successors):
+            succ.remove_control_predecessor(self)
+            for p in preds:
+                succ.add_control_predecessor(p)
+        for p in preds:
+            self.remove_control_predecessor(p)
+
+    # -- called computations ----------------------------------------------------
+    @property
+    def called_computations(self) -> tuple["Computation", ...]:
+        return tuple(c for comps in self._called.values() for c in comps)
+
+    def called_computation(self, key: str) -> "Computation | None":
+        comps = self._called.get(key)
+        return comps[0] if comps else None
+
+    @property
+    def called_computation_map(self) -> dict[str, tuple["Computation", ...]]:
+        return dict(self._called)
+
+    def set_called_computations(self, key: str, comps) -> None:
+        """Sets e.g. ``to_apply`` or ``calls``; the attribute prints from these objects."""
+        comps = tuple(comps)
+        if not comps:
+            self._called.pop(key, None)
+            self.attributes.pop(key, None)
+            return
+        self._called[key] = comps
+        self.attributes.setdefault(key, None)
+
+    @property
+    def fused_computation(self) -> "Computation | None":
+        """The fused computation of a fusion instruction (XLA's
+        fused_instructions_computation)."""
+        return self.called_computation("calls") if self.opcode is HloOpcode.FUSION else None
+
+    @property
+    def to_apply(self) -> "Computation | None":
+        return self.called_computation("to_apply")
+
+    # -- attributes: raw text plus typed views -----------------------------------
+    def attribute(self, key: str) -> str | None:
+        """The attribute's text exactly as it will print (None if absent)."""
+        if key in self._called or key == "control-predecessors":
+            return _attrs.printed_value(self, key)
+        return self.attributes.get(key)
+
+    def set_attribute(self, key: str, value) -> None:
+        """Sets an attribute from HLO text or a typed value; None removes it."""
+        if value is None:
+            self.attributes.pop(key, None)
+        else:
+            self.attributes[key] = _attrs.format_value(key, value)
+
+    dimensions = _attrs.typed("dimensions", _attrs.parse_int_list, _attrs.format_int_list)
+    slice = _attrs.typed("slice", _attrs.parse_slice, _attrs.format_slice)
+    padding = _attrs.typed("padding", _attrs.parse_padding, _attrs.format_padding)
+    window = _attrs.typed("window", _attrs.parse_window, _attrs.format_window)
+    dim_labels = _attrs.typed("dim_labels", _attrs.parse_dim_labels, _attrs.format_dim_labels)
+    comparison_direction = _attrs.typed("direction", str, str)
+    fusion_kind = _attrs.typed("kind", str, str)
+    custom_call_target = _attrs.typed("custom_call_target", _attrs.parse_string, _attrs.format_string)
+    tuple_index = _attrs.typed("index", int, str)
+    metadata = _attrs.typed("metadata", _attrs.parse_metadata, _attrs.format_metadata)
+    sharding = _attrs.typed("sharding", _attrs.parse_sharding, _attrs.format_sharding)
+    dynamic_slice_sizes = _attrs.typed("dynamic_slice_sizes", _attrs.parse_int_list, _attrs.format_int_list)
+
+    @property
+    def backend_config(self):
+        """The backend config as parsed JSON when it is JSON, else its raw text."""
+        return _attrs.parse_backend_config(self.attributes.get("backend_config"))
+
+    @backend_config.setter
+    def backend_config(self, value) -> None:
+        self.set_attribute("backend_config", None if value is None else _attrs.format_backend_config(value))
+
+    @property
+    def dot_dimension_numbers(self) -> _attrs.DotDimensionNumbers | None:
+        if self.opcode not in (HloOpcode.DOT, HloOpcode.RAGGED_DOT, HloOpcode.SCALED_DOT):
+            return None
+        return _attrs.DotDimensionNumbers.from_attributes(self.attributes)
+
+    @dot_dimension_numbers.setter
+    def dot_dimension_numbers(self, dnums: _attrs.DotDimensionNumbers) -> None:
+        dnums.to_attributes(self.attributes)
+
+    # -- queries ----------------------------------------------------------------
+    @property
+    def is_root(self) -> bool:
+        return self.parent is not None and self.parent.root is self
+
+    @property
+    def opcode_text(self) -> str:
+        """The opcode as printed, including async sugar like ``custom-call-start``."""
+        if self.async_wrapped_opcode is not None:
+            suffix = {HloOpcode.ASYNC_START: "-start", HloOpcode.ASYNC_UPDATE: "-update", HloOpcode.ASYNC_DONE: "-done"}
+            return self.async_wrapped_opcode.value + suffix[self.opcode]
+        return self.opcode.value
+
+    def clone(self, suffix: str = "clone", *, new_operands=None, shape: Shape | None = None) -> "Instruction":
+        """A detached copy (XLA's Clone / CloneWithNewOperands as one call): same
+        attributes and called computations, ``name.suffix``, and either the same
+        operands or ``new_operands``."""
+        copy = Instruction(
+            f"{self.name}.{suffix}" if suffix else self.name,
+            self.opcode,
+            shape or self.shape,
+            tuple(self._operands if new_operands is None else new_operands),
+            dict(self.attributes),
+            dict(self._called),
+            self.parameter_number,
+            self.literal,
+            self.async_wrapped_opcode,
+        )
+        copy.attributes.pop("control-predecessors", None)
+        return copy
+
+    def to_text(self) -> str:
+        from .printer import print_instruction
+
+        return print_instruction(self).strip()
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return f"<Instruction %{self.name} = {self.shape} {self.opcode_text}({', '.join('%' + o.name for o in self._operands)})>"
+
+
+class Computation:
+    """A named list of instructions with parameters and a root.
+
+    Instruction order (the text order, or the schedule in a scheduled module) is
+    a linked list: insertion and removal are O(1), and ``instructions`` returns a
+    snapshot, so a pass may mutate while it iterates.
+    """
+
+    def __init__(self, name: str, *, is_entry: bool = False):
+        self.name = name
+        self.is_entry = is_entry
+        self.parent: Module | None = None
+        self.root: Instruction | None = None
+        self.attributes: dict[str, str] = {}  # e.g. execution_thread="main_thread"
+        self._head: Instruction | None = None
+        self._tail: Instruction | None = None
+        self._count = 0
+        self._names: dict[str, Instruction] = {}
+
+    # -- order ------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Instruction]:
+        node = self._head
+        while node is not None:
+            nxt = node._next
+            yield node
+            node = nxt
+
+    @property
+    def instructions(self) -> list[Instruction]:
+        return list(self)
+
+    @property
+    def instruction_count(self) -> int:
+        return self._count
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def parameters(self) -> list[Instruction]:
+        """Parameter instructions ordered by parameter number."""
+        params = [i for i in self if i.opcode is HloOpcode.PARAMETER]
+        return sorted(params, key=lambda p: p.parameter_number)
+
+    def parameter(self, number: int) -> Instruction:
+        for p in self.parameters:
+            if p.parameter_number == number:
+                return p
+        raise IrError(f"computation %{self.name} has no parameter {number}")
+
+    @property
+    def root_instruction(self) -> Instruction | None:
+        return self.root
+
+    def get_instruction(self, name: str) -> Instruction | None:
+        return self._names.get(name)
+
+    # -- mutation -----------------------------------------------------------------
+    def unique_name(self, base: str) -> str:
+        """``base``, or ``base.N`` if that name is taken anywhere in the module."""
+        taken = self.parent._instruction_names() if self.parent is not None else set(self._names)
+        if base not in taken:
+            return base
+        for n in itertools.count(1):
+            cand = f"{base}.{n}"
+            if cand not in taken:
+                return cand
+        raise AssertionError  # pragma: no cover
+
+    def add_instruction(self, instr: Instruction, *, before: Instruction | None = None, after: Instruction | None = None, unique: bool = True) -> Instruction:
+        """Inserts a detached instruction (at the end, or before/after another).
+
+        Its operands must already be in this computation. With ``unique`` the
+        name gets a suffix if it would collide.
+        """
+        if instr.parent is not None:
+            raise IrError(f"%{instr.name} already belongs to computation %{instr.parent.name}; clone() it first")
+        for op in instr._operands:
+            if op.parent is not self:
+                raise IrError(f"operand %{op.name} of %{instr.name} is not in computation %{self.name}")
+        if unique:
+            instr.name = self.unique_name(instr.name)
+        elif instr.name in self._names:
+            raise IrError(f"computation %{self.name} already has an instruction named %{instr.name}")
+        self._link(instr, before=before, after=after)
+        if self.parent is not None:
+            self.parent._names_cache = None
+        return instr
+
+    def _link(self, instr: Instruction, *, before: Instruction | None = None, after: Instruction | None = None) -> None:
+        instr.parent = self
+        self._names[instr.name] = instr
+        self._count += 1
+        if before is not None:
+            if before.parent is not self:
+                raise IrError(f"%{before.name} is not in computation %{self.name}")
+            instr._prev, instr._next = before._prev, before
+            if before._prev is None:
+                self._head = instr
+            else:
+                before._prev._next = instr
+            before._prev = instr
+            return
+        if after is not None:
+            if after.parent is not self:
+                raise IrError(f"%{after.name} is not in computation %{self.name}")
+            instr._prev, instr._next = after, after._next
+            if after._next is None:
+                self._tail = instr
+            else:
+                after._next._prev = instr
+            after._next = instr
+            return
+        instr._prev, instr._next = self._tail, None
+        if self._tail is None:
+            self._head = instr
+        else:
+            self._tail._next = instr
+        self._tail = instr
+
+    def remove_instruction(self, instr: Instruction) -> None:
+        """Removes an instruction that nothing uses (XLA's RemoveInstruction).
+
+        Refuses while users remain or while it is the root; its control edges are
+        handed on (see ``drop_all_control_deps``).
+        """
+        if instr.parent is not self:
+            raise IrError(f"%{instr.name} is not in computation %{self.name}")
+        if instr._users:
+            names = ", ".join("%" + u.name for u in instr._users)
+            raise IrError(f"cannot remove %{instr.name}: it still has users ({names}); replace_all_uses_with first")
+        if instr is self.root:
+            raise IrError(f"cannot remove %{instr.name}: it is the root of %{self.name}; set a new root first")
+        instr.drop_all_control_deps()
+        for op in instr._operands:
+            n = op._users[instr] - 1
+            if n:
+                op._users[instr] = n
+            else:
+                del op._users[instr]
+        instr._operands = ()
+        if instr._prev is None:
+            self._head = instr._next
+        else:
+            instr._prev._next = instr._next
+        if instr._next is None:
+            self._tail = instr._prev
+        else:
+            instr._next._prev = instr._prev
+        instr._prev = instr._next = None
+        instr.parent = None
+        del self._names[instr.name]
+        self._count -= 1
+        if self.parent is not None:
+            self.parent._names_cache = None
+
+    def replace_instruction(self, old: Instruction, new: Instruction) -> Instruction:
+        """Adds ``new`` before ``old`` if detached, moves all uses to it and removes ``old``."""
+        if new.parent is None:
+            self.add_instruction(new, before=old)
+        old.replace_all_uses_with(new)
+        self.remove_instruction(old)
+        return new
+
+    def rename_instruction(self, instr: Instruction, name: str) -> None:
+        if name in self._names and self._names[name] is not instr:
+            raise IrError(f"computation %{self.name} already has an instruction named %{name}")
+        del self._names[instr.name]
+        instr.name = name
+        self._names[name] = instr
+        if self.parent is not None:
+            self.parent._names_cache = None
+
+    def set_root(self, instr: Instruction) -> None:
+        if instr.parent is not self:
+            raise IrError(f"%{instr.name} is not in computation %{self.name}")
+        self.root = instr
+
+    # -- traversal ------------------------------------------------------------------
+    def post_order(self) -> list[Instruction]:
+        """Operands (and control predecessors) before users, starting from the
+        instructions nothing uses, in instruction order (XLA's
+        MakeInstructionPostOrder)."""
+        visited: set[int] = set()
+        order: list[Instruction] = []
+        for start in self:
+            if start._users or start._control_successors:
+                continue
+            stack = [(start, False)]
+            while stack:
+                node, expanded = stack.pop()
+                if expanded:
+                    order.append(node)
+                    continue
+                if id(node) in visited:
+                    continue
+                visited.add(id(node))
+                stack.append((node, True))
+                deps = node._operands + node._control_predecessors
+                for dep in reversed(deps):
+                    if id(dep) not in visited:
+                        stack.append((dep, False))
+        if len(order) != self._count:  # a cycle: keep the stragglers, verifier reports it
+            order.extend(i for i in self if id(i) not in visited)
+        return order
+
+    def is_topologically_ordered(self) -> bool:
+        seen: set[int] = set()
+        for instr in self:
+            for dep in instr._operands + instr._control_predecessors:
+                if id(dep) not in seen:
+                    return False
+            seen.add(id(instr))
+        return True
+
+    def make_embedded_computations_post_order(self) -> list["Computation"]:
+        """Computations this one calls, transitively, callees first."""
+        out: list[Computation] = []
+        seen: set[int] = set()
+
+        def visit(comp: Computation) -> None:
+            for instr in comp:
+                for callee in instr.called_computations:
+                    if id(callee) not in seen:
+                        seen.add(id(callee))
+                        visit(callee)
+                        out.append(callee)
+
+        visit(self)
+        return out
+
+    def to_text(self) -> str:
+        from .printer import print_computation
+
+        return print_computation(self)
+
+    def __repr__(self) -> str:
+        return f"<Computation %{self.name}: {self._count} instructions>"
+
+
+class Module:
+    """An HLO module: computations (callees before callers), an entry, and the
+    module-level attributes (``entry_computation_layout``, ``is_scheduled``,
+    ``input_output_alias``, ...) kept as XLA printed them."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.attributes: dict[str, str] = {}
+        self.computations: list[Computation] = []
+        self.entry: Computation | None = None
+        self.stack_frames: list[tuple[str, list[str]]] = []  # (section name, lines), verbatim
+        self.print_operand_shapes = False  # print `f32[2] %x` operands (older XLA style)
+        self._names_cache: set[str] | None = None
+
+    # -- computations --------------------------------------------------------------
+    def add_computation(self, comp: Computation, *, entry: bool = False) -> Computation:
+        if any(c.name == comp.name for c in self.computations):
+            raise IrError(f"module {self.name} already has a computation named %{comp.name}")
+        comp.parent = self
+        if entry:
+            comp.is_entry = True
+            self.entry = comp
+            self.computations.append(comp)
+        else:
+            idx = self.computations.index(self.entry) if self.entry in self.computations else len(self.computations)
+            self.computations.insert(idx, comp)
+        self._names_cache = None
+        return comp
+
+    def get_computation(self, name: str) -> Computation | None:
+        for c in self.computations:
+            if c.name == name:
+                return c
+        return None
+
+    def remove_computation(self, comp: Computation) -> None:
+        callers = [i for c in self.computations for i in c if comp in i.called_computations]
+        if callers:
+            raise IrError(f"cannot remove %{comp.name}: it is called by %{callers[0].name}")
+        if comp is self.entry:
+            raise IrError(f"cannot remove the entry computation %{comp.name}")
+        self.computations.remove(comp)
+        comp.parent = None
+        self._names_cache = None
+
+    def unique_computation_name(self, base: str) -> str:
+        names = {c.name for c in self.computations}
+        if base not in names:
+            return base
+        for n in itertools.count(1):
+            if f"{base}.{n}" not in names:
+                return f"{base}.{n}"
+        raise AssertionError  # pragma: no cover
+
+    def _instruction_names(self) -> set[str]:
+        if self._names_cache is None:
+            self._names_cache = {n for c in self.computations for n in c._names}
+        return self._names_cache
+
+    # -- module attributes ------------------------------------------------------------
+    @property
+    def is_scheduled(self) -> bool:
+        return self.attributes.get("is_scheduled") == "true"
+
+    @is_scheduled.setter
+    def is_scheduled(self, value: bool) -> None:
+        if value:
+            if "is_scheduled" not in self.attributes:
+                items = list(self.attributes.items())
+                self.attributes = {"is_scheduled": "true", **dict(items)}
+        else:
+            self.attributes.pop("is_scheduled", None)
+
+    @property
+    def entry_computation_layout(self) -> str | None:
+        return self.attributes.get("entry_computation_layout")
+
+    @property
+    def input_output_alias(self) -> str | None:
+        return self.attributes.get("input_output_alias")
+
+    def schedule(self) -> dict[str, list[str]]:
+        """The schedule of a scheduled module: instruction order per computation."""
+        if not self.is_scheduled:
+            return {}
+        return {c.name: [i.name for i in c] for c in self.computations}
+
+    # -- traversal ----------------------------------------------------------------------
+    def instructions(self) -> Iterator[Instruction]:
+        for c in self.computations:
+            yield from c
+
+    @property
+    def instruction_count(self) -> int:
+        return sum(c.instruction_count for c in self.computations)
+
+    def walk(self, computation: Computation | None = None, *, into_called: bool = True) -> Iterator[Instruction]:
+        """Instructions of ``computation`` (default: the entry) in order, descending
+        into fusion bodies and other called computations first when ``into_called``."""
+        comp = computation or self.entry
+        seen: set[int] = set()
+
+        def visit(c: Computation) -> Iterator[Instruction]:
+            for instr in c:
+                if into_called:
+                    for callee in instr.called_computations:
+                        if id(callee) not in seen:
+                            seen.add(id(callee))
+                            yield from visit(callee)
+                yield instr
+
+        yield from visit(comp)
+
+    def clone(self) -> "Module":
+        """A deep copy, made through the printer and parser (exact by construction)."""
+        from .parser import parse
+
+        return parse(self.to_text(), source=f"<clone of {self.name}>")
+
+    def to_text(self, **options) -> str:
+        from .printer import print_module
+
+        return print_module(self, **options)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return f"<Module {self.name}: {len(self.computations)} computations, {self.instruction_count} instructions>"

@@ -1,0 +1,68 @@
+"""``parse(text)`` and ``load(path)``: HLO text to a Module.
+
+The fast scanner handles the lines XLA prints; lines it does not understand go
+to the lark grammar, and so does a module whose layout the scanner does not
+follow.  Both produce the same records, built into IR by one builder.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+from . import grammar
+from .errors import HloParseError
+from .ir import Module
+from .records import Builder, Locator, ModuleRecord
+from .scanner import Unsupported, scan_module
+
+
+def parse_records(text: str, source: str = "<string>", *, use_scanner: bool = True) -> ModuleRecord:
+    """The parser's records for ``text`` (``use_scanner=False``: grammar only)."""
+    loc = Locator(text, source)
+    if not use_scanner:
+        return grammar.parse_module_records(text, loc)
+
+    def fallback(start: int, end: int):
+        try:
+            return grammar.parse_instruction_record(text, start, end, loc)
+        except HloParseError:
+            raise Unsupported(start, whole_module=True) from None
+
+    try:
+        return scan_module(text, fallback)
+    except Unsupported:
+        return grammar.parse_module_records(text, loc)
+
+
+def parse(text: str, source: str = "<string>", *, use_scanner: bool = True) -> Module:
+    """Parses HLO text into a Module; raises HloParseError naming source, line and column."""
+    if not isinstance(text, str):
+        raise TypeError(f"parse() takes HLO text (str), got {type(text).__name__}; use load() for a path")
+    loc = Locator(text, source)
+    rec = parse_records(text, source, use_scanner=use_scanner)
+    return Builder(loc).build(rec)
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """Reads ``.hlo``/``.txt`` files, gzip-compressed or not."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise HloParseError(f"cannot read file: {e.strerror}", str(p), 1, 1) from None
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise HloParseError("file is not UTF-8 text (is it a binary HloModuleProto? load .pb files through hlo_tools.xla)", str(p), line, col) from None
+
+
+def load(path: str | os.PathLike) -> Module:
+    """Loads a module from a file: HLO text, gzip'd text, or an XLA dump file
+    (``module_0001.jit_step.before_optimizations.txt``)."""
+    return parse(read_text(path), source=str(path))

@@ -1,0 +1,96 @@
+"""Prints the IR as XLA's canonical HLO text (HloModule::ToString).
+
+A module parsed from XLA's canonical print prints back byte-for-byte; anything
+else prints to text that XLA's parser accepts and canonicalizes identically.
+"""
+
+from __future__ import annotations
+
+from .attributes import printed_value
+from .opcode import HloOpcode
+
+
+def _operand_list(instr, with_shapes: bool) -> str:
+    if instr.opcode is HloOpcode.PARAMETER:
+        return str(instr.parameter_number)
+    if instr.opcode is HloOpcode.CONSTANT:
+        return instr.literal or ""
+    parts = []
+    for i, op in enumerate(instr._operands):
+        text = f"{op.shape.to_text()} %{op.name}" if with_shapes else "%" + op.name
+        parts.append(f"/*index={i}*/{text}" if i and i % 5 == 0 else text)
+    return ", ".join(parts)
+
+
+def print_attributes(instr) -> str:
+    out = []
+    for key, raw in instr.attributes.items():
+        value = raw if raw is not None else printed_value(instr, key)
+        if value is not None:
+            out.append(f", {key}={value}")
+    return "".join(out)
+
+
+def print_instruction(instr, with_shapes: bool = False, is_root: bool = False) -> str:
+    head = "  ROOT %" if is_root else "  %"
+    return (
+        f"{head}{instr.name} = {instr.shape.to_text()} {instr.opcode_text}({_operand_list(instr, with_shapes)})"
+        f"{print_attributes(instr)}"
+    )
+
+
+def _signature(comp) -> str:
+    params = ", ".join(f"{p.name}: {p.shape.to_text(False)}" for p in comp.parameters)
+    root = comp.root.shape.to_text(False) if comp.root is not None else "()"
+    return f"({params}) -> {root}"
+
+
+def print_computation(comp, with_shapes: bool | None = None) -> str:
+    if with_shapes is None:
+        with_shapes = comp.parent.print_operand_shapes if comp.parent is not None else False
+    order = comp.instructions if comp.is_topologically_ordered() else comp.post_order()
+    root = comp.root
+    lines = [f"{'ENTRY ' if comp.is_entry else ''}%{comp.name} {_signature(comp)} {{"]
+    lines.extend(print_instruction(i, with_shapes, i is root) for i in order)
+    tail = "".join(f", {k}={v}" for k, v in comp.attributes.items())
+    lines.append("}" + tail)
+    return "\n".join(lines)
+
+
+def computation_print_order(module) -> list:
+    """Module order, except that a callee always precedes its callers (XLA's
+    parser resolves computation names in text order)."""
+    placed: set[int] = set()
+    out = []
+
+    def place(comp) -> None:
+        placed.add(id(comp))
+        for instr in comp:
+            for callee in instr.called_computations:
+                if id(callee) not in placed:
+                    place(callee)
+        out.append(comp)
+
+    for comp in module.computations:
+        if id(comp) not in placed and comp is not module.entry:
+            place(comp)
+    if module.entry is not None and id(module.entry) not in placed:
+        place(module.entry)
+    return out
+
+
+def print_module(module, *, print_operand_shapes: bool | None = None) -> str:
+    """The module as HLO text. ``print_operand_shapes`` defaults to the style of
+    the text the module was parsed from."""
+    with_shapes = module.print_operand_shapes if print_operand_shapes is None else print_operand_shapes
+    header = "HloModule " + module.name + "".join(f", {k}={v}" for k, v in module.attributes.items())
+    # XLA ends the multi-line origin_recovery_table value with its own newline.
+    parts = [header, "\n\n\n" if "origin_recovery_table" in module.attributes else "\n\n"]
+    if module.stack_frames:
+        for name, lines in module.stack_frames:
+            parts.append(name + "\n" + "".join(line + "\n" for line in lines) + "\n")
+        parts.append("\n")
+    for comp in computation_print_order(module):
+        parts.append(print_computation(comp, with_shapes))
+        parts.append("\n\n")
+    return "".join(parts)

@@ -1,0 +1,411 @@
+"""Shapes, layouts and primitive types of HLO, with XLA's text spelling.
+
+Shapes are immutable values: passes build new ones instead of editing, and the
+parser caches them by text (an LLM module repeats a few hundred shapes many
+thousand times).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+
+class PrimitiveType(enum.Enum):
+    """XLA element types; the value is the HLO spelling."""
+
+    PRED = "pred"
+    S1 = "s1"
+    S2 = "s2"
+    S4 = "s4"
+    S8 = "s8"
+    S16 = "s16"
+    S32 = "s32"
+    S64 = "s64"
+    U1 = "u1"
+    U2 = "u2"
+    U4 = "u4"
+    U8 = "u8"
+    U16 = "u16"
+    U32 = "u32"
+    U64 = "u64"
+    F16 = "f16"
+    F32 = "f32"
+    F64 = "f64"
+    BF16 = "bf16"
+    F4E2M1FN = "f4e2m1fn"
+    F8E3M4 = "f8e3m4"
+    F8E4M3 = "f8e4m3"
+    F8E4M3FN = "f8e4m3fn"
+    F8E4M3B11FNUZ = "f8e4m3b11fnuz"
+    F8E4M3FNUZ = "f8e4m3fnuz"
+    F8E5M2 = "f8e5m2"
+    F8E5M2FNUZ = "f8e5m2fnuz"
+    F8E8M0FNU = "f8e8m0fnu"
+    C64 = "c64"
+    C128 = "c128"
+    TOKEN = "token"
+    OPAQUE = "opaque"
+    TUPLE = "tuple"
+
+    @property
+    def bit_width(self) -> int:
+        """Bits per element (0 for token/opaque/tuple)."""
+        return _BIT_WIDTH.get(self, 0)
+
+    @property
+    def byte_width(self) -> int:
+        """Bytes per element as XLA stores it unpacked (sub-byte types take 1)."""
+        return (self.bit_width + 7) // 8
+
+    @property
+    def is_floating(self) -> bool:
+        return self.value.startswith(("f", "bf"))
+
+    @property
+    def is_complex(self) -> bool:
+        return self in (PrimitiveType.C64, PrimitiveType.C128)
+
+    @property
+    def is_integral(self) -> bool:
+        return self.value[0] in "su" and self.value[1:].isdigit()
+
+    @property
+    def is_signed(self) -> bool:
+        return self.value[0] == "s" or self.is_floating or self.is_complex
+
+
+_BIT_WIDTH = {
+    PrimitiveType.PRED: 8,
+    PrimitiveType.C64: 64,
+    PrimitiveType.C128: 128,
+    PrimitiveType.BF16: 16,
+}
+for _t in PrimitiveType:
+    _m = re.fullmatch(r"[suf](\d+)", _t.value)
+    if _m:
+        _BIT_WIDTH[_t] = int(_m.group(1))
+    elif _t.value.startswith("f8"):
+        _BIT_WIDTH[_t] = 8
+    elif _t.value.startswith("f4"):
+        _BIT_WIDTH[_t] = 4
+
+PRIMITIVE_TYPES: dict[str, PrimitiveType] = {t.value: t for t in PrimitiveType if t is not PrimitiveType.TUPLE}
+
+
+class ShapeError(ValueError):
+    """A shape or layout text that does not follow XLA's syntax."""
+
+    def __init__(self, message: str, offset: int = 0):
+        super().__init__(message)
+        self.offset = offset
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A physical layout: minor-to-major order plus XLA's other layout fields.
+
+    Fields after the ``:`` (tiles ``T(..)``, element size ``E(..)``, memory space
+    ``S(..)``, dim level types ``D(..)``, split configs, ...) are kept verbatim in
+    ``suffix`` so nothing is dropped; the common ones have typed views.
+    """
+
+    minor_to_major: tuple[int, ...]
+    suffix: str = ""
+
+    @classmethod
+    def make(
+        cls,
+        minor_to_major: tuple[int, ...],
+        tiles: tuple[tuple[int, ...], ...] = (),
+        element_size_in_bits: int = 0,
+        memory_space: int = 0,
+    ) -> "Layout":
+        """Builds a layout from typed fields, in XLA's print order (T, E, S)."""
+        parts = []
+        if tiles:
+            parts.append("T" + "".join("(" + ",".join("*" if d < 0 else str(d) for d in t) + ")" for t in tiles))
+        if element_size_in_bits:
+            parts.append(f"E({element_size_in_bits})")
+        if memory_space:
+            parts.append(f"S({memory_space})")
+        return cls(tuple(minor_to_major), "".join(parts))
+
+    def _field(self, letter: str) -> str | None:
+        m = re.search(r"(?<![A-Z])" + letter + r"((?:\([^)]*\))+)", self.suffix)
+        return m.group(1) if m else None
+
+    @property
+    def tiles(self) -> tuple[tuple[int, ...], ...]:
+        f = self._field("T")
+        if not f:
+            return ()
+        return tuple(
+            tuple(-1 if d.strip() == "*" else int(d) for d in t.split(",") if d.strip())
+            for t in re.findall(r"\(([^)]*)\)", f)
+        )
+
+    @property
+    def memory_space(self) -> int:
+        f = self._field("S")
+        return int(f.strip("()")) if f else 0
+
+    @property
+    def element_size_in_bits(self) -> int:
+        f = self._field("E")
+        return int(f.strip("()")) if f else 0
+
+    def to_text(self) -> str:
+        body = ",".join(map(str, self.minor_to_major))
+        return "{" + body + (":" + self.suffix if self.suffix else "") + "}"
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An array shape, a tuple of shapes, or a token.
+
+    ``dynamic`` marks bounded-dynamic dimensions (``<=N``); ``dims`` holds the bound.
+    An unbounded dynamic dimension (``?``) has dim -1.
+    """
+
+    element_type: PrimitiveType
+    dims: tuple[int, ...] = ()
+    layout: Layout | None = None
+    tuple_shapes: tuple["Shape", ...] = ()
+    dynamic: tuple[bool, ...] = field(default=())
+
+    # -- constructors -------------------------------------------------------
+    @classmethod
+    def array(cls, element_type: PrimitiveType | str, dims, layout: Layout | tuple[int, ...] | None = None) -> "Shape":
+        """An array shape; ``layout`` may be a minor-to-major tuple."""
+        if isinstance(element_type, str):
+            element_type = PRIMITIVE_TYPES[element_type]
+        if isinstance(layout, tuple):
+            layout = Layout(layout)
+        return cls(element_type, tuple(dims), layout)
+
+    @classmethod
+    def tuple_of(cls, shapes) -> "Shape":
+        return cls(PrimitiveType.TUPLE, tuple_shapes=tuple(shapes))
+
+    @classmethod
+    def token(cls) -> "Shape":
+        return cls(PrimitiveType.TOKEN)
+
+    # -- queries -------------------------------------------------------------
+    @property
+    def is_tuple(self) -> bool:
+        return self.element_type is PrimitiveType.TUPLE
+
+    @property
+    def is_array(self) -> bool:
+        return self.element_type not in (PrimitiveType.TUPLE, PrimitiveType.TOKEN, PrimitiveType.OPAQUE)
+
+    @property
+    def is_token(self) -> bool:
+        return self.element_type is PrimitiveType.TOKEN
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.is_array and not self.dims
+
+    @property
+    def is_dynamic(self) -> bool:
+        return any(self.dynamic) or any(d < 0 for d in self.dims)
+
+    @cached_property
+    def num_elements(self) -> int:
+        return math.prod(self.dims) if self.is_array else 0
+
+    @cached_property
+    def byte_size(self) -> int:
+        """Bytes of the buffer(s): arrays by element width (packed when the
+        layout sets ``E(bits)``), tuples as the sum of their leaves (XLA also
+        counts the tuple's pointer table; we do not, as cost models don't)."""
+        if self.is_tuple:
+            return sum(s.byte_size for s in self.tuple_shapes)
+        if not self.is_array:
+            return 0
+        if self.layout is not None and self.layout.element_size_in_bits:
+            return (self.num_elements * self.layout.element_size_in_bits + 7) // 8
+        return self.num_elements * self.element_type.byte_width
+
+    def leaves(self) -> list[tuple[tuple[int, ...], "Shape"]]:
+        """(shape index, array shape) pairs in XLA's pre-order."""
+        if not self.is_tuple:
+            return [((), self)]
+        out = []
+        for i, s in enumerate(self.tuple_shapes):
+            out.extend(((i, *idx), leaf) for idx, leaf in s.leaves())
+        return out
+
+    def subshape(self, index) -> "Shape":
+        s = self
+        for i in index:
+            s = s.tuple_shapes[i]
+        return s
+
+    def with_layout(self, layout: Layout | tuple[int, ...] | None) -> "Shape":
+        if isinstance(layout, tuple):
+            layout = Layout(layout)
+        return Shape(self.element_type, self.dims, layout, self.tuple_shapes, self.dynamic)
+
+    def without_layout(self) -> "Shape":
+        if self.is_tuple:
+            return Shape.tuple_of(s.without_layout() for s in self.tuple_shapes)
+        return Shape(self.element_type, self.dims, None, (), self.dynamic)
+
+    def compatible(self, other: "Shape") -> bool:
+        """Same element types and dims, ignoring layouts (XLA's ShapeUtil::Compatible)."""
+        if self.is_tuple or other.is_tuple:
+            return (
+                self.is_tuple
+                and other.is_tuple
+                and len(self.tuple_shapes) == len(other.tuple_shapes)
+                and all(a.compatible(b) for a, b in zip(self.tuple_shapes, other.tuple_shapes))
+            )
+        return self.element_type is other.element_type and self.dims == other.dims
+
+    # -- text ----------------------------------------------------------------
+    def to_text(self, print_layout: bool = True) -> str:
+        """XLA's HumanStringWithLayout (or HumanString without layout)."""
+        if self.is_tuple:
+            parts = []
+            for i, s in enumerate(self.tuple_shapes):
+                t = s.to_text(print_layout)
+                parts.append(f"/*index={i}*/" + t if i and i % 5 == 0 else t)
+            return "(" + ", ".join(parts) + ")"
+        dims = []
+        for i, d in enumerate(self.dims):
+            if d < 0:
+                dims.append("?")
+            elif self.dynamic and self.dynamic[i]:
+                dims.append(f"<={d}")
+            else:
+                dims.append(str(d))
+        text = f"{self.element_type.value}[{','.join(dims)}]"
+        if print_layout and self.layout is not None and (self.dims or self.layout.suffix):
+            text += self.layout.to_text()
+        return text
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return f"Shape({self.to_text()!r})"
+
+
+# ---------------------------------------------------------------------------
+# Parsing.  A regex handles array shapes; tuples recurse on parentheses.
+
+_ARRAY_RE = re.compile(r"\s*([a-z][a-z0-9]*)\[([^\]]*)\](\{[^}]*\})?")
+_DIM_RE = re.compile(r"\s*(<=)?\s*(\d+|\?)\s*")
+_LAYOUT_RE = re.compile(r"\{\s*([0-9,\s]*?)\s*(?::\s*(.*?))?\s*\}", re.S)
+_COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
+
+_shape_cache: dict[str, Shape] = {}
+
+
+def parse_layout(text: str) -> Layout:
+    """Parses ``{1,0:T(8,128)S(1)}``."""
+    m = _LAYOUT_RE.fullmatch(text)
+    if not m:
+        raise ShapeError(f"expected a layout like {{1,0}}, got {text!r}")
+    m2m = m.group(1)
+    try:
+        minor_to_major = tuple(int(x) for x in m2m.split(",") if x.strip()) if m2m else ()
+    except ValueError:
+        raise ShapeError(f"bad minor-to-major in layout {text!r}") from None
+    return Layout(minor_to_major, (m.group(2) or "").strip())
+
+
+def _parse_dims(text: str, where: int) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    if not text.strip():
+        return (), ()
+    dims, dyn = [], []
+    for part in text.split(","):
+        m = _DIM_RE.fullmatch(part)
+        if not m:
+            raise ShapeError(f"expected a dimension size, got {part.strip()!r}", where)
+        if m.group(2) == "?":
+            dims.append(-1)
+            dyn.append(True)
+        else:
+            dims.append(int(m.group(2)))
+            dyn.append(bool(m.group(1)))
+    return tuple(dims), (tuple(dyn) if any(dyn) else ())
+
+
+def _parse_at(text: str, pos: int) -> tuple[Shape, int]:
+    """Parses one shape starting at ``pos``; returns it and the end offset."""
+    n = len(text)
+    while pos < n and text[pos] in " \t\r\n":
+        pos += 1
+    if text.startswith("/*", pos):
+        end = text.find("*/", pos)
+        if end < 0:
+            raise ShapeError("unterminated comment", pos)
+        return _parse_at(text, end + 2)
+    if pos < n and text[pos] == "(":
+        pos += 1
+        elems: list[Shape] = []
+        while True:
+            while pos < n and text[pos] in " \t\r\n":
+                pos += 1
+            if text.startswith("/*", pos):
+                pos = text.find("*/", pos) + 2
+                continue
+            if pos < n and text[pos] == ")":
+                return Shape.tuple_of(elems), pos + 1
+            if elems:
+                if pos >= n or text[pos] != ",":
+                    raise ShapeError("expected ',' or ')' in tuple shape", pos)
+                pos += 1
+            s, pos = _parse_at(text, pos)
+            elems.append(s)
+    m = _ARRAY_RE.match(text, pos)
+    if not m:
+        raise ShapeError("expected a shape such as f32[2,4]{1,0} or a tuple (...)", pos)
+    type_name = m.group(1)
+    etype = PRIMITIVE_TYPES.get(type_name)
+    if etype is None:
+        raise ShapeError(f"unknown element type {type_name!r}", m.start(1))
+    dims, dyn = _parse_dims(m.group(2), m.start(2))
+    layout = None
+    if m.group(3):
+        layout = parse_layout(m.group(3))
+        if layout.minor_to_major and sorted(layout.minor_to_major) != list(range(len(dims))):
+            raise ShapeError(
+                f"layout {m.group(3)} is not a permutation of the {len(dims)} dimensions of {type_name}[{m.group(2)}]",
+                m.start(3),
+            )
+    return Shape(etype, dims, layout, (), dyn), m.end()
+
+
+def parse_shape(text: str) -> Shape:
+    """Parses a whole shape text; results are cached by text."""
+    s = _shape_cache.get(text)
+    if s is not None:
+        return s
+    shape, end = _parse_at(text, 0)
+    rest = text[end:].strip()
+    if rest:
+        raise ShapeError(f"unexpected text after shape: {rest[:20]!r}", end)
+    if len(_shape_cache) < 100_000:
+        _shape_cache[text] = shape
+    return shape
+
+
+def parse_shape_prefix(text: str, pos: int = 0) -> tuple[Shape, int]:
+    """Parses the shape that starts at ``pos`` and returns (shape, end offset)."""
+    return _parse_at(text, pos)

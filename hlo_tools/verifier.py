@@ -1,0 +1,196 @@
+"""Checks the invariants of an HLO module, like XLA's HloVerifier (a subset).
+
+Run after every pass that changed something: it names the instruction that is
+wrong, says why, and shows the printed lines around it.
+"""
+
+from __future__ import annotations
+
+from .errors import VerificationError
+from .ir import Computation, Instruction, Module
+from .opcode import BINARY_ELEMENTWISE, TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE, HloOpcode
+from .shape import PrimitiveType
+from .shape_inference import ShapeInferenceError, infer_shape
+
+_FIXED_ARITY = {
+    **{op: 1 for op in UNARY_ELEMENTWISE},
+    **{op: 2 for op in BINARY_ELEMENTWISE},
+    **{op: 3 for op in TERNARY_ELEMENTWISE},
+    HloOpcode.PARAMETER: 0,
+    HloOpcode.CONSTANT: 0,
+    HloOpcode.IOTA: 0,
+    HloOpcode.GET_TUPLE_ELEMENT: 1,
+    HloOpcode.BROADCAST: 1,
+    HloOpcode.RESHAPE: 1,
+    HloOpcode.TRANSPOSE: 1,
+    HloOpcode.BITCAST: 1,
+    HloOpcode.SLICE: 1,
+    HloOpcode.REVERSE: 1,
+    HloOpcode.DOT: 2,
+    HloOpcode.PAD: 2,
+    HloOpcode.WHILE: 1,
+}
+_SHAPE_CHECKED = frozenset(_FIXED_ARITY) | {HloOpcode.TUPLE, HloOpcode.CONCATENATE, HloOpcode.REDUCE, HloOpcode.DYNAMIC_SLICE, HloOpcode.DYNAMIC_UPDATE_SLICE}
+
+
+def _context(comp: Computation, instr: Instruction, radius: int = 2) -> str:
+    from .printer import print_instruction
+
+    order = comp.instructions
+    try:
+        i = next(k for k, x in enumerate(order) if x is instr)
+    except StopIteration:
+        return ""
+    lines = []
+    for x in order[max(0, i - radius) : i + radius + 1]:
+        mark = ">>" if x is instr else "  "
+        lines.append(mark + print_instruction(x, is_root=x is comp.root)[2:][:200])
+    return f"in computation %{comp.name}:\n" + "\n".join(lines)
+
+
+def verify(module: Module, *, raise_on_error: bool = True) -> list[str]:
+    """Returns the list of problems (empty when the module is valid); by default
+    raises VerificationError on the first one, with context."""
+    problems: list[tuple[str, Computation | None, Instruction | None]] = []
+
+    def bad(msg: str, comp: Computation | None = None, instr: Instruction | None = None) -> None:
+        problems.append((msg, comp, instr))
+
+    comps = set(map(id, module.computations))
+    if module.entry is None or id(module.entry) not in comps:
+        bad(f"module {module.name} has no entry computation among its computations")
+    names = set()
+    for comp in module.computations:
+        if comp.name in names:
+            bad(f"computation name %{comp.name} is used twice", comp)
+        names.add(comp.name)
+        _verify_computation(module, comp, comps, bad)
+    if raise_on_error and problems:
+        msg, comp, instr = problems[0]
+        more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
+        raise VerificationError(
+            msg + more,
+            instruction_name=instr.name if instr else "",
+            context=_context(comp, instr) if comp is not None and instr is not None else "",
+            problems=tuple(p[0] for p in problems),
+        )
+    return [p[0] for p in problems]
+
+
+def _verify_computation(module: Module, comp: Computation, comps: set[int], bad) -> None:
+    members = set()
+    count = 0
+    for instr in comp:
+        members.add(id(instr))
+        count += 1
+        if instr.parent is not comp:
+            bad(f"%{instr.name} is listed in %{comp.name} but its parent is {instr.parent and instr.parent.name}", comp, instr)
+        if comp.get_instruction(instr.name) is not instr:
+            bad(f"%{instr.name} is not registered under its name in %{comp.name}", comp, instr)
+    if count != comp.instruction_count:
+        bad(f"%{comp.name} counts {comp.instruction_count} instructions but lists {count}", comp)
+    if comp.root is None or id(comp.root) not in members:
+        bad(f"computation %{comp.name} has no root in its instruction list", comp)
+    seen: set[int] = set()
+    for instr in comp:
+        where = f"%{instr.name} ({instr.opcode_text})"
+        for i, op in enumerate(instr.operands):
+            if id(op) not in members:
+                bad(f"{where}: operand {i} %{op.name} is not an instruction of %{comp.name}", comp, instr)
+            elif instr not in op._users:
+                bad(f"{where}: uses %{op.name} but is missing from its users", comp, instr)
+            elif id(op) not in seen and module.is_scheduled:
+                bad(f"{where}: operand %{op.name} comes later in the schedule", comp, instr)
+        for user, n in instr._users.items():
+            if sum(1 for o in user.operands if o is instr) != n:
+                bad(f"{where}: users say %{user.name} uses it {n} times, its operands disagree", comp, instr)
+        for pred in instr.control_predecessors:
+            if instr not in pred._control_successors:
+                bad(f"{where}: control predecessor %{pred.name} does not list it as successor", comp, instr)
+        seen.add(id(instr))
+        for callee in instr.called_computations:
+            if id(callee) not in comps:
+                bad(f"{where}: calls %{callee.name}, which is not in the module", comp, instr)
+        _verify_shapes(instr, where, comp, bad)
+    if len(comp.post_order()) != count or _has_cycle(comp):
+        bad(f"computation %{comp.name} has a cycle", comp)
+
+
+def _has_cycle(comp: Computation) -> bool:
+    state: dict[int, int] = {}
+    for start in comp:
+        if state.get(id(start)):
+            continue
+        stack = [(start, iter(start.operands + start.control_predecessors))]
+        state[id(start)] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[id(node)] = 2
+                stack.pop()
+                continue
+            s = state.get(id(nxt), 0)
+            if s == 1:
+                return True
+            if s == 0:
+                state[id(nxt)] = 1
+                stack.append((nxt, iter(nxt.operands + nxt.control_predecessors)))
+    return False
+
+
+def _verify_shapes(instr: Instruction, where: str, comp: Computation, bad) -> None:
+    op = instr.opcode
+    n = _FIXED_ARITY.get(op)
+    if n is not None and instr.operand_count != n:
+        bad(f"{where}: takes {n} operand{'s' if n != 1 else ''}, has {instr.operand_count}", comp, instr)
+        return
+    if op in _SHAPE_CHECKED:
+        try:
+            expected = infer_shape(op, [o.shape for o in instr.operands], instr.attributes)
+        except ShapeInferenceError as e:
+            bad(f"{where}: {e}", comp, instr)
+            return
+        except (ValueError, TypeError) as e:
+            bad(f"{where}: malformed attributes ({e})", comp, instr)
+            return
+        if expected is not None and not expected.compatible(instr.shape):
+            bad(f"{where}: result shape is {instr.shape.to_text(False)}, operands give {expected.to_text(False)}", comp, instr)
+    if op is HloOpcode.BROADCAST:
+        src = instr.operands[0].shape
+        dims = instr.dimensions or ()
+        if len(dims) != src.rank or any(not 0 <= d < instr.shape.rank or instr.shape.dims[d] != src.dims[i] for i, d in enumerate(dims)):
+            bad(f"{where}: dimensions={list(dims)} do not map {src.to_text(False)} into {instr.shape.to_text(False)}", comp, instr)
+    elif op is HloOpcode.RESHAPE:
+        src = instr.operands[0].shape
+        if src.num_elements != instr.shape.num_elements or src.element_type is not instr.shape.element_type:
+            bad(f"{where}: reshape of {src.to_text(False)} to {instr.shape.to_text(False)} changes the element count or type", comp, instr)
+    elif op in (HloOpcode.CONVERT, HloOpcode.BITCAST_CONVERT) or op in UNARY_ELEMENTWISE:
+        if instr.operands and instr.operands[0].shape.dims != instr.shape.dims:
+            bad(f"{where}: result dims {list(instr.shape.dims)} differ from the operand's {list(instr.operands[0].shape.dims)}", comp, instr)
+    elif op in (HloOpcode.FUSION, HloOpcode.CALL):
+        callee = instr.fused_computation if op is HloOpcode.FUSION else instr.to_apply
+        if callee is None:
+            bad(f"{where}: has no called computation", comp, instr)
+            return
+        params = callee.parameters
+        if len(params) != instr.operand_count:
+            bad(f"{where}: passes {instr.operand_count} operands to %{callee.name}, which has {len(params)} parameters", comp, instr)
+        for p, o in zip(params, instr.operands):
+            if not p.shape.compatible(o.shape):
+                bad(f"{where}: operand %{o.name} {o.shape.to_text(False)} does not match parameter %{p.name} {p.shape.to_text(False)} of %{callee.name}", comp, instr)
+        if callee.root is not None and not callee.root.shape.compatible(instr.shape):
+            bad(f"{where}: result {instr.shape.to_text(False)} differs from the root of %{callee.name} ({callee.root.shape.to_text(False)})", comp, instr)
+    elif op is HloOpcode.WHILE:
+        body, cond = instr.called_computation("body"), instr.called_computation("condition")
+        if body is None or cond is None:
+            bad(f"{where}: needs body= and condition=", comp, instr)
+            return
+        if body.root is not None and not body.root.shape.compatible(instr.shape):
+            bad(f"{where}: body root {body.root.shape.to_text(False)} differs from the loop state {instr.shape.to_text(False)}", comp, instr)
+        if cond.root is not None and not (cond.root.shape.element_type is PrimitiveType.PRED and cond.root.shape.rank == 0):
+            bad(f"{where}: condition %{cond.name} must return pred[], returns {cond.root.shape.to_text(False)}", comp, instr)
+    elif op is HloOpcode.REDUCE:
+        fn = instr.to_apply
+        if fn is not None and len(fn.parameters) != instr.operand_count:
+            bad(f"{where}: reducer %{fn.name} takes {len(fn.parameters)} parameters, reduce has {instr.operand_count} operands", comp, instr)

@@ -1,0 +1,1 @@
+"""passes: see its issue; empty until it lands."""

@@ -1,0 +1,1 @@
+"""visualize: see its issue; empty until it lands."""
