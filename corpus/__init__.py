@@ -1,0 +1,105 @@
+"""Corpus of real LLM modules, and loaders for any XLA dump folder.
+
+* :func:`load` iterates the bundled modules (see ``manifest.json``),
+* :func:`from_dump_dir` reads a ``--xla_dump_to`` folder,
+* :func:`list_table` renders either as a table (``hlo corpus list [DIR]``),
+* :func:`main_generate` regenerates the corpus (``hlo corpus generate``).
+
+Importing this package never imports jax or keras; only ``corpus.generate`` does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .bundled import CORPUS_DIR, Entry, load, manifest
+from .dump import DumpModule, PassDump, from_dump_dir, read_hlo_file
+
+__all__ = ["CORPUS_DIR", "DumpModule", "Entry", "PassDump", "from_dump_dir", "list_table", "load",
+           "main_generate", "manifest", "read_hlo_file", "generator_python"]
+
+REPO_ROOT = CORPUS_DIR.parent
+
+
+def _kb(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1024:,.0f}K"
+
+
+def _render(title: str, columns: list[str], rows: list[list[str]]) -> str:
+    """Render rows with rich if available, else as aligned plain text."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain fallback
+        widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+        lines = [title, "  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+        return "\n".join(lines) + "\n"
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, overflow="fold")
+    for r in rows:
+        table.add_row(*r)
+    buf = io.StringIO()
+    Console(file=buf, width=200, force_terminal=False, color_system=None).print(table)
+    return buf.getvalue()
+
+
+def list_table(dir: str | Path | None = None) -> str:  # noqa: A002 - CLI-facing name
+    """A table of the bundled corpus (``dir`` None or a corpus root) or of a dump folder."""
+    if dir is None or (Path(dir) / "manifest.json").is_file():
+        root = CORPUS_DIR if dir is None else Path(dir)
+        rows = []
+        for e in load(root=root):
+            ins = e.meta.get("instructions", {})
+            gz = sum(e.meta.get("gz_bytes", {}).values())
+            fus = e.meta.get("gpu_fusions", {}).get("gpu_h100_after_optimizations", {})
+            rows.append([
+                e.name, e.workload, e.size, "yes" if e.sharded else "", e.dtype,
+                str(ins.get("before_optimizations", "-")), str(ins.get("cpu_after_optimizations", "-")),
+                str(ins.get("gpu_h100_after_optimizations", "-")),
+                str(sum(fus.get("fusion_kinds", {}).values())) if fus else "-",
+                "yes" if e.runnable else "", _kb(gz)])
+        cols = ["name", "workload", "size", "sharded", "dtype", "instr before", "instr cpu",
+                "instr h100", "h100 fusions", "runnable", "gz"]
+        return _render(f"corpus: {len(rows)} modules ({root})", cols, rows)
+    mods = from_dump_dir(dir)
+    rows = [[f"{m.module_id:04d}", m.name, ", ".join(sorted(k for k in m.stages if "optimizations" in k)) or "-",
+             str(len(m.passes)), str(len(m.aux))] for m in mods]
+    return _render(f"dump: {len(rows)} modules ({dir})", ["id", "name", "stages", "pass dumps", "other files"], rows)
+
+
+def generator_python() -> str | None:
+    """A Python with the generator's dependencies: this one, else ``.venv-corpus``."""
+    if all(importlib.util.find_spec(m) is not None for m in ("jax", "keras", "keras_hub", "optax")):
+        return sys.executable
+    for cand in (os.environ.get("HLO_CORPUS_PYTHON"), str(REPO_ROOT / ".venv-corpus" / "bin" / "python")):
+        if cand and Path(cand).is_file():
+            return cand
+    return None
+
+
+def main_generate(only: str | None = None, out: str | None = None) -> int:
+    """Regenerate the corpus in a fresh process (it must set XLA_FLAGS before jax starts).
+
+    Returns the generator's exit code. Raises RuntimeError if no Python has its deps.
+    """
+    py = generator_python()
+    if py is None:
+        raise RuntimeError(
+            "corpus generator dependencies are missing: install the `corpus` extra "
+            "(pip install -e .[corpus], see corpus/requirements-generate.txt) or create "
+            ".venv-corpus, or point HLO_CORPUS_PYTHON at a Python that has them")
+    cmd = [py, "-m", "corpus.generate"]
+    if only:
+        cmd += ["--only", only]
+    if out:
+        cmd += ["--out", str(out)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.call(cmd, cwd=str(REPO_ROOT), env=env)

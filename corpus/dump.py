@@ -1,0 +1,195 @@
+"""Read any ``--xla_dump_to`` folder: group files by module id, classify stages.
+
+A dump folder holds, per compiled module ``module_<id>.<name>``:
+
+* ``<name>.before_optimizations.txt`` (or ``.hlo.pb`` with ``--xla_dump_hlo_as_proto``),
+* ``<name>.<platform>_after_optimizations.txt`` (``cpu_``, ``gpu_``, ``sm_9.0_gpu_`` ...),
+  plus side files such as ``...after_optimizations-buffer-assignment.txt``,
+* per-pass dumps with ``--xla_dump_hlo_pass_re``:
+  ``<name>.<NNNN>.<pipeline>.after_<pass>.before_<next>.txt``,
+* other artefacts (``debug_options``, object files, PTX, thunk sequences, ...).
+
+Nothing here imports jax; decoding a ``.pb`` stage imports jaxlib lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+__all__ = ["DumpModule", "PassDump", "from_dump_dir", "read_hlo_file"]
+
+_MODULE_RE = re.compile(r"^module_(?P<id>\d+)\.(?P<rest>.+)$")
+_PASS_RE = re.compile(
+    r"^(?P<name>.+?)\.(?P<seq>\d{4})\.(?P<pipeline>.+?)\.(?P<after>after_[^.]+)"
+    r"(?:\.(?P<before>before_[^.]+))?\.(?P<ext>txt|hlo\.pb|pb)$")
+_STAGE_RE = re.compile(
+    r"^(?P<name>.+?)\.(?P<stage>(?:sm_\d+\.\d+[a-z]?_)?(?:[a-z0-9]+_)?(?:before|after)_optimizations)"
+    r"(?P<aux>-[\w\-]+)?\.(?P<ext>txt|hlo\.pb|pb)$")
+_HLO_EXTS = ("txt", "hlo.pb", "pb")
+
+
+@dataclasses.dataclass(frozen=True)
+class PassDump:
+    """One per-pass dump: the module after ``pass_name`` ran in ``pipeline``."""
+
+    index: int
+    pipeline: str
+    pass_name: str
+    next_pass: str | None
+    path: Path
+
+    @property
+    def key(self) -> str:
+        """Stage key as used in :attr:`DumpModule.stages`."""
+        return f"{self.index:04d}.{self.pipeline}.after_{self.pass_name}"
+
+
+@dataclasses.dataclass
+class DumpModule:
+    """All files of one module in a dump folder."""
+
+    module_id: int
+    name: str
+    stages: dict[str, Path] = dataclasses.field(default_factory=dict)
+    passes: list[PassDump] = dataclasses.field(default_factory=list)
+    aux: dict[str, Path] = dataclasses.field(default_factory=dict)
+
+    @property
+    def before_optimizations(self) -> Path | None:
+        """Path of the pre-optimization HLO, if dumped."""
+        return self.stages.get("before_optimizations")
+
+    @property
+    def after_optimizations(self) -> Path | None:
+        """Path of the (first) ``*after_optimizations`` HLO, if dumped."""
+        for k, p in sorted(self.stages.items()):
+            if k.endswith("after_optimizations"):
+                return p
+        return None
+
+    def path(self, stage: str) -> Path:
+        """Path of a stage (``before_optimizations``, ``after_optimizations``, a pass key)."""
+        if stage == "after_optimizations" and self.after_optimizations is not None:
+            return self.after_optimizations
+        try:
+            return self.stages[stage]
+        except KeyError:
+            raise KeyError(f"module_{self.module_id:04d}.{self.name} has no stage {stage!r}; "
+                           f"it has {sorted(self.stages)}") from None
+
+    def text(self, stage: str) -> str:
+        """HLO text of a stage (``.pb`` files are decoded through jaxlib)."""
+        return read_hlo_file(self.path(stage))
+
+    def module(self, stage: str):  # -> hlo_tools.ir.Module
+        """Parse a stage into the project's IR (imports hlo_tools lazily)."""
+        import hlo_tools
+
+        p = self.path(stage)
+        return hlo_tools.parse(self.text(stage), source=str(p))
+
+
+def _stage_rank(ext: str) -> int:
+    return _HLO_EXTS.index(ext)
+
+
+def from_dump_dir(path: str | Path) -> list[DumpModule]:
+    """Group the files of an XLA dump folder by module id; sorted by id.
+
+    Text files are preferred over ``.pb`` when both exist for the same stage.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise NotADirectoryError(f"{root}: not a directory")
+    mods: dict[int, DumpModule] = {}
+    chosen_ext: dict[tuple[int, str], str] = {}
+
+    def put(mid: int, key: str, p: Path, ext: str, target: dict[str, Path]) -> bool:
+        old = chosen_ext.get((mid, key))
+        if old is not None and _stage_rank(old) <= _stage_rank(ext):
+            return False
+        chosen_ext[(mid, key)] = ext
+        target[key] = p
+        return True
+
+    for p in sorted(root.iterdir()):
+        m = _MODULE_RE.match(p.name)
+        if not m or not p.is_file():
+            continue
+        mid, rest = int(m.group("id")), m.group("rest")
+        pm, sm = _PASS_RE.match(rest), _STAGE_RE.match(rest)
+        name = (pm or sm).group("name") if (pm or sm) else rest.split(".", 1)[0]
+        mod = mods.setdefault(mid, DumpModule(mid, name))
+        if pm:
+            pd = PassDump(int(pm.group("seq")), pm.group("pipeline"), pm.group("after")[len("after_"):],
+                          (pm.group("before") or "")[len("before_"):] or None, p)
+            if put(mid, pd.key, p, pm.group("ext"), mod.stages):
+                mod.passes = [x for x in mod.passes if x.key != pd.key] + [pd]
+        elif sm and not sm.group("aux"):
+            put(mid, sm.group("stage"), p, sm.group("ext"), mod.stages)
+        else:
+            mod.aux[rest[len(name) + 1:] if rest.startswith(name + ".") else rest] = p
+    for mod in mods.values():
+        mod.passes.sort(key=lambda x: x.index)
+    return [mods[k] for k in sorted(mods)]
+
+
+def _hlo_module_proto_from_hlo_proto(data: bytes) -> bytes | None:
+    """Field 1 (``hlo_module``) of a serialized ``xla.HloProto``, if present."""
+
+    def varint(i: int) -> tuple[int, int]:
+        shift = val = 0
+        while True:
+            b = data[i]
+            val |= (b & 0x7F) << shift
+            i += 1
+            if not b & 0x80:
+                return val, i
+            shift += 7
+
+    i = 0
+    try:
+        while i < len(data):
+            tag, i = varint(i)
+            field, wt = tag >> 3, tag & 7
+            if wt == 2:
+                n, i = varint(i)
+                if field == 1:
+                    return data[i:i + n]
+                i += n
+            elif wt == 0:
+                _, i = varint(i)
+            elif wt == 1:
+                i += 8
+            elif wt == 5:
+                i += 4
+            else:
+                return None
+    except IndexError:
+        return None
+    return None
+
+
+def read_hlo_file(path: str | Path) -> str:
+    """HLO text of a dumped ``.txt``, ``.txt.gz``, ``.hlo.pb`` (HloProto) or ``.pb`` file."""
+    p = Path(path)
+    if p.suffix == ".gz":
+        import gzip
+
+        return gzip.decompress(p.read_bytes()).decode()
+    if p.name.endswith(".pb"):
+        from jax._src.lib import xla_client as xc  # lazy: only for binary dumps
+
+        data = p.read_bytes()
+        errors = []
+        for blob in (_hlo_module_proto_from_hlo_proto(data), data):
+            if not blob:
+                continue
+            try:
+                return xc.hlo.HloModule.from_serialized_hlo_module_proto(blob).to_string()
+            except Exception as e:  # noqa: BLE001 - try the other interpretation
+                errors.append(str(e))
+        raise ValueError(f"{p}: not an HloProto or HloModuleProto ({'; '.join(errors)})")
+    return p.read_text()
