@@ -148,9 +148,12 @@ class _Walker:
         return comp
 
     def module(self, node) -> ModuleRecord:
-        header, *rest = node.children
-        name, *attrs = header.children
-        rec = ModuleRecord(self.name(name), [self.attribute(a) for a in attrs])
+        rest = list(node.children)
+        if rest[0].data == "header":
+            name, *attrs = rest.pop(0).children
+            rec = ModuleRecord(self.name(name), [self.attribute(a) for a in attrs])
+        else:
+            rec = ModuleRecord(None)
         for child in rest:
             if child.data == "stack_frames":
                 for section in child.children:

@@ -50,7 +50,8 @@ class Instruction:
         "_operands",
         "_users",
         "parent",
-        "attributes",
+        "_attributes",
+        "_raw_attributes",
         "_called",
         "_control_predecessors",
         "_control_successors",
@@ -80,10 +81,11 @@ class Instruction:
         self._operands: tuple[Instruction, ...] = tuple(operands)
         self._users: dict[Instruction, int] = {}
         self.parent: Computation | None = None
-        self.attributes: dict[str, str | None] = dict(attributes) if attributes else {}
+        self._attributes: dict[str, str | None] | None = dict(attributes) if attributes else {}
+        self._raw_attributes: str | None = None
         self._called: dict[str, tuple[Computation, ...]] = dict(called) if called else {}
         for key in self._called:
-            self.attributes.setdefault(key, None)
+            self._attributes.setdefault(key, None)
         self._control_predecessors: tuple[Instruction, ...] = ()
         self._control_successors: dict[Instruction, None] = {}
         self.async_wrapped_opcode = async_wrapped_opcode
@@ -266,6 +268,24 @@ class Instruction:
         return self.called_computation("to_apply")
 
     # -- attributes: raw text plus typed views -----------------------------------
+    @property
+    def attributes(self) -> dict[str, str | None]:
+        """Attribute name -> exact text, in print order (None: printed from the
+        IR, e.g. called computations). The parser keeps an instruction's
+        attributes as one raw string until something asks for them."""
+        attrs = self._attributes
+        if attrs is None:
+            from .scanner import split_raw_attributes
+
+            attrs = self._attributes = split_raw_attributes(self._raw_attributes)
+            self._raw_attributes = None
+        return attrs
+
+    @property
+    def raw_attributes(self) -> str | None:
+        """The unparsed attribute text (``, key=value, ...``), while untouched."""
+        return self._raw_attributes if self._attributes is None else None
+
     def attribute(self, key: str) -> str | None:
         """The attribute's text exactly as it will print (None if absent)."""
         if key in self._called or key == "control-predecessors":

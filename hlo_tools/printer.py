@@ -23,6 +23,8 @@ def _operand_list(instr, with_shapes: bool) -> str:
 
 
 def print_attributes(instr) -> str:
+    if instr._attributes is None:  # never parsed: print exactly what was read
+        return instr._raw_attributes
     out = []
     for key, raw in instr.attributes.items():
         value = raw if raw is not None else printed_value(instr, key)

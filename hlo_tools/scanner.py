@@ -30,6 +30,22 @@ _OPCODE = re.compile(r"[ \t]+([a-z][a-z0-9\-]*)\(")
 _PAREN = re.compile(r"[()]")
 _ATTR_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|[^"{}()\[\],\n]+|[{}()\[\],]|(")')
 _ATTR_KEY = re.compile(r"[ \t]*([A-Za-z_][\w\-]*)[ \t]*=[ \t]*")
+
+
+def _value_pattern(depth: int) -> str:
+    """A regex for an attribute value whose braces nest at most ``depth`` deep:
+    plain characters, strings, and bracketed groups (no top-level spaces).
+    Possessive quantifiers keep it linear on long metadata strings."""
+    string = r'"(?:[^"\\\n]++|\\.)*+"'
+    braced = r"\{(?:[^{}\"\n]++|" + string + r")*+\}"
+    for _ in range(depth - 1):
+        braced = r"\{(?:[^{}\"\n]++|" + string + "|" + braced + r")*+\}"
+    return r"(?:[^,{}()\[\]\"\s]++|" + string + "|" + braced + r"|\[[^\[\]{}\"\n]*+\]|\([^(){}\"\n]*+\))++"
+
+
+# One attribute `, key=value` in the forms XLA prints (JSON backend configs nest
+# a few levels); anything else goes through the token loop in split_attributes.
+_ATTR_FAST = re.compile(r",[ \t]*([A-Za-z_][\w\-]*)[ \t]*=[ \t]*(" + _value_pattern(4) + ")")
 _COMP_HEAD = re.compile(r"[ \t]*(ENTRY[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*(\(.*\)[ \t]*->[ \t]*(.*?))?[ \t]*\{[ \t]*$")
 _COMP_END = re.compile(r"[ \t]*\}[ \t]*(,.*)?$")
 _MODULE_HEAD = re.compile(r"[ \t]*HloModule[ \t]+%?([A-Za-z_][\w.\-]*)[ \t]*:?[ \t]*")
@@ -50,9 +66,192 @@ def _matching_paren(text: str, open_pos: int, limit: int) -> int:
     return -1
 
 
+def split_raw_attributes(raw: str) -> dict[str, str | None]:
+    """The attribute dict of a raw tail the scanner already validated."""
+    out: dict[str, str | None] = {}
+    for m in _ATTR_FAST.finditer(raw):
+        key = m.group(1)
+        if key in out:
+            from .errors import IrError
+
+            raise IrError(f"attribute '{key}' is given twice in {raw[:80]!r}")
+        out[key] = m.group(2)
+    return out
+
+
+#: Attributes the builder must resolve at parse time (names of computations or
+#: instructions); a raw tail without them can stay raw.
+NEEDS_RESOLUTION = re.compile(
+    r",[ \t]*(?:to_apply|calls|condition|body|select|scatter|branch_computations|true_computation|"
+    r"false_computation|called_computations|control-predecessors)[ \t]*="
+)
+
+
 def split_attributes(text: str, pos: int, end: int) -> list[tuple[str, str, int]] | None:
     """Parses ``, key=value, key=value`` in text[pos:end]; None if not that form."""
     attrs = []
+    match = _ATTR_FAST.match
+    while pos < end:
+        m = match(text, pos, end)
+        if m is None:
+            break
+        v_end = m.end()
+        if v_end < end and text[v_end] not in ", \t\r":
+            break  # e.g. a value with a space in it: the token loop below handles it
+        attrs.append((m.group(1), m.group(2), m.start(1)))
+        pos = v_end
+    else:
+        return attrs
+    while True:
+        while pos < end and text[pos] in " \t\r":
+            pos += 1
+        if pos >= end:
+            return attrs
+        if text[pos] != ",":
+            return None
+        m = _ATTR_KEY.match(text, pos + 1, end)
+        if not m:
+            return None
+        key = m.group(1)
+        key_pos = m.start(1)
+        vstart = m.end()
+        depth = 0
+        vend = end
+        for t in _ATTR_TOKEN.finditer(text, vstart, end):
+            if t.group(1):  # an unterminated string
+                return None
+            c = t.group()[0]
+            if c in "{([":
+                depth += 1
+            elif c in "})]":
+                depth -= 1
+                if depth < 0:
+                    return None
+            elif c == "," and depth == 0:
+                vend = t.start()
+                break
+        if depth != 0:
+            return None
+        value = text[vstart:vend].rstrip()
+        if not value:
+            return None
+        attrs.append((key, value, key_pos))
+        pos = vend
+
+
+def scan_instruction(text: str, start: int, end: int) -> InstrRecord | None:
+    """Scans one instruction line text[start:end]; None if it is not simple."""
+    m = _INSTR_HEAD.match(text, start, end)
+    if not m:
+        return None
+    pos = m.end()
+    if pos >= end:
+        return None
+    if text[pos] == "(":
+        close = _matching_paren(text, pos, end)
+        if close < 0:
+            return None
+        shape_end = close + 1
+    else:
+        sm = _ARRAY_SHAPE.match(text, pos, end)
+        if sm:
+            shape_end = sm.end()
+        elif _OPCODE.match(text, pos - 1, end):  # no shape: XLA infers it
+            shape_end = pos - 1
+        else:
+            return None
+    om = _OPCODE.match(text, shape_end, end)
+    if not om:
+        return None
+    open_pos = om.end() - 1
+    i = text.find(")", open_pos, end)
+    if i < 0:
+        return None
+    if text.find("(", open_pos + 1, i) >= 0:
+        i = _matching_paren(text, open_pos, end)
+        if i < 0:
+            return None
+    attrs = split_attributes(text, i + 1, end) if i + 1 < end else []
+    if attrs is None:
+        return None
+    return InstrRecord(
+        m.start(2),
+        m.group(1) is not None,
+        m.group(2),
+        text[pos:shape_end] if shape_end > pos else "",
+        pos,
+        om.group(1),
+        om.start(1),
+        text[open_pos + 1 : i],
+        open_pos + 1,
+        attrs,
+    )
+
+
+_PARAM_SPLIT = re.compile(r",[ \t]*(?=%?[A-Za-z_][\w.\-]*[ \t]*:)")
+
+
+def _signature(text: str, m: re.Match) -> tuple[list[tuple[str, str, int]] | None, str | None]:
+    """Parameter (name, shape text, offset) list and result shape text of a
+    computation header; the builder checks the shapes."""
+    if not m.group(3):
+        return None, None
+    sig_start = m.start(3)
+    close = _matching_paren(text, sig_start, m.end(3))
+    if close < 0:
+        raise Unsupported(sig_start, whole_module=True)
+    params = []
+    body = text[sig_start + 1 : close]
+    if body.strip():
+        off = sig_start + 1
+        for piece in _PARAM_SPLIT.split(body):
+            name, sep, shape = piece.partition(":")
+            if not sep:
+                raise Unsupported(off, whole_module=True)
+            params.append((name.strip().lstrip("%"), shape.strip(), off + len(name) + 1))
+            off += len(piece) + 2
+    arrow = text.find("->", close, m.end(3))
+    if arrow < 0:
+        raise Unsupported(close, whole_module=True)
+    return params, text[arrow + 2 : m.end(3)].strip()
+
+
+def split_raw_attributes(raw: str) -> dict[str, str | None]:
+    """The attribute dict of a raw tail the scanner already validated."""
+    out: dict[str, str | None] = {}
+    for m in _ATTR_FAST.finditer(raw):
+        key = m.group(1)
+        if key in out:
+            from .errors import IrError
+
+            raise IrError(f"attribute '{key}' is given twice in {raw[:80]!r}")
+        out[key] = m.group(2)
+    return out
+
+
+#: Attributes the builder must resolve at parse time (names of computations or
+#: instructions); a raw tail without them can stay raw.
+NEEDS_RESOLUTION = re.compile(
+    r",[ \t]*(?:to_apply|calls|condition|body|select|scatter|branch_computations|true_computation|"
+    r"false_computation|called_computations|control-predecessors)[ \t]*="
+)
+
+
+def split_attributes(text: str, pos: int, end: int) -> list[tuple[str, str, int]] | None:
+    """Parses ``, key=value, key=value`` in text[pos:end]; None if not that form."""
+    attrs = []
+    match = _ATTR_FAST.match
+    while pos < end:
+        m = match(text, pos, end)
+        if m is None:
+            break
+        v_end = m.end()
+        if v_end < end and text[v_end] not in ", \t\r":
+            break  # e.g. a value with a space in it: the token loop below handles it
+        attrs.append((m.group(1), m.group(2), m.start(1)))
+        pos = v_end
+    else:
+        return attrs
     while True:
         while pos < end and text[pos] in " \t\r":
             pos += 1
@@ -169,77 +368,127 @@ def _signature(text: str, m: re.Match) -> tuple[list[tuple[str, str, int]] | Non
     return params, text[arrow + 2 : m.end(3)].strip()
 
 
+# A whole instruction line in the form XLA prints, in one match: name, shape,
+# opcode, operands without parentheses, attributes.  Lines this does not match
+# go to scan_instruction (nested parentheses), then to the grammar.
+_TUPLE_SHAPE = r"\((?:[^()\n]++|\((?:[^()\n]++|\((?:[^()\n]++|\([^()\n]*+\))*+\))*+\))*+\)"
+_LINE = re.compile(
+    r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*"
+    r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^}\n]*\})?|" + _TUPLE_SHAPE + r")"
+    r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\n]*+)\)"
+    r"((?:,[ \t]*[A-Za-z_][\w\-]*[ \t]*=[ \t]*" + _value_pattern(4) + r")*)[ \t\r]*"
+)
+
+
 def scan_module(text: str, fallback_line) -> ModuleRecord:
     """Scans a whole module.  ``fallback_line(start, end)`` parses a line the
     scanner cannot (the lark grammar) and returns its InstrRecord."""
-    n = len(text)
-    pos = 0
-    # header
-    while True:
-        eol = text.find("\n", pos)
-        eol = n if eol < 0 else eol
-        if text[pos:eol].strip() or eol >= n:
-            break
-        pos = eol + 1
-    m = _MODULE_HEAD.match(text, pos, eol)
-    if not m:
-        raise Unsupported(pos, whole_module=True)
-    rec = ModuleRecord(m.group(1))
-    attrs = split_attributes(text, m.end(), eol)
-    if attrs is None:
-        raise Unsupported(m.end(), whole_module=True)
-    rec.attrs = attrs
-    pos = eol + 1
-    comp: CompRecord | None = None
+    lines = text.split("\n")
+    nlines = len(lines)
+    i, off = 0, 0
+    while i < nlines and not lines[i].strip():
+        off += len(lines[i]) + 1
+        i += 1
+    if i == nlines:
+        raise Unsupported(len(text), whole_module=True)
+    head = lines[i].rstrip("\r")
+    m = _MODULE_HEAD.match(head)
+    if m:
+        rec = ModuleRecord(m.group(1))
+        attrs = split_attributes(head, m.end(), len(head))
+        if attrs is None:
+            raise Unsupported(off + m.end(), whole_module=True)
+        rec.attrs = [(k, v, off + p) for k, v, p in attrs]
+        off += len(lines[i]) + 1
+        i += 1
+    else:  # no header: XLA names the module after its entry computation
+        rec = ModuleRecord(None)
     section: list[str] | None = None
-    while pos < n:
-        eol = text.find("\n", pos)
-        if eol < 0:
-            eol = n
-        line_start = pos
-        pos = eol + 1
-        if eol > line_start and text[eol - 1] == "\r":
-            eol -= 1
-        first = line_start
-        while first < eol and text[first] in " \t":
-            first += 1
-        if first == eol:
+    line_match = _LINE.fullmatch
+    attr_iter = _ATTR_FAST.finditer
+    needs_resolution = NEEDS_RESOLUTION.search
+    computations = rec.computations
+    while i < nlines:
+        line = lines[i]
+        line_off = off
+        off += len(line) + 1
+        i += 1
+        stripped = line.strip()
+        if not stripped:
             section = None
             continue
-        if "//" in text[first:eol] and "//" in _STRING.sub("", text[first:eol]):
-            raise Unsupported(first, whole_module=True)
-        if comp is None:
-            line = text[first:eol]
-            if section is not None and not line.rstrip().endswith("{"):
-                section.append(text[first:eol].rstrip())
-                continue
-            if line.rstrip() in _SECTIONS and not rec.computations:
-                section = []
-                rec.stack_frames.append((line.rstrip(), section))
-                continue
-            section = None
-            hm = _COMP_HEAD.match(text, line_start, eol)
-            if not hm:
-                raise Unsupported(first, whole_module=True)
-            params, result = _signature(text, hm)
-            comp = CompRecord(hm.group(2), hm.start(2), hm.group(1) is not None, params, result)
+        if "//" in stripped and "//" in _STRING.sub("", stripped):
+            raise Unsupported(line_off, whole_module=True)
+        if section is not None and not stripped.endswith("{"):
+            section.append(stripped)
             continue
-        if text[first] == "}":
-            em = _COMP_END.match(text, line_start, eol)
-            if not em:
-                raise Unsupported(first, whole_module=True)
-            if em.group(1):
-                cattrs = split_attributes(text, em.start(1), eol)
-                if cattrs is None:
-                    raise Unsupported(em.start(1), whole_module=True)
-                comp.attrs = cattrs
-            rec.computations.append(comp)
-            comp = None
+        if stripped in _SECTIONS and not computations:
+            section = []
+            rec.stack_frames.append((stripped, section))
             continue
-        r = scan_instruction(text, line_start, eol)
-        if r is None:
-            r = fallback_line(line_start, eol)
-        comp.instrs.append(r)
-    if comp is not None:
-        raise Unsupported(n, whole_module=True)
+        section = None
+        line = line.rstrip("\r")
+        hm = _COMP_HEAD.match(line)
+        if not hm:
+            raise Unsupported(line_off, whole_module=True)
+        params, result = _signature(line, hm)
+        comp = CompRecord(hm.group(2), line_off + hm.start(2), hm.group(1) is not None, params, result)
+        if params:
+            comp.params = [(n, t, line_off + p) for n, t, p in params]
+        instrs = comp.instrs
+        append = instrs.append
+        while True:
+            if i >= nlines:
+                raise Unsupported(len(text), whole_module=True)
+            line = lines[i]
+            line_off = off
+            off += len(line) + 1
+            i += 1
+            lm = line_match(line)
+            if lm is not None:
+                root, name, shape, opcode, operands, tail = lm.groups()
+                if not tail:
+                    attrs = []
+                elif needs_resolution(tail) is None:
+                    attrs = tail  # validated by _LINE; split on first use
+                else:
+                    base = line_off + lm.start(6)
+                    attrs = [(a.group(1), a.group(2), base + a.start(1)) for a in attr_iter(tail)]
+                append(
+                    InstrRecord(
+                        line_off + lm.start(2),
+                        root is not None,
+                        name,
+                        shape,
+                        line_off + lm.start(3),
+                        opcode,
+                        line_off + lm.start(4),
+                        operands,
+                        line_off + lm.start(5),
+                        attrs,
+                    )
+                )
+                continue
+            stripped = line.strip()
+            if not stripped:
+                continue
+            if "//" in stripped and "//" in _STRING.sub("", stripped):
+                raise Unsupported(line_off, whole_module=True)
+            if stripped[0] == "}":
+                line = line.rstrip("\r")
+                em = _COMP_END.match(line)
+                if not em:
+                    raise Unsupported(line_off, whole_module=True)
+                if em.group(1):
+                    cattrs = split_attributes(line, em.start(1), len(line))
+                    if cattrs is None:
+                        raise Unsupported(line_off + em.start(1), whole_module=True)
+                    comp.attrs = [(k, v, line_off + p) for k, v, p in cattrs]
+                computations.append(comp)
+                break
+            end = line_off + len(line.rstrip("\r"))
+            r = scan_instruction(text, line_off, end)
+            if r is None:
+                r = fallback_line(line_off, end)
+            append(r)
     return rec

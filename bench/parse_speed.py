@@ -1,0 +1,117 @@
+"""Parser speed and memory: ours vs XLA's C++ parser, same process, same texts.
+
+    python bench/parse_speed.py [--top 6] [--reps 7] [FILE ...]
+
+Without files it takes the largest modules of the bundled corpus (every stage).
+Runs are interleaved (ours, XLA, ours, XLA, ...) so machine load hits both
+alike; medians are reported.  Memory is the peak RSS growth of a fresh process
+that parses one text, relative to the text size.  The last line is
+``parse_speed_ratio_vs_xla=<ours MB/s / XLA MB/s>`` (geomean over the modules).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+_MEM_CHILD = r"""
+import gzip, json, resource, sys
+sys.path.insert(0, sys.argv[3])
+data = open(sys.argv[1], 'rb').read()
+text = (gzip.decompress(data) if data[:2] == b'\x1f\x8b' else data).decode()
+which = sys.argv[2]
+if which == 'xla':
+    from jax._src.lib import xla_client as xc
+    parse = xc.hlo.hlo_module_from_text
+else:
+    import hlo_tools
+    parse = hlo_tools.parse
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+m = parse(text)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({'kb': after - before, 'bytes': len(text)}))
+"""
+
+
+def _texts(files: list[str], top: int) -> list[tuple[str, str, str]]:
+    from hlo_tools.parser import read_text
+
+    if files:
+        return [(Path(f).name, f, read_text(f)) for f in files]
+    import corpus
+
+    cands = []
+    for e in corpus.load():
+        for stage in e.files:
+            cands.append((e.meta.get("bytes", {}).get(stage, 0) or 0, e, stage))
+    if not cands:
+        raise SystemExit("no corpus modules found; pass files")
+    if all(c[0] == 0 for c in cands):
+        cands = [(len(e.text(s)), e, s) for _, e, s in cands]
+    cands.sort(key=lambda c: -c[0])
+    return [(f"{e.name}:{s}", str(e.path(s)), e.text(s)) for _, e, s in cands[:top]]
+
+
+def _peak_mem(path: str, which: str) -> float:
+    out = subprocess.run([sys.executable, "-c", _MEM_CHILD, path, which, str(ROOT)], capture_output=True, text=True, check=True)
+    rec = json.loads(out.stdout.strip().splitlines()[-1])
+    return rec["kb"] * 1024 / rec["bytes"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--top", type=int, default=6, help="how many of the largest corpus module stages")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--no-memory", action="store_true")
+    args = ap.parse_args(argv)
+
+    import hlo_tools
+    from hlo_tools.xla import _xc
+
+    xla_parse = _xc().hlo.hlo_module_from_text
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("module", "MB", "instructions", "ours MB/s", "XLA MB/s", "ours kinstr/s", "XLA kinstr/s", "ratio", "ours mem/text", "XLA mem/text")
+    ratios = []
+    for label, path, text in _texts(args.files, args.top):
+        mb = len(text) / 1e6
+        module = hlo_tools.parse(text)  # warm caches (shape cache, regexes)
+        xla_parse(text)
+        n = module.instruction_count
+        ours, theirs = [], []
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            hlo_tools.parse(text)
+            t1 = time.perf_counter()
+            xla_parse(text)
+            t2 = time.perf_counter()
+            ours.append(t1 - t0)
+            theirs.append(t2 - t1)
+        o, x = statistics.median(ours), statistics.median(theirs)
+        ratio = x / o
+        ratios.append(ratio)
+        mem_o = mem_x = float("nan")
+        if not args.no_memory:
+            mem_o, mem_x = _peak_mem(path, "ours"), _peak_mem(path, "xla")
+        table.add_row(label[:60], f"{mb:.2f}", str(n), f"{mb / o:.1f}", f"{mb / x:.1f}", f"{n / o / 1e3:.0f}", f"{n / x / 1e3:.0f}",
+                      f"{ratio:.2f}", f"{mem_o:.1f}x", f"{mem_x:.1f}x")
+    Console(width=200).print(table)
+    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"ratio = XLA time / our time (>1: ours faster); geomean over {len(ratios)} modules")
+    print(f"parse_speed_ratio_vs_xla={geo:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

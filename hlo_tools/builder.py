@@ -1,0 +1,351 @@
+"""Turns parser records into IR, with the semantic checks (undefined names,
+duplicates, unknown computations).  One builder for both parsers means the fast
+scanner and the grammar give the same IR by construction."""
+
+from __future__ import annotations
+
+import re
+
+from .ir import COMPUTATION_ATTRS, Computation, Instruction, Module
+from .opcode import OPCODES, HloOpcode, parse_opcode
+from .records import CompRecord, InstrRecord, Locator, ModuleRecord
+from .scanner import split_raw_attributes
+from .shape import ShapeError, parse_shape, parse_shape_prefix
+
+_COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
+_NAME_RE = re.compile(r"\s*%?([A-Za-z_][\w.\-]*)\s*$")
+
+
+def _split_top_level(text: str) -> list[tuple[str, int]]:
+    """Splits at commas outside brackets; returns (piece, offset in text)."""
+    out, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append((text[start:i], start))
+            start = i + 1
+    out.append((text[start:], start))
+    return out
+
+
+def _blank_comments(text: str) -> str:
+    """Replaces /*...*/ comments with spaces so offsets stay valid."""
+    return _COMMENT_RE.sub(lambda m: " " * len(m.group()), text)
+
+
+class Builder:
+    """Builds a Module from a ModuleRecord, reporting semantic errors with positions."""
+
+    def __init__(self, loc: Locator):
+        self.loc = loc
+        self.saw_operand_shapes = False
+
+    def build(self, rec: ModuleRecord) -> Module:
+        module = Module(rec.name or "")
+        for key, value, pos in rec.attrs:
+            if key in module.attributes:
+                raise self.loc.error(f"duplicate module attribute '{key}'", pos)
+            module.attributes[key] = value
+        module.stack_frames = rec.stack_frames
+        if not rec.computations:
+            raise self.loc.error("expected at least one computation in the module", len(self.loc.text))
+        comps: dict[str, Computation] = {}
+        pending_calls: list[tuple[Instruction, str, str, int]] = []
+        entry_recs = [c for c in rec.computations if c.is_entry]
+        if len(entry_recs) > 1:
+            raise self.loc.error(f"a module has one ENTRY computation; %{entry_recs[0].name} is already the entry", entry_recs[1].pos)
+        for crec in rec.computations:
+            if crec.name in comps:
+                raise self.loc.error(f"computation %{crec.name} is already defined", crec.pos)
+            comp = self._computation(crec, pending_calls, comps)
+            comps[crec.name] = comp
+            comp.parent = module
+            module.computations.append(comp)
+        entry = comps[entry_recs[0].name] if entry_recs else module.computations[-1]
+        entry.is_entry = True
+        module.entry = entry
+        if rec.name is None:
+            module.name = "module_" + entry.name  # what XLA's parser does
+        for instr, key, text, pos in pending_calls:
+            instr._called[key] = self._resolve_computations(text, pos, comps)
+        module.print_operand_shapes = self.saw_operand_shapes
+        return module
+
+    def _resolve_computations(self, text: str, pos: int, comps: dict[str, Computation]) -> tuple[Computation, ...]:
+        body = text.strip()
+        inner_pos = pos + (len(text) - len(text.lstrip()))
+        if body.startswith("{") and body.endswith("}"):
+            body, inner_pos = body[1:-1], inner_pos + 1
+        out = []
+        for piece, off in _split_top_level(body):
+            if not piece.strip() and body.strip() == "":
+                continue
+            m = _NAME_RE.fullmatch(piece)
+            if not m:
+                raise self.loc.error(f"expected a computation name, got {piece.strip()!r}", inner_pos + off)
+            comp = comps.get(m.group(1))
+            if comp is None:
+                raise self.loc.error(f"unknown computation %{m.group(1)}", inner_pos + off + piece.index(m.group(1)))
+            out.append(comp)
+        return tuple(out)
+
+    def _computation(self, crec: CompRecord, pending_calls: list, comps: dict[str, Computation]) -> Computation:
+        comp = Computation(crec.name, is_entry=crec.is_entry)
+        self._comp, self._comps = comp, comps
+        for key, value, pos in crec.attrs:
+            comp.attributes[key] = value
+        names = comp._names
+        root: Instruction | None = None
+        pending_ctrl: list[tuple[Instruction, str, int]] = []
+        loc = self.loc
+        shapes_get = _SHAPES.get
+        opcodes_get = OPCODES.get
+        link = comp._link
+        PARAMETER, CONSTANT = HloOpcode.PARAMETER, HloOpcode.CONSTANT
+        numbers: list[int] = []
+        self._numbers = numbers
+        for r in crec.instrs:
+            # Fast path: the common canonical line (cached shape, plain opcode,
+            # `%a, %b` operands, attributes kept raw).  Anything else, and every
+            # error, takes the general path below.
+            name, shape_text, opcode_text, operand_text, attrs_rec = r[2], r[3], r[5], r[7], r[9]
+            shape = shapes_get(shape_text)
+            opcode = opcodes_get(opcode_text)
+            if shape is not None and opcode is not None and (attrs_rec.__class__ is str or not attrs_rec) and name not in names:
+                operands = ()
+                param_no = literal = None
+                ok = True
+                if opcode is PARAMETER:
+                    if operand_text.isdigit():
+                        param_no = int(operand_text)
+                        numbers.append(param_no)
+                    else:
+                        ok = False
+                elif opcode is CONSTANT:
+                    literal = operand_text.strip()
+                    ok = bool(literal)
+                elif operand_text:
+                    if "/*" in operand_text or "[" in operand_text:
+                        ok = False
+                    else:
+                        try:
+                            operands = tuple([names[o.strip().lstrip("%")] for o in operand_text.split(",")])
+                        except KeyError:
+                            ok = False
+                if ok:
+                    instr = Instruction(name, opcode, shape, operands, None, None, param_no, literal, None)
+                    if attrs_rec:
+                        instr._attributes = None
+                        instr._raw_attributes = attrs_rec
+                    if r[1]:
+                        if root is not None:
+                            raise loc.error(f"computation %{crec.name} already has a ROOT (%{root.name})", r.pos)
+                        root = instr
+                    link(instr)
+                    continue
+            if r.name in names:
+                raise loc.error(f"instruction %{r.name} is already defined in computation %{crec.name}", r.pos)
+            shape = _SHAPES.get(r.shape_text)
+            if shape is None and r.shape_text:
+                try:
+                    shape = parse_shape(r.shape_text)
+                except ShapeError as e:
+                    raise loc.error(str(e), r.shape_pos + e.offset) from None
+                _SHAPES[r.shape_text] = shape
+            try:
+                opcode, wrapped = parse_opcode(r.opcode)
+            except KeyError:
+                raise loc.error(f"unknown opcode '{r.opcode}'", r.opcode_pos) from None
+            param_no = literal = None
+            operands: tuple[Instruction, ...] = ()
+            if opcode is HloOpcode.PARAMETER:
+                t = r.operand_text.strip()
+                if not t.isdigit():
+                    raise loc.error(f"parameter needs a parameter number, got {t!r}", r.operand_pos, ("integer",))
+                param_no = int(t)
+                numbers.append(param_no)
+            elif opcode is HloOpcode.CONSTANT:
+                literal = r.operand_text.strip()
+                if not literal:
+                    raise loc.error("constant needs a literal", r.operand_pos, ("literal",))
+            else:
+                operands = self._operands(r.operand_text, r.operand_pos, r.name, names)
+            raw_attrs = r.attrs
+            if raw_attrs.__class__ is str:  # raw tail from the scanner, nothing to resolve
+                if shape is None:
+                    shape = self._infer(r, opcode, operands, split_raw_attributes(raw_attrs))
+                instr = Instruction(r.name, opcode, shape, operands, None, None, param_no, literal, wrapped)
+                instr._attributes = None
+                instr._raw_attributes = raw_attrs
+                if r.is_root:
+                    if root is not None:
+                        raise loc.error(f"computation %{crec.name} already has a ROOT (%{root.name})", r.pos)
+                    root = instr
+                comp._link(instr)
+                continue
+            attrs: dict[str, str | None] = {}
+            called_keys = []
+            for key, value, pos in r.attrs:
+                if key in attrs:
+                    raise loc.error(f"attribute '{key}' is given twice", pos)
+                if key in COMPUTATION_ATTRS:
+                    attrs[key] = None
+                    called_keys.append((key, value, pos))
+                elif key == "control-predecessors":
+                    attrs[key] = None
+                else:
+                    attrs[key] = value
+            if shape is None:
+                shape = self._infer(r, opcode, operands, attrs)
+            instr = Instruction(r.name, opcode, shape, operands, attrs, None, param_no, literal, wrapped)
+            for key, value, pos in called_keys:
+                pending_calls.append((instr, key, value, pos + len(key) + 1))
+            if "control-predecessors" in attrs:
+                value, pos = next((v, p) for k, v, p in r.attrs if k == "control-predecessors")
+                pending_ctrl.append((instr, value, pos + len("control-predecessors") + 1))
+            if r.is_root:
+                if root is not None:
+                    raise loc.error(f"computation %{crec.name} already has a ROOT (%{root.name})", r.pos)
+                root = instr
+            comp._link(instr)
+        for instr, value, pos in pending_ctrl:
+            body = value.strip()
+            if body.startswith("{"):
+                body = body[1:-1]
+            for piece, off in _split_top_level(body):
+                if not piece.strip():
+                    continue
+                m = _NAME_RE.fullmatch(piece)
+                pred = names.get(m.group(1)) if m else None
+                if pred is None:
+                    raise loc.error(f"control predecessor {piece.strip()!r} is not an instruction of %{crec.name}", pos + 1 + off)
+                instr._control_predecessors += (pred,)
+                pred._control_successors[instr] = None
+        if comp._count == 0:
+            raise loc.error(f"computation %{crec.name} has no instructions", crec.pos)
+        comp.root = root if root is not None else comp._tail
+        numbers.sort()
+        if numbers and numbers[-1] != len(numbers) - 1 or len(set(numbers)) != len(numbers):
+            params = [i for i in comp if i.opcode is HloOpcode.PARAMETER]
+            p = max(params, key=lambda p: p.parameter_number)
+            rec = next(x for x in crec.instrs if x.name == p.name)
+            raise loc.error(f"parameter numbers of %{crec.name} must be 0..{len(numbers) - 1} without gaps or repeats, got {numbers}", rec.operand_pos)
+        return comp
+
+    def _infer(self, r: InstrRecord, opcode, operands, attrs):
+        raw = attrs if r.attrs.__class__ is str else {k: v for k, v, _ in r.attrs}
+        return self._infer_shape(r.name, r.opcode_pos, opcode, operands, attrs, raw)
+
+    def _infer_shape(self, name, pos, opcode, operands, attrs, raw_attrs):
+        from .shape_inference import ShapeInferenceError, infer_shape
+
+        called_key = {HloOpcode.CALL: "to_apply", HloOpcode.WHILE: "body", HloOpcode.FUSION: "calls", HloOpcode.CONDITIONAL: None}.get(opcode, "")
+        if called_key != "":
+            keys = [called_key] if called_key else ["true_computation", "branch_computations"]
+            for key in keys:
+                ref = raw_attrs.get(key)
+                if ref:
+                    first = ref.strip().strip("{}").split(",")[0].strip().lstrip("%")
+                    callee = self._comps.get(first)
+                    if callee is not None and callee.root is not None:
+                        return callee.root.shape
+        try:
+            shape = infer_shape(opcode, [o.shape for o in operands], attrs)
+        except ShapeInferenceError as e:
+            raise self.loc.error(f"cannot infer the shape of %{name}: {e}", pos) from None
+        if shape is None:
+            raise self.loc.error(f"%{name} needs a result shape (XLA cannot infer the shape of {opcode.value})", pos, ("shape",))
+        return shape
+
+    def _nested(self, text: str, pos: int, shape_text: str, names: dict[str, Instruction]) -> Instruction:
+        """An operand written as an instruction (``add(f32[] parameter(0), ...)``):
+        XLA creates it under the name ``<opcode>.anon``."""
+        m = re.match(r"\s*([a-z][a-z0-9\-]*)\(", text)
+        opcode_text = m.group(1)
+        try:
+            opcode, wrapped = parse_opcode(opcode_text)
+        except KeyError:
+            raise self.loc.error(f"unknown opcode '{opcode_text}'", pos + m.start(1)) from None
+        inner = text[m.end() : text.rstrip().rindex(")")]
+        inner_pos = pos + m.end()
+        name = self._comp.unique_name(opcode_text + ".anon") if self._comp._names else opcode_text + ".anon"
+        param_no = literal = None
+        operands: tuple[Instruction, ...] = ()
+        attrs: dict[str, str | None] = {}
+        if opcode is HloOpcode.PARAMETER:
+            param_no = int(inner.strip())
+            self._numbers.append(param_no)
+        elif opcode is HloOpcode.CONSTANT:
+            literal = inner.strip()
+        else:
+            operands = self._operands(inner, inner_pos, name, names)
+        if opcode is HloOpcode.BROADCAST and operands and operands[0].shape.is_scalar:
+            attrs["dimensions"] = "{}"
+        if shape_text:
+            try:
+                shape = parse_shape(shape_text)
+            except ShapeError as e:
+                raise self.loc.error(str(e), pos + e.offset) from None
+        else:
+            shape = self._infer_shape(name, pos, opcode, operands, attrs, {})
+        instr = Instruction(name, opcode, shape, operands, attrs, None, param_no, literal, wrapped)
+        self._comp._link(instr)
+        return instr
+
+    def _operands(self, text: str, base: int, user: str, names: dict[str, Instruction]) -> tuple[Instruction, ...]:
+        if "/*" in text:
+            text = _blank_comments(text)
+        if not text.strip():
+            return ()
+        out = []
+        if "[" not in text and "(" not in text:
+            start = 0
+            for piece in text.split(","):
+                name = piece.strip()
+                if name.startswith("%"):
+                    name = name[1:]
+                op = names.get(name)
+                if op is None:
+                    self._bad_operand(base, user, piece, start, name)
+                out.append(op)
+                start += len(piece) + 1
+            return tuple(out)
+        for piece, off in _split_top_level(text):
+            s = piece.lstrip()
+            lead = len(piece) - len(s)
+            shape_text = ""
+            if s[:1] == "(" or re.match(r"[a-z][a-z0-9]*\[", s):
+                try:
+                    _, end = parse_shape_prefix(piece, lead)
+                except ShapeError as e:
+                    raise self.loc.error(str(e), base + off + e.offset) from None
+                self.saw_operand_shapes = True
+                shape_text = piece[lead:end]
+                rest = piece[end:]
+                name = rest.strip()
+                off += end
+                piece = rest
+            else:
+                name = s.strip()
+            if re.match(r"[a-z][a-z0-9\-]*\(", name) and name.endswith(")"):
+                out.append(self._nested(piece, base + off, shape_text, names))
+                continue
+            if name.startswith("%"):
+                name = name[1:]
+            op = names.get(name)
+            if op is None:
+                self._bad_operand(base, user, piece, off, name)
+            out.append(op)
+        return tuple(out)
+
+    def _bad_operand(self, base: int, user: str, piece: str, off: int, name: str):
+        where = base + off + (len(piece) - len(piece.lstrip()))
+        if not name or not re.fullmatch(r"[A-Za-z_][\w.\-]*", name):
+            raise self.loc.error(f"expected an operand name, got {piece.strip()!r}", where, ("%name",))
+        raise self.loc.error(f"operand %{name} of %{user} is not defined before use in this computation", where)
+
+
+_SHAPES: dict[str, object] = {}
