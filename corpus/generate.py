@@ -303,6 +303,9 @@ class Generator:
             cfg["num_layers"] = spec.full_train_layers
         cfg["dtype"] = SIZE_DTYPE[job.size]
         keras = self.keras
+        # Reset keras' per-process layer-name counters: op names in the optimized HLO's
+        # metadata (e.g. ".../llama_rotary_embedding/cos") must not depend on what was built before.
+        keras.utils.clear_session()
         with keras.StatelessScope(initialize_variables=False):
             backbone = getattr(self.keras_hub.models, spec.backbone)(**cfg)
         lm = getattr(self.keras_hub.models, spec.causal_lm)(backbone=backbone, preprocessor=None)
