@@ -376,7 +376,8 @@ _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*"
     r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^}\n]*\})?|" + _TUPLE_SHAPE + r")"
     r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\n]*+)\)"
-    r"((?:,[ \t]*[A-Za-z_][\w\-]*[ \t]*=[ \t]*" + _value_pattern(4) + r")*)[ \t\r]*"
+    # attributes exactly as XLA spaces them, so the raw tail prints back as is
+    r"((?:, [A-Za-z_][\w\-]*=" + _value_pattern(4) + r")*)[ \t\r]*"
 )
 
 

@@ -308,7 +308,7 @@ class Shape:
 # ---------------------------------------------------------------------------
 # Parsing.  A regex handles array shapes; tuples recurse on parentheses.
 
-_ARRAY_RE = re.compile(r"\s*([a-z][a-z0-9]*)\[([^\]]*)\](\{[^}]*\})?")
+_ARRAY_RE = re.compile(r"\s*([a-z][a-z0-9]*)\[([^\]]*)\](?:[ \t]*(\{[^}]*\}))?")
 _DIM_RE = re.compile(r"\s*(<=)?\s*(\d+|\?)\s*")
 _LAYOUT_RE = re.compile(r"\{\s*([0-9,\s]*?)\s*(?::\s*(.*?))?\s*\}", re.S)
 _COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)

@@ -1,0 +1,47 @@
+"""Shared fixtures: XLA's conformance modules (../shared/conformance) and the corpus."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+CONFORMANCE = SHARED / "conformance"
+
+
+def conformance_labels() -> list[dict]:
+    path = CONFORMANCE / "labels.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def accepted_modules() -> list[Path]:
+    return [CONFORMANCE / r["file"] for r in conformance_labels() if r["status"] == "accepted" and (CONFORMANCE / r["file"]).exists()]
+
+
+def rejected_modules() -> list[tuple[Path, dict]]:
+    return [(CONFORMANCE / r["file"], r) for r in conformance_labels() if r["status"] != "accepted" and (CONFORMANCE / r["file"]).exists()]
+
+
+def corpus_stage_texts() -> list[tuple[str, str]]:
+    """(label, text) for every stage of every bundled corpus module."""
+    import corpus
+
+    if not (corpus.CORPUS_DIR / "manifest.json").exists():
+        return []
+    out = []
+    for entry in corpus.load():
+        for stage in entry.files:
+            out.append((f"{entry.name}:{stage}", entry.text(stage)))
+    return out
+
+
+@pytest.fixture(scope="session")
+def conformance_dir() -> Path:
+    if not CONFORMANCE.exists():
+        pytest.skip(f"XLA conformance modules not found at {CONFORMANCE}")
+    return CONFORMANCE

@@ -1,0 +1,66 @@
+"""The `hlo` command line: exit codes, FILE:LINE:COL messages, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from hlo_tools.cli import main
+from tests.test_parser_errors import GOOD
+
+
+def test_check_ok_and_error(tmp_path, capsys):
+    good = tmp_path / "good.hlo"
+    good.write_text(GOOD)
+    bad = tmp_path / "bad.hlo"
+    bad.write_text(GOOD.replace("reduce(p, z)", "reduce(q, z)"))
+    assert main(["check", str(good)]) == 0
+    assert "ok (6 instructions, 2 computations)" in capsys.readouterr().out
+    assert main(["check", str(good), str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{bad}:12:25: operand %q of %r is not defined")
+    lines = err.splitlines()
+    assert lines[1].strip().startswith("ROOT r = f32[] reduce(q, z)")
+    assert lines[2] == " " * 24 + "^"
+
+
+def test_check_reports_verifier_errors(tmp_path, capsys):
+    f = tmp_path / "v.hlo"
+    f.write_text(GOOD.replace("ROOT s = f32[] add(x, y)", "ROOT s = s32[] add(x, y)"))
+    assert main(["check", str(f)]) == 1
+    assert "%s (add): result shape is s32[], operands give f32[]" in capsys.readouterr().err
+
+
+def test_fmt_writes_canonical_text_atomically(tmp_path, capsys):
+    src = tmp_path / "in.hlo"
+    src.write_text(GOOD)
+    out = tmp_path / "out.hlo"
+    assert main(["fmt", str(src), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("HloModule m\n\n%add (x: f32[], y: f32[]) -> f32[] {")
+    assert main(["fmt", str(out)]) == 0
+    assert capsys.readouterr().out == text  # canonical text is a fixed point
+    # a failing fmt leaves the existing output untouched and no temp files
+    src.write_text("HloModule broken {")
+    assert main(["fmt", str(src), "-o", str(out)]) == 1
+    assert out.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.hlo", "out.hlo"]
+
+
+def test_stats_json(tmp_path, capsys):
+    src = tmp_path / "in.hlo"
+    src.write_text(GOOD)
+    assert main(["stats", str(src), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["instructions"] == 6 and stats["computations"] == 2
+    assert stats["opcodes"]["parameter"] == 3
+    assert stats["parameter_bytes"] == 16 and stats["output_bytes"] == 4
+
+
+def test_console_script_runs(tmp_path):
+    src = tmp_path / "in.hlo"
+    src.write_text(GOOD)
+    r = subprocess.run([sys.executable, "-m", "hlo_tools.cli", "stats", str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "6 instructions in 2 computations" in r.stdout

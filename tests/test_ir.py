@@ -1,0 +1,190 @@
+"""The mutation API keeps use-def consistent (and refuses what would break it)."""
+
+from __future__ import annotations
+
+import pytest
+
+import hlo_tools
+from hlo_tools import HloOpcode, Instruction, IrError, parse_shape, verify
+
+TEXT = """HloModule m
+
+ENTRY main {
+  p0 = f32[4]{0} parameter(0)
+  p1 = f32[4]{0} parameter(1)
+  a = f32[4]{0} add(p0, p1)
+  m = f32[4]{0} multiply(a, a)
+  ROOT t = (f32[4]{0}, f32[4]{0}) tuple(m, a)
+}
+"""
+
+
+@pytest.fixture
+def module():
+    return hlo_tools.parse(TEXT)
+
+
+def names(instrs):
+    return [i.name for i in instrs]
+
+
+def test_users_and_operands_agree(module):
+    c = module.entry
+    a, m, t = (c.get_instruction(n) for n in ("a", "m", "t"))
+    assert names(a.users) == ["m", "t"]
+    assert m.operands == (a, a)
+    assert a.uses() == [(m, 0), (m, 1), (t, 1)]
+    assert t.is_root and c.root is t
+
+
+def test_operands_are_read_only(module):
+    a = module.entry.get_instruction("a")
+    with pytest.raises(AttributeError, match="replace_operand"):
+        a.operands = ()
+
+
+def test_replace_operand_moves_one_use(module):
+    c = module.entry
+    p0, p1, m = (c.get_instruction(n) for n in ("p0", "p1", "m"))
+    a = c.get_instruction("a")
+    m.replace_operand(0, p0)
+    assert m.operands == (p0, a)
+    assert m in p0.users and m in a.users  # a is still used once by m
+    m.replace_operand(1, p1)
+    assert m not in a.users and names(a.users) == ["t"]
+    verify(module)
+
+
+def test_replace_operand_checks_shapes(module):
+    c = module.entry
+    m = c.get_instruction("m")
+    s = c.add_instruction(Instruction.create("constant", "f32[]", name="s"))
+    s.literal = "1"
+    with pytest.raises(IrError, match="incompatible shape"):
+        m.replace_operand(0, s)
+
+
+def test_replace_all_uses_with_updates_users_and_root(module):
+    c = module.entry
+    a, p0, t = (c.get_instruction(n) for n in ("a", "p0", "t"))
+    a.replace_all_uses_with(p0)
+    assert a.users == ()
+    assert t.operands[1] is p0
+    c.remove_instruction(a)
+    assert c.get_instruction("a") is None
+    verify(module)
+    new_root = c.add_instruction(Instruction.create("negate", "f32[4]{0}", [p0], name="n"))
+    t.replace_all_uses_with(new_root, allow_different_shape=True)
+    assert c.root is new_root
+
+
+def test_replace_all_uses_with_refuses_other_shapes(module):
+    c = module.entry
+    with pytest.raises(IrError, match="allow_different_shape"):
+        c.get_instruction("a").replace_all_uses_with(c.get_instruction("t"))
+
+
+def test_remove_instruction_refuses_while_used(module):
+    c = module.entry
+    with pytest.raises(IrError, match="still has users"):
+        c.remove_instruction(c.get_instruction("a"))
+    with pytest.raises(IrError, match="root"):
+        c.remove_instruction(c.root)
+
+
+def test_add_instruction_positions_and_unique_names(module):
+    c = module.entry
+    a, m = c.get_instruction("a"), c.get_instruction("m")
+    neg = Instruction.create("negate", "f32[4]{0}", [a], name="a")
+    c.add_instruction(neg, after=a)
+    assert neg.name == "a.1"  # uniquified
+    assert names(c.instructions)[:4] == ["p0", "p1", "a", "a.1"]
+    assert neg in a.users
+    first = c.add_instruction(Instruction.create("negate", "f32[4]{0}", [m.operands[0]], name="early"), before=m)
+    assert names(c.instructions).index("early") == names(c.instructions).index("m") - 1
+    with pytest.raises(IrError, match="already belongs"):
+        c.add_instruction(first)
+    verify(module)
+    assert hlo_tools.parse(module.to_text()).instruction_count == 7
+
+
+def test_add_instruction_refuses_foreign_operands(module):
+    other = hlo_tools.parse(TEXT)
+    with pytest.raises(IrError, match="not in computation"):
+        module.entry.add_instruction(Instruction.create("negate", "f32[4]{0}", [other.entry.get_instruction("a")]))
+
+
+def test_mutation_while_iterating_is_safe(module):
+    c = module.entry
+    for instr in c:  # iteration over a snapshot-safe linked list
+        if instr.opcode is HloOpcode.MULTIPLY:
+            b = c.add_instruction(Instruction.create("add", instr.shape, instr.operands, name="b"), before=instr)
+            instr.replace_all_uses_with(b)
+            c.remove_instruction(instr)
+    assert "m" not in names(c.instructions) and "b" in names(c.instructions)
+    verify(module)
+
+
+def test_clone_and_post_order(module):
+    c = module.entry
+    a = c.get_instruction("a")
+    copy = a.clone()
+    assert copy.name == "a.clone" and copy.parent is None and copy.operands == a.operands
+    assert copy in a.operands[0].users  # a clone is a user of its operands
+    c.add_instruction(copy, before=c.get_instruction("m"))
+    # XLA's order: depth-first from the instructions nothing uses, in list order
+    assert names(c.post_order()) == ["p0", "p1", "a.clone", "a", "m", "t"]
+    twin = module.clone()
+    assert twin.to_text() == module.to_text() and twin.entry is not c
+
+
+def test_control_dependencies(module):
+    c = module.entry
+    a, m = c.get_instruction("a"), c.get_instruction("m")
+    p1 = c.get_instruction("p1")
+    m.add_control_predecessor(p1)
+    assert m.control_predecessors == (p1,) and p1.control_successors == (m,)
+    assert "control-predecessors={%p1}" in module.to_text()
+    b = c.add_instruction(Instruction.create("negate", "f32[4]{0}", [a], name="b"))
+    b.add_control_predecessor(m)
+    c.root.replace_all_uses_with(c.root)  # no-op
+    # removing m hands its predecessor to its successor
+    m.replace_all_uses_with(a)
+    c.remove_instruction(m)
+    assert b.control_predecessors == (p1,)
+    verify(module)
+    assert "control-predecessors={%p1}" in hlo_tools.parse(module.to_text()).to_text()
+
+
+def test_typed_attributes_read_and_write_xla_spelling():
+    m = hlo_tools.parse(
+        "HloModule m\nENTRY e {\n  p = f32[2,3]{1,0} parameter(0)\n"
+        "  t = f32[3,2]{1,0} transpose(p), dimensions={1,0}\n"
+        "  s = f32[3,1]{1,0} slice(t), slice={[0:3], [0:2:2]}\n"
+        '  ROOT d = f32[3,3]{1,0} dot(s, s), lhs_contracting_dims={1}, rhs_contracting_dims={1}, metadata={op_name="jit(f)/dot" source_line=7}\n}\n'
+    )
+    c = m.entry
+    t, s, d = (c.get_instruction(n) for n in "tsd")
+    assert t.dimensions == (1, 0)
+    assert s.slice == ((0, 3, 1), (0, 2, 2))
+    dn = d.dot_dimension_numbers
+    assert dn.lhs_contracting_dims == (1,) and dn.rhs_batch_dims == ()
+    assert d.metadata == {"op_name": "jit(f)/dot", "source_line": 7}
+    t.dimensions = (0, 1)
+    assert "dimensions={0,1}" in t.to_text()
+    d.metadata = {"op_name": 'say "hi"'}
+    assert 'metadata={op_name="say \\"hi\\""}' in d.to_text()
+    s.slice = ((0, 3, 1), (0, 1, 1))
+    assert "slice={[0:3], [0:1]}" in s.to_text()
+
+
+def test_untouched_attributes_print_verbatim():
+    line = '  ROOT %c = f32[] constant(1), metadata={op_name="x"  source_line=1}, backend_config={"a":{"b":[1,2]}}'
+    m = hlo_tools.parse("HloModule m\nENTRY e {\n" + line + "\n}\n")
+    assert line in m.to_text()
+    assert m.entry.root.backend_config == {"a": {"b": [1, 2]}}
+
+
+def test_shape_compatibility_ignores_layout():
+    assert parse_shape("f32[2,3]{1,0}").compatible(parse_shape("f32[2,3]{0,1}"))
+    assert not parse_shape("f32[2,3]").compatible(parse_shape("f32[3,2]"))
