@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -127,7 +128,20 @@ def build_parser() -> argparse.ArgumentParser:
     kg.add_argument("--only")
     kg.add_argument("--out")
     k.set_defaults(func=_cmd_corpus)
+    for name in _EXTENSIONS:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue
+        mod.register(sub)
     return p
+
+
+#: Modules that add subcommands: each has ``register(subparsers)`` and sets
+#: ``func`` on its parsers.  They import heavy dependencies inside the command.
+_EXTENSIONS = ("hlo_tools.cli_xla", "passes.cli", "fusion_analysis.cli", "visualize.cli")
 
 
 def main(argv: list[str] | None = None) -> int:
