@@ -1,0 +1,195 @@
+"""Which part of a module to draw: focus options and the node budget.
+
+Graphs of real LLM modules have tens of thousands of instructions; ``select``
+turns ``FocusOptions`` into a ``View``: the top-level instructions to draw, the
+fusions to draw as clusters, and a notice that says what was cut.
+"""
+
+from __future__ import annotations
+
+import collections
+import difflib
+import functools
+from dataclasses import dataclass
+
+from hlo_tools.ir import Computation, Instruction, Module
+from hlo_tools.opcode import HloOpcode
+
+
+class VisualizeError(ValueError):
+    """A focus option names something the module does not have, or a renderer is missing."""
+
+
+@dataclass(frozen=True)
+class FocusOptions:
+    """What to draw. Defaults: the entry computation, fusions expanded, at most 1000 nodes."""
+
+    computation: str | None = None  # a computation's name; None: the entry
+    whole_module: bool = False  # every non-fused computation, each as a cluster
+    around: str | None = None  # an instruction's name: draw its neighbourhood
+    radius: int = 2  # hops (operands or users) from ``around``
+    collapse_fusions: bool = False  # draw each fusion as one node
+    max_nodes: int = 1000  # node budget; fused instructions of expanded fusions count
+
+
+@dataclass(frozen=True)
+class View:
+    """The selected part of a module: top-level instructions (in text order) and
+    the fusions among them drawn expanded, as clusters."""
+
+    module: Module
+    computations: tuple[Computation, ...]
+    instructions: tuple[Instruction, ...]
+    expanded: frozenset[str] = frozenset()  # names of fusions drawn as clusters
+    center: str | None = None
+    notice: str | None = None  # what was cut, in words; None when nothing was
+    hidden: int = 0  # top-level instructions of the computations not drawn
+
+    @functools.cached_property
+    def names(self) -> frozenset[str]:
+        return frozenset(i.name for i in self.instructions)
+
+    @property
+    def node_count(self) -> int:
+        """Nodes the drawing will have: top-level ones plus fused ones of expanded fusions."""
+        return sum(_weight(i, self.expanded) for i in self.instructions)
+
+    def drawn_instructions(self) -> list[Instruction]:
+        """Every instruction that appears in the drawing, once: top-level ones and
+        the bodies of expanded fusions (an expanded fusion is its cluster)."""
+        out: list[Instruction] = []
+        for instr in self.instructions:
+            out.append(instr)
+            if instr.name in self.expanded:
+                out.extend(instr.fused_computation)
+        return out
+
+
+def _weight(instr: Instruction, expanded: frozenset[str] | set[str]) -> int:
+    if instr.name in expanded:
+        return len(instr.fused_computation)
+    return 1
+
+
+def fused_computations(module: Module) -> set[int]:
+    """ids of the computations that are fusion bodies."""
+    return {id(c) for i in module.instructions() if i.opcode is HloOpcode.FUSION for c in i.called_computations}
+
+
+def find_instruction(module: Module, name: str) -> Instruction:
+    """The instruction called ``name`` (a leading ``%`` is ignored); raises
+    VisualizeError with the closest names when there is none."""
+    name = name.lstrip("%")
+    for comp in module.computations:
+        instr = comp.get_instruction(name)
+        if instr is not None:
+            return instr
+    names = [i.name for i in module.instructions()]
+    close = difflib.get_close_matches(name, names, n=5)
+    hint = f"; did you mean {', '.join('%' + c for c in close)}?" if close else ""
+    raise VisualizeError(f"module {module.name} has no instruction %{name}{hint}")
+
+
+def _find_computation(module: Module, name: str) -> Computation:
+    comp = module.get_computation(name.lstrip("%"))
+    if comp is None:
+        close = difflib.get_close_matches(name, [c.name for c in module.computations], n=5)
+        hint = f"; did you mean {', '.join('%' + c for c in close)}?" if close else ""
+        raise VisualizeError(f"module {module.name} has no computation %{name}{hint}")
+    return comp
+
+
+def _fusion_of(module: Module, comp: Computation) -> Instruction | None:
+    """The fusion instruction whose body is ``comp`` (None if ``comp`` is not a fusion body)."""
+    for instr in module.instructions():
+        if instr.opcode is HloOpcode.FUSION and instr.fused_computation is comp:
+            return instr
+    return None
+
+
+def _distances(starts: list[Instruction], limit: int | None) -> dict[Instruction, int]:
+    """Hops from ``starts`` over operand and user edges, within one computation."""
+    dist = {s: 0 for s in starts}
+    queue = collections.deque(starts)
+    while queue:
+        node = queue.popleft()
+        d = dist[node]
+        if limit is not None and d >= limit:
+            continue
+        for nxt in (*node.operands, *node.users):
+            if nxt not in dist:
+                dist[nxt] = d + 1
+                queue.append(nxt)
+    return dist
+
+
+def select(module: Module, options: FocusOptions = FocusOptions()) -> View:
+    """Applies the focus options and the node budget; see ``FocusOptions``."""
+    center: Instruction | None = None
+    expand_center: str | None = None
+    if options.around:
+        center = find_instruction(module, options.around)
+        fused = fused_computations(module)
+        while id(center.parent) in fused:  # focus on the top-level fusion that holds it, expanded
+            center = _fusion_of(module, center.parent)
+            expand_center = center.name
+        comps = (center.parent,)
+    elif options.whole_module:
+        fused = fused_computations(module)
+        comps = tuple(c for c in module.computations if id(c) not in fused)
+    else:
+        comps = (_find_computation(module, options.computation) if options.computation else module.entry,)
+
+    candidates: list[Instruction] = [i for c in comps for i in c]
+    if center is not None:
+        dist = _distances([center], options.radius)
+        order = {i: n for n, i in enumerate(candidates)}
+        ranked = sorted(dist, key=lambda i: (dist[i], order[i]))
+        scope = f"within {options.radius} of %{center.name}"
+    else:
+        dist = {}
+        for c in comps:
+            if c.root is not None:
+                dist.update(_distances([c.root], None))
+        far = max(dist.values(), default=0) + 1
+        order = {i: n for n, i in enumerate(candidates)}
+        ranked = sorted(candidates, key=lambda i: (dist.get(i, far), order[i]))
+        scope = "in " + (f"{len(comps)} computations" if len(comps) > 1 else f"%{comps[0].name}")
+
+    expanded: set[str] = set()
+    if not options.collapse_fusions:
+        expanded = {i.name for i in ranked if i.opcode is HloOpcode.FUSION}
+    notes: list[str] = []
+    total = sum(_weight(i, expanded) for i in ranked)
+    if total > options.max_nodes and expanded:
+        keep = {expand_center} & expanded if expand_center else set()
+        if sum(_weight(i, keep) for i in ranked) <= options.max_nodes:
+            notes.append(f"{len(expanded) - len(keep)} fusions collapsed to one node each to fit the budget of {options.max_nodes} nodes")
+            expanded = keep
+        else:
+            notes.append(f"all {len(expanded)} fusions collapsed to fit the budget of {options.max_nodes} nodes")
+            expanded = set()
+
+    kept: list[Instruction] = []
+    used = 0
+    for instr in ranked:
+        w = _weight(instr, expanded)
+        if used + w > options.max_nodes and kept:
+            break
+        kept.append(instr)
+        used += w
+    cut = ranked[len(kept):]
+    if cut:
+        hist = collections.Counter(i.opcode_text for i in cut).most_common(6)
+        what = ", ".join(f"{n} {op}" for op, n in hist)
+        basis = f"nearest to %{center.name}" if center is not None else "nearest to the root"
+        notes.append(f"showing {len(kept)} of {len(ranked)} instructions {scope} ({basis}); "
+                     f"{len(cut)} not shown: {what}{', …' if len(hist) == 6 else ''}")
+    elif center is not None:
+        notes.append(f"showing the {len(kept)} instructions {scope} of {len(candidates)} in %{center.parent.name}")
+
+    keep_set = set(kept)
+    drawn = tuple(i for i in candidates if i in keep_set)
+    expanded_kept = frozenset(n for n in expanded if n in {i.name for i in drawn})
+    return View(module, comps, drawn, expanded_kept, center.name if center is not None else None,
+                "; ".join(notes) or None, len(candidates) - len(drawn))
