@@ -1,22 +1,98 @@
-"""The bridge to XLA through jaxlib: the only module that touches ``jax._src.lib``.
+"""The bridge to XLA through jaxlib: the only module (with ``stablehlo.py``) that
+touches ``jax._src``.
 
-Calls into jaxlib internals are kept behind small functions here so a rename in
-a new jax release is one fix.  (Compile/run/time land with the XLA bridge issue.)
+Every call into jaxlib internals is one small function here, with fallbacks for
+the names that moved between jax 0.10, 0.11 and 0.12, so a rename in a new jax
+release is one fix.  The user-facing layer is in ``xla_compile`` (compile),
+``xla_run`` (inputs, run, compare), ``xla_bench`` (timing) and ``xla_results``
+(the SQLite db); ``compile``, ``run``, ``compare`` and ``benchmark`` are also
+reachable as ``hlo_tools.xla.compile`` etc.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
+import re
 from functools import lru_cache
+from typing import Any, Callable
 
-from .errors import HloParseError
+from .errors import HloError, HloParseError
+
+
+class XlaCompileError(HloError):
+    """XLA refused a module: carries XLA's own message and the module's name.
+
+    ``stage`` says where it failed: ``"parse"`` (XLA's HLO parser / verifier),
+    ``"convert"`` (HLO -> StableHLO), ``"compile"`` (XLA's pipeline), ``"hook"``
+    (a Python pass run inside the pipeline raised) or ``"run"``.
+    """
+
+    def __init__(self, message: str, *, module_name: str = "?", backend: str = "", stage: str = "compile",
+                 xla_message: str = ""):
+        self.module_name = module_name
+        self.backend = backend
+        self.stage = stage
+        self.xla_message = xla_message or message
+        where = f"{backend} " if backend else ""
+        super().__init__(f"module {module_name!r}: {where}{stage} failed: {message}")
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
+
+
+# -- jaxlib handles ---------------------------------------------------------------
+
+def _ensure_platforms() -> None:
+    """With the CUDA plugin installed and no GPU, plain jax prints a cuDNN traceback
+    on first use (it still falls back to CPU).  When the user set nothing and this
+    machine has no NVIDIA device node, pick CPU before jax initialises its backends."""
+    if os.environ.get("JAX_PLATFORMS") or os.path.exists("/dev/nvidiactl"):
+        return
+    import jax
+
+    try:
+        from jax._src import xla_bridge
+
+        if getattr(xla_bridge, "_backends", None):  # already initialised: leave it
+            return
+        if not jax.config.jax_platforms:
+            jax.config.update("jax_platforms", "cpu")
+    except Exception:  # noqa: BLE001 - best effort; jax falls back to CPU anyway
+        pass
 
 
 @lru_cache(maxsize=1)
 def _xc():
+    _ensure_platforms()
     from jax._src.lib import xla_client
 
     return xla_client
 
+
+@lru_cache(maxsize=1)
+def _jaxlib_ext():
+    """``jax._src.lib._jax`` (jax >= 0.7), formerly ``xla_extension``."""
+    _xc()
+    lib = importlib.import_module("jax._src.lib")
+    for name in ("_jax", "xla_extension"):
+        mod = getattr(lib, name, None)
+        if mod is not None:
+            return mod
+    raise ImportError("jax._src.lib has neither _jax nor xla_extension")
+
+
+def jax_versions() -> dict[str, str]:
+    import jax
+    import jaxlib
+
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+# -- XLA's parser and printer -----------------------------------------------------
 
 def xla_module_from_text(text: str, source: str = "<string>"):
     """XLA's own parser (``HloModule``); raises HloParseError with XLA's message."""
@@ -39,8 +115,278 @@ def canonical_text(text: str, *, rounds: int = 3) -> str:
     return out
 
 
-def jax_versions() -> dict[str, str]:
-    import jax
-    import jaxlib
+def text_from_proto(proto: bytes) -> str:
+    """HLO text of a serialized HloModuleProto."""
+    return _xc().hlo.HloModule.from_serialized_hlo_module_proto(proto).to_string()
 
-    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+def proto_from_text(text: str, module_name: str = "?") -> bytes:
+    """A serialized HloModuleProto of HLO text (through XLA's parser)."""
+    try:
+        return _xc().hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+    except Exception as e:  # noqa: BLE001
+        raise XlaCompileError(_first_line(e), module_name=module_name, stage="parse", xla_message=str(e)) from None
+
+
+def hlo_to_stablehlo_bytes(text: str, module_name: str = "?") -> bytes:
+    """HLO text -> XLA HloModule -> StableHLO bytecode that ``compile_and_load`` takes.
+    Fusion instructions survive as ``mhlo.fusion`` ops (compilable in-process on CPU)."""
+    proto = proto_from_text(text, module_name)
+    try:
+        return _jaxlib_ext().mlir.hlo_to_stablehlo(proto)
+    except Exception as e:  # noqa: BLE001
+        raise XlaCompileError(_first_line(e), module_name=module_name, stage="convert", xla_message=str(e)) from None
+
+
+def stablehlo_to_hlo_text(mlir_module: str | bytes) -> str:
+    """StableHLO / MHLO text or bytecode -> HLO text (XLA's print)."""
+    comp = _jaxlib_ext().mlir.mlir_module_to_xla_computation(mlir_module, use_tuple_args=False, return_tuple=False)
+    return comp.as_hlo_text()
+
+
+# -- clients, compile, run ----------------------------------------------------------
+
+_PLATFORM = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "rocm": "rocm"}
+
+
+def get_client(backend: str = "cpu"):
+    """The PJRT client jax uses for ``backend`` ("cpu" or "gpu")."""
+    _xc()
+    from jax._src import xla_bridge
+
+    try:
+        return xla_bridge.get_backend(backend)
+    except RuntimeError as e:
+        raise XlaCompileError(_first_line(e), backend=backend, stage="compile", xla_message=str(e)) from None
+
+
+def backend_available(backend: str) -> bool:
+    """True when jax has a client (hence a device) for ``backend``; never raises."""
+    try:
+        return bool(get_client(backend).local_devices())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def device_name(device) -> str:
+    return getattr(device, "device_kind", None) or str(device)
+
+
+def make_compile_options(debug_options: dict[str, Any]):
+    """``CompileOptions`` with XLA debug options set: attributes jaxlib exposes are
+    set directly, the rest go through ``env_option_overrides`` (by name, as jax's
+    ``compiler_options`` does)."""
+    opts = _xc().CompileOptions()
+    dbg = opts.executable_build_options.debug_options
+    overrides = []
+    for key, value in debug_options.items():
+        if hasattr(dbg, key):
+            setattr(dbg, key, value)
+        else:
+            overrides.append((key, value if isinstance(value, (bool, int, float)) else str(value)))
+    if overrides:
+        opts.env_option_overrides = overrides
+    return opts
+
+
+def compile_stablehlo(client, mlir_bytes: bytes, device, debug_options: dict[str, Any]):
+    """Compile and load on ``device``; jaxlib's errors pass through unchanged."""
+    opts = make_compile_options(debug_options)
+    devices = _xc().DeviceList((device,))
+    fn = getattr(client, "compile_and_load", None) or client.compile  # compile_and_load: jax >= 0.6
+    return fn(mlir_bytes, devices, opts)
+
+
+def optimized_text(executable) -> str:
+    return executable.hlo_modules()[0].to_string()
+
+
+def cost_analysis(executable) -> dict[str, float]:
+    """XLA's cost analysis of a compiled executable as ``{name: value}`` ({} if none)."""
+    try:
+        ca = executable.cost_analysis()
+    except Exception:  # noqa: BLE001 - deviceless GPU and some plugins have none
+        return {}
+    if isinstance(ca, (list, tuple)):  # older jaxlib: one dict per program
+        ca = ca[0] if ca else {}
+    return {str(k): float(v) for k, v in dict(ca or {}).items()}
+
+
+def cost_analysis_of_text(text: str) -> dict[str, float]:
+    """XLA's HloCostAnalysis of a module's text, through the CPU client (works for
+    any module XLA parses, e.g. XLA:GPU's optimized module compiled without a GPU)."""
+    ext = _jaxlib_ext()
+    fn = getattr(ext, "hlo_module_cost_analysis", None)
+    if fn is None:
+        return {}
+    try:
+        return {str(k): float(v) for k, v in dict(fn(get_client("cpu"), _xc().hlo.hlo_module_from_text(text))).items()}
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def memory_stats(executable) -> dict[str, int]:
+    """``CompiledMemoryStats`` as a dict of its ``*_in_bytes`` fields ({} if none)."""
+    try:
+        st = executable.get_compiled_memory_stats()
+    except Exception:  # noqa: BLE001
+        return {}
+    return {k: int(getattr(st, k)) for k in dir(st) if k.endswith("_in_bytes") and isinstance(getattr(st, k), int)}
+
+
+def device_put(array, device):
+    import jax
+
+    return jax.device_put(array, device)
+
+
+def executor(executable) -> Callable[[list], list]:
+    """The bound call that runs an executable on device buffers and returns device
+    arrays (the thing a benchmark times)."""
+    return executable.execute
+
+
+def block_until_ready(outputs) -> None:
+    for x in outputs:
+        x.block_until_ready()
+
+
+# -- the pipeline hook --------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def _xla_transform():
+    """``jax._src.xla_transform`` (jax 0.12, public as ``jax.extend.xla``), or None."""
+    _xc()
+    for name in ("jax._src.xla_transform", "jax.extend.xla"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(mod, "register_hlo_module_transformation"):
+            return mod
+    return None
+
+
+def hook_supported() -> bool:
+    """True when this jax can run a Python pass inside XLA's pipeline."""
+    return _xla_transform() is not None
+
+
+_STAGES = {"pre": "PRE_SCHEDULER", "pre-scheduler": "PRE_SCHEDULER", "pre_scheduler": "PRE_SCHEDULER",
+           "post": "POST_SCHEDULER", "post-scheduler": "POST_SCHEDULER", "post_scheduler": "POST_SCHEDULER"}
+
+
+def hook_stage_name(stage: str) -> str:
+    try:
+        return _STAGES[str(stage).lower()]
+    except KeyError:
+        raise ValueError(f"unknown hook stage {stage!r}: use 'pre-scheduler' or 'post-scheduler'") from None
+
+
+@contextlib.contextmanager
+def registered_hook(callback: Callable[[bytes], bytes | None], *, name: str, stage: str, platform: str):
+    """Registers ``callback`` as an HLO module transformation for the block, and
+    always clears it afterwards (it applies to every compile while registered)."""
+    mod = _xla_transform()
+    if mod is None:
+        raise XlaCompileError("this jax has no HLO module transformation hook (jax.extend.xla needs jax >= 0.12)",
+                              stage="hook")
+    st = getattr(mod.PipelineStage, hook_stage_name(stage))
+    plat = _PLATFORM.get(platform, platform)
+    mod.register_hlo_module_transformation(callback, name=name, stage=st, platforms=plat)
+    try:
+        yield
+    finally:
+        mod.clear_hlo_module_transformation(name, stage=st, platforms=plat)
+
+
+# -- XLA:GPU without a GPU ------------------------------------------------------------
+
+def cuda_plugin_available() -> bool:
+    """True when jax's CUDA PJRT plugin is installed (needed to compile for GPU)."""
+    import importlib.util
+
+    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None or \
+        importlib.util.find_spec("jax_cuda12_plugin") is not None
+
+
+def cuda_plugin_library() -> str | None:
+    """Path of ``xla_cuda_plugin.so`` (its data holds XLA's GPU target configs)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("jax_plugins.xla_cuda12")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for d in spec.submodule_search_locations:
+        p = os.path.join(d, "xla_cuda_plugin.so")
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def cuda_data_dir() -> str | None:
+    """Where ptxas/libdevice are, as jax finds them (the nvidia-cuda-nvcc wheel) or
+    a system toolkit; None lets XLA search its defaults."""
+    try:
+        from jax._src.lib import cuda_path
+
+        if cuda_path:
+            return cuda_path
+    except ImportError:
+        pass
+    for d in ("/usr/local/cuda", os.environ.get("CUDA_HOME") or ""):
+        if d and os.path.exists(os.path.join(d, "nvvm", "libdevice")):
+            return d
+    return None
+
+
+@lru_cache(maxsize=8)
+def gpu_topology(target_config_text: str, topology: str = "1x1x1"):
+    """A deviceless CUDA topology for a GpuTargetConfigProto text (compile-only)."""
+    from jax.experimental import topologies
+
+    return topologies.get_topology_desc("", platform="cuda", target_config=target_config_text, topology=topology)
+
+
+def compile_deviceless_gpu(text: str, target_config_text: str, debug_options: dict[str, Any], *,
+                           module_name: str = "?", topology: str = "1x1x1"):
+    """Compiles HLO text for a GPU described by ``target_config_text`` without a
+    GPU; returns the compile-only executable (optimized HLO, no running)."""
+    mlir_bytes = hlo_to_stablehlo_bytes(text, module_name)
+    try:
+        topo = gpu_topology(target_config_text, topology)
+        dev = topo.devices[0]
+    except Exception as e:  # noqa: BLE001
+        raise XlaCompileError(_first_line(e), module_name=module_name, backend="gpu", stage="compile",
+                              xla_message=str(e)) from None
+    from jax._src.interpreters import mlir as jax_mlir
+    from jaxlib.mlir import ir
+
+    opts = make_compile_options(debug_options)
+    with jax_mlir.make_ir_context():
+        ir_module = ir.Module.parse(mlir_bytes)
+        return dev.client.compile(ir_module, _xc().DeviceList((dev,)), opts), dev
+
+
+# -- lazy re-exports of the user-facing layer -----------------------------------------
+
+_LAZY = {
+    "compile": "xla_compile", "CompileResult": "xla_compile", "AS_WRITTEN_DISABLED_PASSES": "xla_compile",
+    "make_inputs": "xla_inputs", "run": "xla_run", "compare": "xla_run", "compare_outputs": "xla_run",
+    "Comparison": "xla_run", "benchmark": "xla_bench", "BenchResult": "xla_bench",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        mod = importlib.import_module(f"{__package__}.{_LAZY[name]}")
+        return getattr(mod, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_MODULE_NAME_RE = re.compile(r"^\s*HloModule\s+([^\s,]+)", re.M)
+
+
+def module_name_of_text(text: str) -> str:
+    m = _MODULE_NAME_RE.search(text)
+    return m.group(1) if m else "?"

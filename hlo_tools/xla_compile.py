@@ -1,0 +1,298 @@
+"""Compile a module with XLA: the stock pipeline, or "as written" (XLA's fusion
+passes off, so the module's own fusion decisions are what runs), optionally with
+a Python pass hooked inside XLA's pipeline.
+
+    res = compile(module, backend="cpu", pipeline="as-written")
+    res.optimized_module      # XLA's optimized module, in our IR
+    res.cost, res.memory, res.compile_seconds
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable
+
+from . import xla
+from .ir import Module
+from .opcode import HloOpcode
+from .xla import XlaCompileError
+
+PIPELINES = ("stock", "as-written")
+
+#: The passes "as-written" disables, per backend: every XLA pass that decides what
+#: is fused.  A module's own ``fusion`` instructions then reach codegen as written.
+#: Names come from XLA's pipelines (xla/service/cpu/cpu_compiler.cc,
+#: xla/service/gpu/gpu_compiler.cc; the GPU list is ../shared/gpu_specs/gpu_pass_list.txt).
+#: Old names are kept beside new ones: XLA ignores names that no pass has.
+AS_WRITTEN_DISABLED_PASSES: dict[str, tuple[str, ...]] = {
+    "cpu": (
+        "fusion",                   # CpuInstructionFusion (InstructionFusion's name)
+        "multi_output_fusion",      # CpuMultiOutputFusion (older XLA:CPU)
+        "dot-library-rewriter",     # YNNPACK/oneDNN kCustom fusions around dots (jax >= 0.11)
+    ),
+    "gpu": (
+        "priority-fusion",          # XLA:GPU's main fusion pass
+        "multi_output_fusion",      # sibling / producer-consumer multi-output fusion
+        "sort-iota-fusion",
+        "triton-gemm-rewriter",     # Triton GEMM fusions (dots then go to cuBLAS)
+        "gemm-fusion",              # its older name
+        "triton-softmax-rewriter",  # Triton softmax/normalization fusions
+        "softmax-rewriter-triton",  # its older name
+        "copy_fusion",              # fuses copies into existing fusions
+        "horizontal-loop-fusion",   # older pipelines
+        "horizontal-input-fusion",
+    ),
+}
+
+
+def disabled_passes(backend: str, pipeline: str) -> tuple[str, ...]:
+    if pipeline not in PIPELINES:
+        raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
+    return AS_WRITTEN_DISABLED_PASSES[_backend_key(backend)] if pipeline == "as-written" else ()
+
+
+def _backend_key(backend: str) -> str:
+    b = {"cuda": "gpu"}.get(backend, backend)
+    if b not in AS_WRITTEN_DISABLED_PASSES:
+        raise ValueError(f"unknown backend {backend!r}: use 'cpu' or 'gpu'")
+    return b
+
+
+def parse_flags(flags) -> dict[str, Any]:
+    """XLA debug options from a dict or from ``--xla_name=value`` strings."""
+    if flags is None:
+        return {}
+    if isinstance(flags, dict):
+        return dict(flags)
+    if isinstance(flags, str):
+        flags = flags.split()
+    out: dict[str, Any] = {}
+    for f in flags:
+        key, _, value = f.lstrip("-").partition("=")
+        if not key.startswith("xla_"):
+            raise ValueError(f"not an XLA debug option: {f!r} (expected --xla_name=value)")
+        low = value.lower()
+        out[key] = True if low in ("", "true") else False if low == "false" else int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+@dataclass
+class Hook:
+    """A Python pass run inside XLA's pipeline at ``stage`` ("pre-scheduler" or
+    "post-scheduler").  ``pass_`` is a ``passes.Pass`` (``run(module) -> bool``) or a
+    callable ``(Module) -> bool | Module | None``.  ``reprint`` hands the module back
+    to XLA even when the pass reports no change (a round trip through our IR)."""
+
+    pass_: Any
+    stage: str = "post-scheduler"
+    reprint: bool = False
+    calls: int = 0
+    changed: int = 0
+    seen: list[str] = field(default_factory=list)  # the texts XLA handed the hook
+    error: BaseException | None = None
+
+    def callback(self, proto: bytes) -> bytes | None:
+        from .parser import parse
+
+        self.calls += 1
+        try:
+            text = xla.text_from_proto(proto)
+            self.seen.append(text)
+            module = parse(text, source=f"<{self.stage} hook>")
+            res = self.pass_.run(module) if hasattr(self.pass_, "run") else self.pass_(module)
+            if isinstance(res, Module):
+                module, changed = res, True
+            else:
+                changed = bool(res)
+            if not changed and not self.reprint:
+                return None
+            self.changed += changed
+            return xla.proto_from_text(module.to_text(), module.name)
+        except BaseException as e:  # noqa: BLE001 - never let an exception cross into XLA
+            if self.error is None:
+                self.error = e
+            return None
+
+
+_hook_ids = itertools.count()
+
+_FUSION_RE = re.compile(r" fusion\((.*?)\), kind=k\w+, calls=")
+
+
+@dataclass
+class _Substitute:
+    """The hook that replaces XLA's module by ours (``proto``), once."""
+
+    proto: bytes
+    stage: str = "pre-scheduler"
+    calls: int = 0
+    error: BaseException | None = None
+
+    def callback(self, proto: bytes) -> bytes | None:
+        self.calls += 1
+        return self.proto if self.calls == 1 else None
+
+
+@dataclass(frozen=True, eq=False)
+class CompileResult:
+    """One XLA compile: the optimized module, XLA's figures, and (when there is a
+    device) the loaded executable."""
+
+    module_name: str
+    backend: str
+    pipeline: str
+    device: str
+    target: str | None
+    debug_options: dict[str, Any]
+    compile_seconds: float
+    optimized_text: str
+    cost: dict[str, float]
+    memory: dict[str, int]
+    executable: Any = field(repr=False)
+    device_handle: Any = field(repr=False)
+    source_text: str = field(repr=False)
+    hook: Hook | None = field(default=None, repr=False)
+
+    @property
+    def runnable(self) -> bool:
+        return self.executable is not None and self.device_handle is not None and self.target is None
+
+    @cached_property
+    def optimized_module(self) -> Module:
+        """XLA's optimized module parsed into our IR."""
+        from .parser import parse
+
+        return parse(self.optimized_text, source=f"<{self.module_name} optimized by XLA:{self.backend} {self.pipeline}>")
+
+    def fusions(self) -> list[tuple[str, str]]:
+        """``(name, kind)`` of each fusion in XLA's optimized entry computation."""
+        out = []
+        for comp in self.optimized_module.computations:
+            for ins in comp:
+                if ins.opcode is HloOpcode.FUSION:
+                    out.append((ins.name, ins.attribute("kind") or "?"))
+        return out
+
+    def run(self, inputs):
+        from .xla_run import run
+
+        return run(self, inputs)
+
+
+def _text_and_name(module: Module | str) -> tuple[str, str]:
+    if isinstance(module, Module):
+        return module.to_text(), module.name
+    if isinstance(module, str):
+        return module, xla.module_name_of_text(module)
+    raise TypeError(f"compile() takes a Module or HLO text, got {type(module).__name__}")
+
+
+def compile(  # noqa: A001 - the name users expect
+    module: Module | str,
+    backend: str = "cpu",
+    pipeline: str = "stock",
+    *,
+    flags=None,
+    target: str | None = None,
+    hook: Hook | tuple | None = None,
+    dump_dir: str | None = None,
+) -> CompileResult:
+    """Compiles ``module`` with XLA.
+
+    ``pipeline``: "stock" (XLA's full pipeline) or "as-written" (XLA's fusion passes
+    off: ``AS_WRITTEN_DISABLED_PASSES``).  ``flags``: any XLA debug options, as a dict
+    or ``--xla_x=y`` strings; ``xla_disable_hlo_passes`` adds to the as-written list.
+    ``target``: a GPU name (``h100``...) to compile XLA:GPU without a GPU (implies
+    backend "gpu"; nothing can run).  ``hook``: ``(pass, stage)`` or a ``Hook``, run
+    inside XLA's pipeline and cleared afterwards whatever happens.  ``dump_dir``:
+    XLA dumps every pass there.  Raises XlaCompileError with XLA's message.
+    """
+    text, name = _text_and_name(module)
+    if target is not None:
+        backend = "gpu"
+    bkey = _backend_key(backend)
+    opts = parse_flags(flags)
+    disabled = [p for p in str(opts.pop("xla_disable_hlo_passes", "") or "").split(",") if p]
+    disabled = list(dict.fromkeys([*disabled_passes(bkey, pipeline), *disabled]))
+    if disabled:
+        opts["xla_disable_hlo_passes"] = ",".join(disabled)
+    if dump_dir:
+        opts.setdefault("xla_dump_to", str(dump_dir))
+        opts.setdefault("xla_dump_hlo_pass_re", ".*")
+    if bkey == "gpu" and "xla_gpu_cuda_data_dir" not in opts and xla.cuda_data_dir():
+        opts["xla_gpu_cuda_data_dir"] = xla.cuda_data_dir()
+    if isinstance(hook, tuple):
+        hook = Hook(*hook)
+    deviceless = bkey == "gpu" and (target is not None or not xla.backend_available("gpu"))
+    if deviceless and target is None:
+        target = "h100"
+
+    hooks = [hook] if hook is not None else []
+    compile_text = text
+    substitute = None
+    if bkey == "gpu" and _FUSION_RE.search(text):
+        # XLA:GPU is a PJRT plugin fed portable StableHLO, where mhlo.fusion does not
+        # legalize.  Send a stand-in with each fusion turned into a call (same
+        # semantics), and hand XLA the module as written, fusions and all, at its
+        # first hook, which on GPU runs early (simplification-2, before layout
+        # assignment and fusion).  Without the hook, "stock" compiles the stand-in
+        # (XLA inlines the calls and fuses as it likes); "as-written" cannot be done.
+        compile_text = _FUSION_RE.sub(r" call(\1), to_apply=", text)
+        if xla.hook_supported():
+            substitute = _Substitute(xla.proto_from_text(text, name))
+            hooks.insert(0, substitute)
+        elif pipeline == "as-written":
+            raise XlaCompileError("'as-written' on GPU for a module with fusion instructions needs the pipeline "
+                                  f"hook (jax.extend.xla, jax >= 0.12); this is jax {xla.jax_versions()['jax']}",
+                                  module_name=name, backend=bkey, stage="hook")
+
+    def do_compile():
+        if deviceless:
+            from .xla_targets import device_description, target_config
+
+            cfg = target_config(target)
+            t0 = time.perf_counter()
+            exe, dev = xla.compile_deviceless_gpu(compile_text, cfg, opts, module_name=name)
+            return exe, None, device_description(cfg), time.perf_counter() - t0
+        client = xla.get_client(bkey)
+        dev = client.local_devices()[0]
+        mlir_bytes = xla.hlo_to_stablehlo_bytes(compile_text, name)
+        t0 = time.perf_counter()
+        exe = xla.compile_stablehlo(client, mlir_bytes, dev, opts)
+        return exe, dev, xla.device_name(dev), time.perf_counter() - t0
+
+    try:
+        with contextlib.ExitStack() as stack:
+            for h in hooks:
+                stack.enter_context(xla.registered_hook(h.callback, name=f"hlo-pass-lab-hook-{next(_hook_ids)}",
+                                                        stage=h.stage, platform=bkey))
+            exe, dev, dev_name, seconds = do_compile()
+    except XlaCompileError as e:
+        if e.module_name == "?":
+            raise XlaCompileError(str(e.xla_message).splitlines()[0], module_name=name, backend=bkey, stage=e.stage,
+                                  xla_message=e.xla_message) from None
+        raise
+    except Exception as e:  # noqa: BLE001 - jaxlib raises XlaRuntimeError / JaxRuntimeError / ValueError
+        if hook is not None and hook.error is not None:
+            raise XlaCompileError(f"the hooked pass raised {type(hook.error).__name__}: {hook.error}",
+                                  module_name=name, backend=bkey, stage="hook") from hook.error
+        raise XlaCompileError(xla._first_line(e), module_name=name, backend=bkey, stage="compile",
+                              xla_message=str(e)) from None
+    if hook is not None and hook.error is not None:
+        raise XlaCompileError(f"the hooked pass raised {type(hook.error).__name__}: {hook.error}",
+                              module_name=name, backend=bkey, stage="hook") from hook.error
+    if substitute is not None and not substitute.calls:
+        raise XlaCompileError("XLA:GPU never called the pipeline hook, so the module's own fusions could not be "
+                              "handed over ('as-written' on GPU needs jax.extend.xla, jax >= 0.12)",
+                              module_name=name, backend=bkey, stage="hook")
+    opt_text = xla.optimized_text(exe)
+    cost = xla.cost_analysis(exe) if not deviceless else {}
+    return CompileResult(
+        module_name=name, backend=bkey, pipeline=pipeline, device=dev_name, target=target if deviceless else None,
+        debug_options=opts, compile_seconds=seconds, optimized_text=opt_text, cost=cost,
+        memory=xla.memory_stats(exe), executable=exe, device_handle=dev, source_text=text, hook=hook)
