@@ -234,9 +234,27 @@ def memory_stats(executable) -> dict[str, int]:
     return {k: int(getattr(st, k)) for k in dir(st) if k.endswith("_in_bytes") and isinstance(getattr(st, k), int)}
 
 
+@lru_cache(maxsize=1)
+def _x64_context():
+    """A context manager enabling 64-bit types (jax otherwise truncates s64/f64
+    inputs to 32 bits), under its name in this jax."""
+    try:
+        from jax._src.config import enable_x64
+
+        return lambda: enable_x64(True)
+    except ImportError:
+        from jax.experimental import enable_x64
+
+        return enable_x64
+
+
 def device_put(array, device):
+    """A device buffer holding ``array`` exactly (64-bit types kept)."""
     import jax
 
+    if getattr(array, "dtype", None) is not None and array.dtype.itemsize >= 8:
+        with _x64_context()():
+            return jax.device_put(array, device)
     return jax.device_put(array, device)
 
 

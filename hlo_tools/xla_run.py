@@ -1,0 +1,217 @@
+"""Run compiled modules and compare their outputs.
+
+    cmp = compare(original, rewritten, pipeline_b="as-written")
+    cmp.verdict      # "exact", "close" or "mismatch"
+    print(cmp)       # per output: max abs / rel error, where, tolerance
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import xla
+from .ir import Module
+from .xla import XlaCompileError
+
+#: (rtol, atol) per element type: |a - b| <= atol * max(1, max|b|) + rtol * |b|.
+#: Loose enough for a different fusion/accumulation order, tight enough that a
+#: wrong rewrite (swapped operands, a dropped term) fails by orders of magnitude.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-9, 1e-12),
+    "float32": (1e-4, 1e-5),
+    "complex64": (1e-4, 1e-5),
+    "complex128": (1e-9, 1e-12),
+    "float16": (2e-3, 1e-3),
+    "bfloat16": (2e-2, 1e-2),
+    "float8_e4m3fn": (1.3e-1, 6e-2),
+    "float8_e4m3": (1.3e-1, 6e-2),
+    "float8_e4m3fnuz": (1.3e-1, 6e-2),
+    "float8_e4m3b11fnuz": (1.3e-1, 6e-2),
+    "float8_e3m4": (7e-2, 3e-2),
+    "float8_e5m2": (2.5e-1, 1.3e-1),
+    "float8_e5m2fnuz": (2.5e-1, 1.3e-1),
+}
+
+
+def tolerance(dtype: np.dtype) -> tuple[float, float]:
+    """(rtol, atol) for a dtype; (0, 0) (exact) for integers and pred."""
+    return TOLERANCES.get(np.dtype(dtype).name, (0.0, 0.0) if np.dtype(dtype).kind in "biu" else (1e-2, 1e-2))
+
+
+def run(compiled, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Runs a ``CompileResult`` on host arrays; returns host arrays, one per output."""
+    if not compiled.runnable:
+        raise XlaCompileError(f"compiled for {compiled.target or compiled.backend} without a device: nothing can run",
+                              module_name=compiled.module_name, backend=compiled.backend, stage="run")
+    try:
+        bufs = [xla.device_put(x, compiled.device_handle) for x in inputs]
+        outs = xla.executor(compiled.executable)(bufs)
+        return [np.asarray(o) for o in outs]
+    except Exception as e:  # noqa: BLE001 - jaxlib's runtime errors
+        raise XlaCompileError(xla._first_line(e), module_name=compiled.module_name, backend=compiled.backend,
+                              stage="run", xla_message=str(e)) from None
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """How one output of B differs from the same output of A."""
+
+    index: int
+    shape: tuple[int, ...]
+    dtype: str
+    exact: bool
+    ok: bool
+    max_abs: float
+    max_rel: float
+    mismatches: int          # elements outside tolerance
+    size: int
+    worst: tuple[int, ...]   # where |a - b| is largest
+    expected: float          # A at ``worst``
+    actual: float            # B at ``worst``
+    rtol: float
+    atol: float
+    note: str = ""
+
+    def __str__(self) -> str:
+        head = f"output {self.index} {self.dtype}{list(self.shape)}: "
+        if self.note:
+            return head + self.note
+        if self.exact:
+            return head + "bitwise equal"
+        status = "within tolerance" if self.ok else f"MISMATCH in {self.mismatches}/{self.size} elements"
+        return (head + f"{status}; max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g} at {list(self.worst)} "
+                f"(A {self.expected:.6g}, B {self.actual:.6g}; rtol {self.rtol:g}, atol {self.atol:g})")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The verdict of running A and B on the same inputs: ``exact`` (bitwise
+    equal), ``close`` (within tolerance) or ``mismatch``."""
+
+    verdict: str
+    outputs: tuple[OutputDiff, ...] = ()
+    message: str = ""
+    names: tuple[str, str] = ("A", "B")
+    inputs: list = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("exact", "close")
+
+    @property
+    def failing(self) -> list[OutputDiff]:
+        return [o for o in self.outputs if not o.ok]
+
+    def __str__(self) -> str:
+        lines = [f"{self.names[0]} vs {self.names[1]}: {self.verdict}" + (f" ({self.message})" if self.message else "")]
+        lines += ["  " + str(o) for o in self.outputs]
+        return "\n".join(lines)
+
+
+def _as_float(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "c":
+        return x.astype(np.complex128)
+    if x.dtype.kind == "b":
+        return x.astype(np.int64)
+    return x.astype(np.float64)  # ints too: errors are reported as floats
+
+
+def diff_output(index: int, a: np.ndarray, b: np.ndarray, rtol: float | None = None, atol: float | None = None) -> OutputDiff:
+    """Compares output ``b`` with the reference ``a``."""
+    a, b = np.asarray(a), np.asarray(b)
+    r0, a0 = tolerance(a.dtype)
+    rtol = r0 if rtol is None else rtol
+    atol = a0 if atol is None else atol
+    base = dict(index=index, shape=tuple(a.shape), dtype=a.dtype.name, rtol=rtol, atol=atol)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return OutputDiff(**base, exact=False, ok=False, max_abs=float("inf"), max_rel=float("inf"), mismatches=a.size,
+                          size=a.size, worst=(), expected=float("nan"), actual=float("nan"),
+                          note=f"MISMATCH: A is {a.dtype.name}{list(a.shape)}, B is {b.dtype.name}{list(b.shape)}")
+    if a.size == 0:
+        return OutputDiff(**base, exact=True, ok=True, max_abs=0.0, max_rel=0.0, mismatches=0, size=0, worst=(),
+                          expected=0.0, actual=0.0)
+    fa, fb = _as_float(a), _as_float(b)
+    exact = bool(np.array_equal(fa, fb, equal_nan=fa.dtype.kind in "fc"))
+    both_nan = np.isnan(fa) & np.isnan(fb) if fa.dtype.kind in "fc" else np.zeros(a.shape, bool)
+    same_inf = (fa == fb)  # equal infinities (and equal finite values)
+    err = np.where(both_nan | same_inf, 0.0, np.abs(fa - fb))
+    err = np.where(np.isnan(err), np.inf, err)  # NaN on one side only
+    mag = np.abs(fa)
+    finite_mag = mag[np.isfinite(mag)]
+    scale = max(1.0, float(finite_mag.max()) if finite_mag.size else 1.0)
+    bad = err > atol * scale + rtol * mag
+    worst = np.unravel_index(int(np.argmax(err)), a.shape) if a.ndim else ()
+    max_abs = float(err.max())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(err == 0, 0.0, err / np.maximum(mag, np.finfo(np.float64).tiny))
+    max_rel = float(rel.max())
+
+    def scalar(x):
+        v = x[worst] if a.ndim else x[()]
+        return float(abs(v)) if np.iscomplexobj(v) else float(v)
+
+    n_bad = int(bad.sum())
+    return OutputDiff(**base, exact=exact, ok=exact or n_bad == 0, max_abs=max_abs, max_rel=max_rel, mismatches=n_bad,
+                      size=int(a.size), worst=tuple(int(i) for i in worst), expected=scalar(fa), actual=scalar(fb))
+
+
+def compare_outputs(a: list[np.ndarray], b: list[np.ndarray], *, rtol: float | None = None, atol: float | None = None,
+                    names: tuple[str, str] = ("A", "B")) -> Comparison:
+    """Compares two runs' outputs, A being the reference."""
+    if len(a) != len(b):
+        return Comparison("mismatch", (), f"{names[0]} has {len(a)} outputs, {names[1]} has {len(b)}", names)
+    diffs = tuple(diff_output(i, x, y, rtol, atol) for i, (x, y) in enumerate(zip(a, b)))
+    if all(d.exact for d in diffs):
+        verdict = "exact"
+    elif all(d.ok for d in diffs):
+        verdict = "close"
+    else:
+        verdict = "mismatch"
+    return Comparison(verdict, diffs, "", names)
+
+
+def _compiled(x, backend: str, pipeline: str, flags, target):
+    from .xla_compile import CompileResult, compile
+
+    if isinstance(x, CompileResult):
+        return x
+    return compile(x, backend, pipeline, flags=flags, target=target)
+
+
+def _module_of(x) -> Module:
+    from .parser import parse
+    from .xla_compile import CompileResult
+
+    if isinstance(x, Module):
+        return x
+    if isinstance(x, CompileResult):
+        return parse(x.source_text, source=f"<{x.module_name}>")
+    return parse(x)
+
+
+def _signature(m: Module) -> list[str]:
+    return [p.shape.without_layout().to_text() for p in m.entry.parameters]
+
+
+def compare(a, b, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b: str = "stock", flags=None,
+            inputs: list[np.ndarray] | None = None, seed: int = 0, rtol: float | None = None,
+            atol: float | None = None) -> Comparison:
+    """Compiles A and B (Modules, HLO texts or CompileResults), runs both on the
+    same inputs (``make_inputs(A, seed)`` unless given) and compares every output.
+    Compile and run errors raise ``XlaCompileError``; differing outputs, output
+    counts or parameter lists are a ``mismatch`` verdict, not an exception."""
+    from .xla_inputs import make_inputs
+
+    ma, mb = _module_of(a), _module_of(b)
+    names = (ma.name, mb.name) if ma.name != mb.name else (f"{ma.name} ({pipeline_a})", f"{mb.name} ({pipeline_b})")
+    if inputs is None:
+        sa, sb = _signature(ma), _signature(mb)
+        if sa != sb:
+            return Comparison("mismatch", (), f"parameters differ: ({', '.join(sa)}) vs ({', '.join(sb)})", names)
+        inputs = make_inputs(ma, seed=seed)[0]
+    ca = _compiled(a if not isinstance(a, Module) else ma, backend, pipeline_a, flags, None)
+    cb = _compiled(b if not isinstance(b, Module) else mb, backend, pipeline_b, flags, None)
+    out = compare_outputs(run(ca, inputs), run(cb, inputs), rtol=rtol, atol=atol, names=names)
+    return Comparison(out.verdict, out.outputs, out.message, names, inputs)
