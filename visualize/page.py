@@ -1,0 +1,138 @@
+"""The before/after HTML page: both graphs side by side as inline SVG, changed
+nodes highlighted, pan and zoom, search by instruction name, summary tables.
+One self-contained file: no server, no network."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+from typing import Any, Sequence
+
+from hlo_tools.ir import Module
+
+from . import _assets
+from .diff import ModuleDiff, diff_modules
+from .dot import to_graph
+from .render import svg_text
+from .style import COLORS, Category
+from .view import FocusOptions, View, VisualizeError, select
+
+_LEGEND_STATUS = {"removed": "#d62728", "added": "#2ca02c", "changed": "#ff7f0e", "fused": "#6a3d9a"}
+
+
+def after_options(d: ModuleDiff, options: FocusOptions, before_view: View) -> FocusOptions:
+    """The focus options for the after module that show the counterpart of what
+    the before view shows: ``--around`` maps through the matching (to the
+    fusion that now holds it, if it was fused)."""
+    after_names = {i.name for i in d.after.instructions()}
+    if options.around:
+        name = options.around.lstrip("%")
+        target = name if name in after_names else d.counterpart.get(name)
+        if target is None:  # removed: centre on the nearest matched neighbour
+            target = next((d.counterpart[i.name] for i in before_view.instructions if i.name in d.counterpart), None)
+        if target is None:
+            return dataclasses.replace(options, around=None, computation=None)
+        return dataclasses.replace(options, around=target)
+    if options.computation and d.after.get_computation(options.computation.lstrip("%")) is None:
+        return dataclasses.replace(options, computation=None)
+    return options
+
+
+def _counterparts(d: ModuleDiff, before_view: View, after_view: View) -> dict[str, dict[str, list[str]]]:
+    """Click-to-find maps between drawn nodes, both ways (anchored at top-level fusions)."""
+    after_drawn = {i.name for i in after_view.drawn_instructions()}
+    anchor: dict[str, str] = {}
+    for fusion in after_view.instructions:
+        if fusion.fused_computation is not None and fusion.name not in after_view.expanded:
+            anchor.update({i.name: fusion.name for i in fusion.fused_computation})
+    fwd: dict[str, list[str]] = {}
+    back: dict[str, list[str]] = {}
+    for b in before_view.drawn_instructions():
+        a = d.counterpart.get(b.name)
+        a = a if a in after_drawn else anchor.get(a) if a else None
+        if a:
+            fwd[b.name] = [a]
+            back.setdefault(a, []).append(b.name)
+    return {"before_counterparts": fwd, "after_counterparts": back}
+
+
+def _table(caption: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    body = []
+    for r in rows:
+        cells = "".join(
+            f'<td class="num">{v:,}</td>' if isinstance(v, int) and not isinstance(v, bool) else f"<td>{html.escape(str(v))}</td>"
+            for v in r)
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><caption>{html.escape(caption)}</caption><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def pass_table(summary: Sequence[dict[str, Any]]) -> str:
+    """A table of pass results: one row per dict, columns in first-seen key order."""
+    columns: list[str] = []
+    for row in summary:
+        columns += [k for k in row if k not in columns]
+    return _table("passes", columns, [[row.get(c, "") for c in columns] for row in summary])
+
+
+def _pane(side: str, module: Module, view: View, svg: str, pane_id: str | None = None) -> str:
+    notice = f'<div class="notice">{html.escape(view.notice)}</div>' if view.notice else ""
+    title = f"{side}: {module.name} — {module.instruction_count:,} instructions, showing {view.node_count:,} nodes"
+    return (f'<div class="pane" id="pane-{pane_id or side}"><h2>{html.escape(title)}</h2>{notice}'
+            f'<div class="viewport">{svg}</div></div>')
+
+
+def _document(heading: str, panes: str, tables: Sequence[str], data: dict, legend_status: bool) -> str:
+    legend = "".join(f'<span style="background:{COLORS[c]}">{c.value}</span>' for c in Category)
+    if legend_status:
+        legend += "".join(f'<span class="st" style="border-color:{col}">{s}</span>' for s, col in _LEGEND_STATUS.items())
+    payload = json.dumps(data).replace("</", "<\\/")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(heading)}</title>
+<style>{_assets.CSS}</style></head>
+<body>
+<header><h1>{html.escape(heading)}</h1>
+<label>search <input id="search" type="search" placeholder="instruction name, e.g. add.3" autocomplete="off"></label>
+<span id="search-result"></span>
+<span class="legend">{legend}</span>
+<span>wheel: zoom · drag: pan · double-click: reset · click a node: its counterpart</span></header>
+<div class="panes">{panes}</div>
+<section class="tables">{''.join(tables)}</section>
+<script type="application/json" id="hlo-data">{payload}</script>
+<script>{_assets.JS}</script>
+</body></html>
+"""
+
+
+def single_html(module: Module, options: FocusOptions = FocusOptions()) -> str:
+    """A page with one graph (pan, zoom, search), for ``hlo viz FILE -o out.html``."""
+    view = select(module, options)
+    svg = svg_text(to_graph(view, id_prefix="b-").source)
+    return _document(module.name, _pane("module", module, view, svg, pane_id="before"), [],
+                     {"before_counterparts": {}, "after_counterparts": {}}, False)
+
+
+def before_after_html(before: Module, after: Module, options: FocusOptions = FocusOptions(), *,
+                      summary: Sequence[dict[str, Any]] | None = None, title: str | None = None) -> str:
+    """The page, as text. ``summary`` is the pass summary (e.g. one dict per pass
+    with its name, whether it changed the module, its time)."""
+    d = diff_modules(before, after)
+    before_view = select(before, options)
+    try:
+        after_view = select(after, after_options(d, options, before_view))
+    except VisualizeError:
+        after_view = select(after, dataclasses.replace(options, around=None, computation=None))
+    b_classes = {n: s for n, s in d.before_status.items() if s != "kept"}
+    a_classes = {n: s for n, s in d.after_status.items() if s != "kept"}
+    b_svg = svg_text(to_graph(before_view, id_prefix="b-", classes=b_classes).source)
+    a_svg = svg_text(to_graph(after_view, id_prefix="a-", classes=a_classes).source)
+    counts = d.counts()
+    tables = [_table("top-level instructions", ["status", "count"], [[k, v] for k, v in counts.items()]),
+              _table("opcode counts outside fusion bodies", ["opcode", "before", "after", "delta"],
+                     [[o, b, a, f"{a - b:+d}"] for o, b, a in d.opcode_counts])]
+    if summary:
+        tables.insert(0, pass_table(summary))
+    heading = title or f"{before.name}: before / after"
+    panes = _pane("before", before, before_view, b_svg) + _pane("after", after, after_view, a_svg)
+    return _document(heading, panes, tables, _counterparts(d, before_view, after_view), True)
