@@ -1,0 +1,211 @@
+"""``hlo compile | run | compare | bench | history``: thin commands over
+``xla_compile``, ``xla_run``, ``xla_bench`` and ``xla_results``."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .errors import HloError, HloParseError
+
+
+def _load(path: str):
+    from .parser import load
+
+    return load(path)
+
+
+def _flags(args) -> list[str]:
+    return list(getattr(args, "xla_flag", None) or [])
+
+
+def _cmd_compile(args) -> int:
+    from .xla import XlaCompileError
+    from .xla_compile import compile
+
+    try:
+        res = compile(_load(args.file), args.backend, args.pipeline, flags=_flags(args), target=args.target,
+                      dump_dir=args.dump_dir)
+    except HloParseError as e:
+        print(e.format(), file=sys.stderr)
+        return 2
+    except XlaCompileError as e:
+        print(f"hlo compile: {e}", file=sys.stderr)
+        return 2
+    if args.dump_optimized:
+        from .cli import write_atomic
+
+        write_atomic(args.dump_optimized, res.optimized_text)
+    kinds: dict[str, int] = {}
+    for _, kind in res.fusions():
+        kinds[kind] = kinds.get(kind, 0) + 1
+    info = {"module": res.module_name, "backend": res.backend, "device": res.device, "pipeline": res.pipeline,
+            "compile_seconds": round(res.compile_seconds, 4), "instructions": res.optimized_module.instruction_count,
+            "fusions": kinds, "cost": res.cost, "memory": res.memory}
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(f"{res.module_name}: XLA:{res.backend} ({res.device}) {res.pipeline} in {res.compile_seconds:.3f} s; "
+              f"{info['instructions']} instructions, fusions {kinds or 'none'}")
+        if res.cost:
+            print("cost: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(res.cost.items()) if "{" not in k))
+        if res.memory:
+            print("memory: " + ", ".join(f"{k.removesuffix('_in_bytes')} {v:,}" for k, v in res.memory.items() if v))
+    return 0
+
+
+def _cmd_run(args) -> int:
+    import numpy as np
+
+    from .xla import XlaCompileError
+    from .xla_compile import compile
+    from .xla_inputs import make_inputs
+    from .xla_run import run
+
+    try:
+        module = _load(args.file)
+        res = compile(module, args.backend, args.pipeline, flags=_flags(args))
+        outs = run(res, make_inputs(module, seed=args.seed)[0])
+    except HloParseError as e:
+        print(e.format(), file=sys.stderr)
+        return 2
+    except (XlaCompileError, ValueError) as e:
+        print(f"hlo run: {e}", file=sys.stderr)
+        return 2
+    for i, o in enumerate(outs):
+        f = np.asarray(o, dtype=np.float64) if o.dtype.kind != "c" else np.abs(o)
+        stats = f"min {f.min():.6g} max {f.max():.6g} mean {f.mean():.6g}" if f.size else "empty"
+        print(f"output {i}: {o.dtype.name}{list(o.shape)} {stats}")
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    from .xla import XlaCompileError
+    from .xla_run import compare
+
+    try:
+        cmp = compare(_load(args.a), _load(args.b), backend=args.backend, pipeline_a=args.pipeline_a,
+                      pipeline_b=args.pipeline_b, flags=_flags(args), seed=args.seed)
+    except HloParseError as e:
+        print(e.format(), file=sys.stderr)
+        return 2
+    except (XlaCompileError, ValueError) as e:
+        print(f"hlo compare: {e}", file=sys.stderr)
+        return 2
+    print(cmp)
+    return 0 if cmp.ok else 1
+
+
+def _apply_passes(module, spec: str):
+    import passes  # lazy: hlo_tools does not depend on passes; the CLI glues them
+
+    rewritten = module.clone()
+    passes.PassManager(passes.parse_pipeline(spec)).run(rewritten)
+    return rewritten
+
+
+def _cmd_bench(args) -> int:
+    from .xla import XlaCompileError
+    from .xla_bench import benchmark
+    from .xla_results import record
+
+    try:
+        original = _load(args.file)
+        if args.against:
+            rewritten = _load(args.against)
+        elif args.passes:
+            rewritten = _apply_passes(original, args.passes)
+        else:
+            rewritten = original
+        res = benchmark(original, rewritten, backend=args.backend, pipeline_a=args.pipeline_a,
+                        pipeline_b=args.pipeline_b, reps=args.reps, warmup=args.warmup, flags=_flags(args))
+    except HloParseError as e:
+        print(e.format(), file=sys.stderr)
+        return 2
+    except (XlaCompileError, HloError, ValueError) as e:
+        print(f"hlo bench: {e}", file=sys.stderr)
+        return 2
+    print(res.table())
+    if not args.no_record:
+        row = record(res, module_text=original.to_text(), rewritten_text=rewritten.to_text(), passes=args.passes or "",
+                     db=args.db)
+        print(f"recorded as row {row} in {args.db or 'the default results db'}")
+    return 0 if res.verdict in ("exact", "close", "unchecked") else 1
+
+
+def _cmd_history(args) -> int:
+    from .xla_results import history
+
+    rows = history(args.db, limit=args.limit, module=args.module)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no results yet")
+        return 0
+    cols = ["id", "created", "module", "passes", "backend", "pipeline_b", "a_median_us", "b_median_us", "speedup",
+            "verdict", "git_commit"]
+
+    def cell(r, c):
+        v = r.get(c)
+        return f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v))
+
+    table = [cols] + [[cell(r, c) for c in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    for row in table:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+    return 0
+
+
+def _common(p, *, pipeline: bool = True) -> None:
+    p.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
+    if pipeline:
+        p.add_argument("--pipeline", default="stock", choices=["stock", "as-written"])
+    p.add_argument("--xla-flag", action="append", metavar="--xla_name=value",
+                   help="an XLA debug option (repeatable), e.g. --xla-flag=--xla_cpu_use_thunk_runtime=false")
+
+
+def register(subparsers) -> None:
+    c = subparsers.add_parser("compile", help="compile a module with XLA (stock or as-written); print its figures")
+    c.add_argument("file")
+    _common(c)
+    c.add_argument("--target", help="compile XLA:GPU for this GPU without one (h100, h200, a100, b200, or a .txtpb)")
+    c.add_argument("--dump-optimized", metavar="OUT", help="write XLA's optimized module here")
+    c.add_argument("--dump-dir", help="XLA dumps every pass here (--xla_dump_to)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_compile)
+
+    r = subparsers.add_parser("run", help="compile and run a module on deterministic inputs; print output stats")
+    r.add_argument("file")
+    _common(r)
+    r.add_argument("--seed", type=int, default=0)
+    r.set_defaults(func=_cmd_run)
+
+    k = subparsers.add_parser("compare", help="run A and B on the same inputs; exit 0 if they agree, 1 if not, 2 on errors")
+    k.add_argument("a")
+    k.add_argument("b")
+    _common(k, pipeline=False)
+    k.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])
+    k.add_argument("--pipeline-b", default="stock", choices=["stock", "as-written"])
+    k.add_argument("--seed", type=int, default=0)
+    k.set_defaults(func=_cmd_compare)
+
+    b = subparsers.add_parser("bench", help="time the original (stock) against the rewrite (as-written), interleaved")
+    b.add_argument("file")
+    _common(b, pipeline=False)
+    b.add_argument("--passes", help="comma-separated Python passes that make the rewrite (see `hlo passes`)")
+    b.add_argument("--against", metavar="FILE", help="an already rewritten module to time instead")
+    b.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])
+    b.add_argument("--pipeline-b", default="as-written", choices=["stock", "as-written"])
+    b.add_argument("--reps", type=int, default=50)
+    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--db", help="results database (default ~/.cache/hlo-pass-lab/results.db)")
+    b.add_argument("--no-record", action="store_true", help="do not write the result to the database")
+    b.set_defaults(func=_cmd_bench)
+
+    h = subparsers.add_parser("history", help="recent benchmark results from the database")
+    h.add_argument("--db")
+    h.add_argument("--limit", type=int, default=20)
+    h.add_argument("--module")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(func=_cmd_history)

@@ -1,0 +1,179 @@
+"""Time two compiled modules side by side in one process.
+
+Warm-up, then A and B interleaved (ABBA order, so drift hits both alike), each
+repetition cycling through several input sets already on the device.  The timed
+region is exactly the executable's ``execute`` call plus waiting for its outputs
+(``block_until_ready``, which synchronises a GPU); nothing else runs inside it.
+The speedup is A/B per interleaved pair (> 1: B is faster), reported as the
+median with p10/p90 of those paired ratios.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import xla
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Run times in microseconds."""
+
+    median_us: float
+    p10_us: float
+    p90_us: float
+    samples_us: tuple[float, ...] = field(repr=False, default=())
+
+    @classmethod
+    def of(cls, samples_ns) -> "Timing":
+        us = np.asarray(samples_ns, dtype=np.float64) / 1e3
+        return cls(float(np.median(us)), float(np.percentile(us, 10)), float(np.percentile(us, 90)), tuple(us.tolist()))
+
+    def __str__(self) -> str:
+        return f"{_fmt(self.median_us)} [{_fmt(self.p10_us)} .. {_fmt(self.p90_us)}]"
+
+
+def _fmt(us: float) -> str:
+    return f"{us / 1e3:.3f} ms" if us >= 1000 else f"{us:.1f} us"
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """A side-by-side measurement of A (reference) and B."""
+
+    name_a: str
+    name_b: str
+    pipeline_a: str
+    pipeline_b: str
+    backend: str
+    device: str
+    reps: int
+    warmup: int
+    input_sets: int
+    a: Timing
+    b: Timing | None
+    speedup: float | None          # median of paired A/B ratios (> 1: B faster)
+    speedup_p10: float | None
+    speedup_p90: float | None
+    verdict: str = "unchecked"     # of comparing B's outputs with A's
+    compile_seconds: tuple[float, float | None] = (0.0, None)
+
+    def table(self) -> str:
+        rows = [("", "median", "p10", "p90")]
+        rows.append((f"A {self.name_a} ({self.pipeline_a})", _fmt(self.a.median_us), _fmt(self.a.p10_us), _fmt(self.a.p90_us)))
+        if self.b is not None:
+            rows.append((f"B {self.name_b} ({self.pipeline_b})", _fmt(self.b.median_us), _fmt(self.b.p10_us), _fmt(self.b.p90_us)))
+            rows.append(("speedup A/B", f"{self.speedup:.3f}x", f"{self.speedup_p10:.3f}x", f"{self.speedup_p90:.3f}x"))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+        lines.append(f"{self.backend} {self.device}; {self.reps} reps after {self.warmup} warm-up, "
+                     f"{self.input_sets} input sets; outputs: {self.verdict}")
+        return "\n".join(lines)
+
+
+class _Runner:
+    """An executable with its input sets on the device: ``time_once`` is the
+    timed call and nothing more."""
+
+    def __init__(self, compiled, host_sets: list[list[np.ndarray]]):
+        if not compiled.runnable:
+            raise xla.XlaCompileError(f"compiled for {compiled.target or compiled.backend} without a device: cannot time",
+                                      module_name=compiled.module_name, backend=compiled.backend, stage="run")
+        self.compiled = compiled
+        self.host_sets = host_sets
+        self.dev = compiled.device_handle
+        self.sets = [[xla.device_put(x, self.dev) for x in s] for s in host_sets]
+        self.execute = xla.executor(compiled.executable)
+        self.donates = False  # set when XLA consumed (donated) the inputs
+
+    def time_once(self, k: int) -> int:
+        bufs = self.sets[k]
+        if self.donates:
+            bufs = self.sets[k] = [xla.device_put(x, self.dev) for x in self.host_sets[k]]
+        execute, clock = self.execute, time.perf_counter_ns
+        t0 = clock()
+        out = execute(bufs)
+        for o in out:
+            o.block_until_ready()
+        t1 = clock()
+        if not self.donates and any(b.is_deleted() for b in bufs):
+            self.donates = True
+        return t1 - t0
+
+
+def time_compiled(compiled, input_sets: list[list[np.ndarray]], *, reps: int = 50, warmup: int = 5) -> Timing:
+    """Times one compiled module alone."""
+    r = _Runner(compiled, input_sets)
+    for i in range(warmup):
+        r.time_once(i % len(input_sets))
+    return Timing.of([r.time_once(i % len(input_sets)) for i in range(reps)])
+
+
+def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b: str = "as-written",
+              reps: int = 50, warmup: int = 5, input_sets: int = 3, seed: int = 0, flags=None,
+              check: bool = True) -> BenchResult:
+    """Compiles (unless given CompileResults) and times A and B interleaved on the
+    same inputs; ``check`` first compares B's outputs with A's (the verdict is part
+    of the result).  ``b=None`` times A alone."""
+    from .xla_inputs import make_inputs
+    from .xla_run import _compiled, _module_of, compare_outputs, run
+
+    if reps < 1:
+        raise ValueError("reps must be >= 1")
+    ma = _module_of(a)
+    sets = make_inputs(ma, seed=seed, sets=max(1, input_sets))
+    ca = _compiled(a, backend, pipeline_a, flags, None)
+    cb = _compiled(b, backend, pipeline_b, flags, None) if b is not None else None
+    verdict = "unchecked"
+    if check and cb is not None:
+        verdict = compare_outputs(run(ca, sets[0]), run(cb, sets[0])).verdict
+    runners = [_Runner(ca, sets)] + ([_Runner(cb, sets)] if cb is not None else [])
+    n = len(sets)
+    for i in range(warmup):
+        for r in runners:
+            r.time_once(i % n)
+    samples = [[0] * reps for _ in runners]
+    for i in range(reps):
+        order = runners if i % 2 == 0 else runners[::-1]  # ABBA
+        for r in order:
+            samples[runners.index(r)][i] = r.time_once(i % n)
+    ta = Timing.of(samples[0])
+    tb = Timing.of(samples[1]) if cb is not None else None
+    sp = sp10 = sp90 = None
+    if cb is not None:
+        ratios = np.asarray(samples[0], np.float64) / np.maximum(np.asarray(samples[1], np.float64), 1)
+        sp, sp10, sp90 = float(np.median(ratios)), float(np.percentile(ratios, 10)), float(np.percentile(ratios, 90))
+    return BenchResult(
+        name_a=ca.module_name, name_b=cb.module_name if cb else "", pipeline_a=ca.pipeline,
+        pipeline_b=cb.pipeline if cb else "", backend=ca.backend, device=ca.device, reps=reps, warmup=warmup,
+        input_sets=n, a=ta, b=tb, speedup=sp, speedup_p10=sp10, speedup_p90=sp90, verdict=verdict,
+        compile_seconds=(ca.compile_seconds, cb.compile_seconds if cb else None))
+
+
+TRIVIAL_MODULE = """HloModule trivial, entry_computation_layout={(f32[])->f32[]}
+
+ENTRY %main (x: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  ROOT %y = f32[] add(%x, %x)
+}
+"""
+
+
+def harness_overhead(*, reps: int = 2000, backend: str = "cpu") -> dict[str, float]:
+    """What the harness adds: the measured run time of a trivial module (one
+    scalar add), and the cost of the clock pair alone, both in microseconds."""
+    from .xla_compile import compile
+
+    c = compile(TRIVIAL_MODULE, backend)
+    t = time_compiled(c, [[np.float32(1.0)]], reps=reps, warmup=50)
+    clock = time.perf_counter_ns
+    pairs = []
+    for _ in range(reps):
+        t0 = clock()
+        t1 = clock()
+        pairs.append(t1 - t0)
+    return {"trivial_median_us": t.median_us, "trivial_p10_us": t.p10_us, "trivial_p90_us": t.p90_us,
+            "clock_pair_us": float(np.median(pairs)) / 1e3}

@@ -1,0 +1,103 @@
+"""Benchmark results in SQLite (default ``~/.cache/hlo-pass-lab/results.db``).
+
+One row per benchmark, each written in its own transaction (WAL journal), so a
+run killed half-way leaves every earlier row intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created TEXT NOT NULL,
+    module TEXT NOT NULL,
+    module_hash TEXT NOT NULL,
+    rewritten_hash TEXT,
+    passes TEXT NOT NULL DEFAULT '',
+    backend TEXT NOT NULL,
+    device TEXT NOT NULL,
+    pipeline_a TEXT NOT NULL,
+    pipeline_b TEXT,
+    jax TEXT, jaxlib TEXT, git_commit TEXT,
+    reps INTEGER, warmup INTEGER, input_sets INTEGER,
+    a_median_us REAL, a_p10_us REAL, a_p90_us REAL,
+    b_median_us REAL, b_p10_us REAL, b_p90_us REAL,
+    speedup REAL, speedup_p10 REAL, speedup_p90 REAL,
+    verdict TEXT,
+    extra TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_module ON runs(module, created);
+"""
+
+
+def default_db() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hlo-pass-lab" / "results.db"
+
+
+def connect(db: str | os.PathLike | None = None) -> sqlite3.Connection:
+    path = Path(db) if db is not None else default_db()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=30)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.executescript(SCHEMA)
+    return conn
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def git_commit(repo: str | os.PathLike | None = None) -> str | None:
+    repo = repo or Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def record(result, *, module_text: str, rewritten_text: str | None = None, passes: str = "",
+           db: str | os.PathLike | None = None, extra: dict | None = None) -> int:
+    """Stores one ``BenchResult``; returns its row id."""
+    from .xla import jax_versions
+
+    v = jax_versions()
+    b = result.b
+    row = dict(
+        created=time.strftime("%Y-%m-%dT%H:%M:%S"), module=result.name_a, module_hash=text_hash(module_text),
+        rewritten_hash=text_hash(rewritten_text) if rewritten_text is not None else None, passes=passes,
+        backend=result.backend, device=result.device, pipeline_a=result.pipeline_a, pipeline_b=result.pipeline_b or None,
+        jax=v["jax"], jaxlib=v["jaxlib"], git_commit=git_commit(), reps=result.reps, warmup=result.warmup,
+        input_sets=result.input_sets, a_median_us=result.a.median_us, a_p10_us=result.a.p10_us, a_p90_us=result.a.p90_us,
+        b_median_us=b.median_us if b else None, b_p10_us=b.p10_us if b else None, b_p90_us=b.p90_us if b else None,
+        speedup=result.speedup, speedup_p10=result.speedup_p10, speedup_p90=result.speedup_p90, verdict=result.verdict,
+        extra=json.dumps(extra or {}))
+    conn = connect(db)
+    try:
+        with conn:  # one transaction: the row is there whole or not at all
+            cur = conn.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+        return int(cur.lastrowid)
+    finally:
+        conn.close()
+
+
+def history(db: str | os.PathLike | None = None, *, limit: int = 20, module: str | None = None) -> list[dict]:
+    """The most recent rows, newest first (``module``: only that module's)."""
+    path = Path(db) if db is not None else default_db()
+    if not path.exists():
+        return []
+    conn = connect(path)
+    try:
+        q = "SELECT * FROM runs" + (" WHERE module = ?" if module else "") + " ORDER BY id DESC LIMIT ?"
+        return [dict(r) for r in conn.execute(q, ([module] if module else []) + [limit])]
+    finally:
+        conn.close()
