@@ -159,16 +159,17 @@ def select(module: Module, options: FocusOptions = FocusOptions()) -> View:
     expanded: set[str] = set()
     if not options.collapse_fusions:
         expanded = {i.name for i in ranked if i.opcode is HloOpcode.FUSION}
+    elif expand_center:  # the focused instruction is inside it: keep it visible
+        expanded = {expand_center}
     notes: list[str] = []
     total = sum(_weight(i, expanded) for i in ranked)
     if total > options.max_nodes and expanded:
+        # collapse fusions before cutting instructions; keep the focused fusion open if that fits
         keep = {expand_center} & expanded if expand_center else set()
-        if sum(_weight(i, keep) for i in ranked) <= options.max_nodes:
-            notes.append(f"{len(expanded) - len(keep)} fusions collapsed to one node each to fit the budget of {options.max_nodes} nodes")
-            expanded = keep
-        else:
-            notes.append(f"all {len(expanded)} fusions collapsed to fit the budget of {options.max_nodes} nodes")
-            expanded = set()
+        if sum(_weight(i, keep) for i in ranked) > options.max_nodes:
+            keep = set()
+        notes.append(f"{len(expanded) - len(keep)} fusions collapsed to one node each to fit the budget of {options.max_nodes} nodes")
+        expanded = keep
 
     kept: list[Instruction] = []
     used = 0
