@@ -13,9 +13,8 @@ import hlo_tools
 from hlo_tools.cli import main
 from hlo_tools.opcode import HloOpcode
 from visualize import FocusOptions, VisualizeError, diff_modules, format_diff, select
+from visualize.samples import corpus_module, jax_pair
 from visualize.view import fused_computations
-
-from _visualize_inputs import corpus_module, jax_pair
 
 graphviz = pytest.importorskip("graphviz", reason="the graphviz Python package is not installed (pip install graphviz)")
 from visualize.dot import to_dot  # noqa: E402

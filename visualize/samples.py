@@ -1,6 +1,7 @@
-"""Real modules for the visualize tests: the bundled corpus when it is there,
-else modules lowered and compiled by jax here (a genuine before/after of
-XLA:CPU's fusion passes)."""
+"""Real modules to draw, for tests, benchmarks and notebooks: the bundled corpus
+when it is there, else modules lowered and compiled by jax on the spot (a
+genuine before/after of XLA:CPU's fusion passes). jax is imported only here,
+and only when a jax module is asked for."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import hlo_tools
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository root
 MODULES = ROOT / "corpus" / "modules"
 
 
