@@ -154,7 +154,12 @@ def _verify_shapes(instr: Instruction, where: str, comp: Computation, bad) -> No
         except (ValueError, TypeError) as e:
             bad(f"{where}: malformed attributes ({e})", comp, instr)
             return
-        if expected is not None and not expected.compatible(instr.shape):
+        if expected is not None and op is HloOpcode.DOT:
+            # a dot may accumulate into another element type (preferred_element_type)
+            expected = expected.with_layout(None)
+            if expected.dims != instr.shape.dims:
+                bad(f"{where}: result shape is {instr.shape.to_text(False)}, operands give dims {list(expected.dims)}", comp, instr)
+        elif expected is not None and not expected.compatible(instr.shape):
             bad(f"{where}: result shape is {instr.shape.to_text(False)}, operands give {expected.to_text(False)}", comp, instr)
     if op is HloOpcode.BROADCAST:
         src = instr.operands[0].shape

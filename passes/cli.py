@@ -1,0 +1,54 @@
+"""``hlo opt FILE --passes dce,cse -o OUT``: run a pass pipeline from the command line."""
+
+from __future__ import annotations
+
+import sys
+
+
+def _cmd_opt(args) -> int:
+    from hlo_tools import HloParseError, load
+    from hlo_tools.cli import write_atomic
+
+    from .manager import PassError, PassManager
+    from .registry import available_passes, parse_pipeline
+
+    if args.list:
+        print("\n".join(available_passes()))
+        return 0
+    if not args.file:
+        print("hlo opt: give a FILE (or --list)", file=sys.stderr)
+        return 2
+    try:
+        pipeline = parse_pipeline(args.passes)
+    except KeyError as e:
+        print(f"hlo opt: {e.args[0]}", file=sys.stderr)
+        return 2
+    try:
+        module = load(args.file)
+    except HloParseError as e:
+        print(e.format(), file=sys.stderr)
+        return 1
+    manager = PassManager(pipeline, fixed_point=args.fixed_point, dump_dir=args.dump_dir)
+    try:
+        result = manager.run(module)
+    except PassError as e:
+        print(f"hlo opt: {e}", file=sys.stderr)
+        return 1
+    print(result.table(), file=sys.stderr if not args.output else sys.stdout)
+    text = module.to_text()
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("opt", help="run passes over a module and print (or write) the result")
+    p.add_argument("file", nargs="?")
+    p.add_argument("--passes", default="dce,cse,simplify", help="comma-separated pass names (see --list)")
+    p.add_argument("-o", "--output", help="write the module here (atomically); the pass table goes to stdout")
+    p.add_argument("--dump-dir", help="write NN.passname.hlo after each pass")
+    p.add_argument("--fixed-point", action="store_true", help="repeat the pipeline until nothing changes")
+    p.add_argument("--list", action="store_true", help="list the registered passes")
+    p.set_defaults(func=_cmd_opt)

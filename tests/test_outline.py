@@ -1,0 +1,126 @@
+"""outline_fusion / inline_fusion: the building block of the fusion passes."""
+
+from __future__ import annotations
+
+import pytest
+
+import hlo_tools
+from hlo_tools import HloOpcode, xla
+from hlo_tools.opcode import ELEMENTWISE
+from passes.fusion import FusionError, inline_fusion, outline_fusion
+from tests.conftest import corpus_stage_texts
+
+SRC = """HloModule m
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  x = f32[4,8]{1,0} parameter(0)
+  y = f32[4,8]{1,0} parameter(1)
+  m = f32[4,8]{1,0} multiply(x, y)
+  n = f32[4,8]{1,0} exponential(m)
+  z = f32[] constant(0)
+  r = f32[4]{0} reduce(n, z), dimensions={1}, to_apply=add
+  k = f32[4,8]{1,0} negate(n)
+  ROOT t = (f32[4]{0}, f32[4,8]{1,0}) tuple(r, k)
+}
+"""
+
+
+def _get(module, *names):
+    return [module.entry.get_instruction(n) for n in names]
+
+
+def test_single_output_loop_fusion():
+    module = hlo_tools.parse(SRC)
+    m, n = _get(module, "m", "n")
+    fusion = outline_fusion(module.entry, [m, n])
+    hlo_tools.verify(module)
+    assert fusion.attribute("kind") == "kLoop"
+    assert [o.name for o in fusion.operands] == ["x", "y"]
+    body = fusion.fused_computation
+    assert [i.opcode_text for i in body] == ["parameter", "parameter", "multiply", "exponential"]
+    assert body.root.name == "n"
+    assert {u.name for u in fusion.users} == {"r", "k"}
+    text = module.to_text()
+    assert "%fusion = f32[4,8]{1,0} fusion(%x, %y), kind=kLoop, calls=%fused_computation" in text
+    xla.xla_module_from_text(text)
+
+
+def test_multi_output_fusion_makes_tuple_and_get_tuple_elements():
+    module = hlo_tools.parse(SRC)
+    region = _get(module, "m", "n", "z", "r")
+    fusion = outline_fusion(module.entry, region)
+    hlo_tools.verify(module)
+    assert fusion.attribute("kind") == "kInput"  # a reduction is an output
+    assert fusion.shape.to_text() == "(f32[4,8]{1,0}, f32[4]{0})"
+    gtes = sorted(fusion.users, key=lambda g: g.tuple_index)
+    assert [g.opcode for g in gtes] == [HloOpcode.GET_TUPLE_ELEMENT] * 2
+    assert [u.name for u in gtes[0].users] == ["k"] and [u.name for u in gtes[1].users] == ["t"]
+    assert fusion.fused_computation.root.opcode is HloOpcode.TUPLE
+
+
+def test_refuses_regions_that_would_create_a_cycle():
+    module = hlo_tools.parse(SRC)
+    m, r = _get(module, "m", "r")  # n sits between them, outside the region
+    with pytest.raises(FusionError, match="would create a cycle: %n is outside the region"):
+        outline_fusion(module.entry, [m, r])
+    assert module.to_text() == hlo_tools.parse(SRC).to_text()  # nothing changed
+
+
+def test_refuses_parameters_and_control_dependencies():
+    module = hlo_tools.parse(SRC)
+    x, m, n = _get(module, "x", "m", "n")
+    with pytest.raises(FusionError, match="cannot fuse parameter %x"):
+        outline_fusion(module.entry, [x, m])
+    n.add_control_predecessor(x)
+    with pytest.raises(FusionError, match="control dependencies"):
+        outline_fusion(module.entry, [m, n])
+
+
+def test_inline_is_the_inverse():
+    module = hlo_tools.parse(SRC)
+    want = xla.canonical_text(module.to_text())
+    f1 = outline_fusion(module.entry, _get(module, "m", "n", "z", "r"))
+    inline_fusion(f1)
+    hlo_tools.verify(module)
+    assert len(module.computations) == 2
+    assert xla.canonical_text(module.to_text()) == want
+
+
+def _outline_all_elementwise_pairs(module) -> list:
+    fusions = []
+    for comp in list(module.computations):
+        if comp is not module.entry:
+            continue
+        for instr in list(comp):
+            if instr.parent is None or instr.opcode not in ELEMENTWISE:
+                continue
+            ops = [o for o in instr.operands if o.opcode in ELEMENTWISE and o.parent is comp and o.user_count == 1]
+            if ops:
+                fusions.append(outline_fusion(comp, [ops[0], instr]))
+    return fusions
+
+
+# pre-optimization stages of the corpus's tiny modules (the full-size ones take
+# minutes through XLA's canonical print three times; the big conformance-style
+# check runs on them in bench/passes_speed.py)
+_PRE = [(label, t) for label, t in corpus_stage_texts() if label.endswith("before_optimizations") and len(t) < 400_000]
+
+
+@pytest.mark.skipif(not _PRE, reason="no bundled corpus modules")
+@pytest.mark.parametrize("label, text", _PRE, ids=[p[0] for p in _PRE])
+def test_outline_then_inline_round_trips_on_corpus_modules(label, text):
+    module = hlo_tools.parse(text, label)
+    want = xla.canonical_text(text)
+    fusions = _outline_all_elementwise_pairs(module)
+    assert fusions, "an LLM module has fusible elementwise pairs"
+    hlo_tools.verify(module)
+    xla.xla_module_from_text(module.to_text())
+    for f in fusions:
+        inline_fusion(f)
+    assert xla.canonical_text(module.to_text()) == want
