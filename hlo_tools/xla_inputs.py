@@ -33,7 +33,7 @@ def numpy_dtype(t: PrimitiveType) -> np.dtype:
 
         name = {"bf16": "bfloat16", "s4": "int4", "u4": "uint4", "s2": "int2", "u2": "uint2"}.get(t.value, t.value)
         if t.value.startswith(("f8", "f4")):
-            name = "float" + t.value[1:]
+            name = "float" + t.value[1] + "_" + t.value[2:]  # f8e4m3fn -> float8_e4m3fn
         return np.dtype(getattr(ml_dtypes, name))
     names = {"c64": "complex64", "c128": "complex128"}
     if t.value in names:
