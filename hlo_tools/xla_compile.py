@@ -96,6 +96,9 @@ class Hook:
     seen: list[str] = field(default_factory=list)  # the texts XLA handed the hook
     error: BaseException | None = None
 
+    def __post_init__(self):
+        xla.hook_stage_name(self.stage)  # ValueError for an unknown stage, before any compile
+
     def callback(self, proto: bytes) -> bytes | None:
         from .parser import parse
 
