@@ -18,7 +18,7 @@ def _add_focus_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--around", metavar="NAME", help="draw the neighbourhood of this instruction")
     g.add_argument("--radius", type=int, default=2, metavar="K", help="hops from --around (default 2)")
     g.add_argument("--collapse-fusions", action="store_true", help="draw each fusion as one node")
-    g.add_argument("--max-nodes", type=int, default=1000, metavar="N", help="node budget; what is cut is said in the graph (default 1000)")
+    g.add_argument("--max-nodes", type=int, default=500, metavar="N", help="node budget; what is cut is said in the graph (default 500)")
 
 
 def _focus(args: argparse.Namespace):

@@ -4,6 +4,7 @@ One self-contained file: no server, no network."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import html
 import json
@@ -125,8 +126,10 @@ def before_after_html(before: Module, after: Module, options: FocusOptions = Foc
         after_view = select(after, dataclasses.replace(options, around=None, computation=None))
     b_classes = {n: s for n, s in d.before_status.items() if s != "kept"}
     a_classes = {n: s for n, s in d.after_status.items() if s != "kept"}
-    b_svg = svg_text(to_graph(before_view, id_prefix="b-", classes=b_classes).source)
-    a_svg = svg_text(to_graph(after_view, id_prefix="a-", classes=a_classes).source)
+    sources = [to_graph(before_view, id_prefix="b-", classes=b_classes).source,
+               to_graph(after_view, id_prefix="a-", classes=a_classes).source]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two `dot` processes at once
+        b_svg, a_svg = pool.map(svg_text, sources)
     counts = d.counts()
     tables = [_table("top-level instructions", ["status", "count"], [[k, v] for k, v in counts.items()]),
               _table("opcode counts outside fusion bodies", ["opcode", "before", "after", "delta"],

@@ -22,14 +22,16 @@ class VisualizeError(ValueError):
 
 @dataclass(frozen=True)
 class FocusOptions:
-    """What to draw. Defaults: the entry computation, fusions expanded, at most 1000 nodes."""
+    """What to draw. Defaults: the entry computation, fusions expanded, at most 500 nodes."""
 
     computation: str | None = None  # a computation's name; None: the entry
     whole_module: bool = False  # every non-fused computation, each as a cluster
     around: str | None = None  # an instruction's name: draw its neighbourhood
     radius: int = 2  # hops (operands or users) from ``around``
     collapse_fusions: bool = False  # draw each fusion as one node
-    max_nodes: int = 1000  # node budget; fused instructions of expanded fusions count
+    # node budget; fused instructions of expanded fusions count. dot is superlinear:
+    # 500 nodes lay out in ~1 s here, 1000 in ~15-30 s (bench/viz_speed.py).
+    max_nodes: int = 500
 
 
 @dataclass(frozen=True)
