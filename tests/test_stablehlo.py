@@ -1,0 +1,42 @@
+"""StableHLO in and out, and modules from jax functions."""
+
+from __future__ import annotations
+
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+from hlo_tools import parse  # noqa: E402
+from hlo_tools.opcode import HloOpcode  # noqa: E402
+from hlo_tools.stablehlo import from_jax, from_module, to_module  # noqa: E402
+from hlo_tools.xla import XlaCompileError  # noqa: E402
+from hlo_tools.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
+from hlo_tools.xla_run import compare  # noqa: E402
+
+
+def test_from_jax_with_abstract_args_gives_the_pre_optimization_module():
+    def mlp(x, w):
+        return jnp.tanh(x @ w).sum(axis=1)
+
+    m = from_jax(mlp, jax.ShapeDtypeStruct((4, 8), jnp.float32), jnp.ones((8, 3), jnp.float32))
+    ops = {i.opcode for i in m.walk()}
+    assert HloOpcode.DOT in ops and HloOpcode.TANH in ops and HloOpcode.REDUCE in ops
+    assert HloOpcode.FUSION not in ops  # before XLA's optimizations
+    assert [p.shape.to_text(print_layout=False) for p in m.entry.parameters] == ["f32[4,8]", "f32[8,3]"]
+
+
+def test_stablehlo_round_trip_keeps_the_computation():
+    text = from_module(parse(UNFUSED))
+    assert "stablehlo.exponential" in text and "func.func" in text
+    back = to_module(text)
+    assert compare(parse(UNFUSED), back).verdict == "exact"
+
+
+def test_fusions_appear_as_mhlo_fusion():
+    assert "mhlo.fusion" in from_module(parse(FUSION_KLOOP))
+
+
+def test_bad_stablehlo_is_a_typed_error():
+    with pytest.raises(XlaCompileError, match="convert failed"):
+        to_module("module { func.func @main() -> tensor<f32> { nonsense } }")
