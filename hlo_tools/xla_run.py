@@ -207,12 +207,12 @@ def compare(a, b, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b
 
     ma, mb = _module_of(a), _module_of(b)
     names = (ma.name, mb.name) if ma.name != mb.name else (f"{ma.name} ({pipeline_a})", f"{mb.name} ({pipeline_b})")
+    ca = _compiled(a if not isinstance(a, Module) else ma, backend, pipeline_a, flags, None)
+    cb = _compiled(b if not isinstance(b, Module) else mb, backend, pipeline_b, flags, None)
     if inputs is None:
         sa, sb = _signature(ma), _signature(mb)
         if sa != sb:
             return Comparison("mismatch", (), f"parameters differ: ({', '.join(sa)}) vs ({', '.join(sb)})", names)
         inputs = make_inputs(ma, seed=seed)[0]
-    ca = _compiled(a if not isinstance(a, Module) else ma, backend, pipeline_a, flags, None)
-    cb = _compiled(b if not isinstance(b, Module) else mb, backend, pipeline_b, flags, None)
     out = compare_outputs(run(ca, inputs), run(cb, inputs), rtol=rtol, atol=atol, names=names)
     return Comparison(out.verdict, out.outputs, out.message, names, inputs)
