@@ -5,7 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+# Debian packages the tests and the demo use: graphviz renders graphs, chromium
+# drives the before/after page in a browser test.  Installed when missing.
+APT_PKGS := graphviz chromium chromium-driver
+
+.PHONY: demo test venv clean sysdeps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +21,19 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+sysdeps:
+	@if command -v dot >/dev/null && test -x /usr/bin/chromedriver; then :; \
+	elif [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PKGS) >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PKGS) >/dev/null; } || \
+	  echo "warning: could not install $(APT_PKGS); graph and browser tests will skip"; \
+	else echo "warning: not root: install $(APT_PKGS) for the graph and browser tests"; fi
+
+demo: sysdeps $(STAMP)
 	$(BIN)/hlo demo --report results/demo_report.md
 
-test: $(STAMP)
+test: sysdeps $(STAMP)
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -460,7 +460,7 @@ class Computation:
             raise IrError(f"computation %{self.name} already has an instruction named %{instr.name}")
         self._link(instr, before=before, after=after)
         if self.parent is not None:
-            self.parent._names_cache = None
+            self.parent._count_name(instr.name, 1)
         return instr
 
     def _link(self, instr: Instruction, *, before: Instruction | None = None, after: Instruction | None = None) -> None:
@@ -527,8 +527,11 @@ class Computation:
         instr.parent = None
         del self._names[instr.name]
         self._count -= 1
+        self._forget_name(instr.name)
+
+    def _forget_name(self, name: str) -> None:
         if self.parent is not None:
-            self.parent._names_cache = None
+            self.parent._count_name(name, -1)
 
     def replace_instruction(self, old: Instruction, new: Instruction) -> Instruction:
         """Adds ``new`` before ``old`` if detached, moves all uses to it and removes ``old``."""
@@ -541,11 +544,13 @@ class Computation:
     def rename_instruction(self, instr: Instruction, name: str) -> None:
         if name in self._names and self._names[name] is not instr:
             raise IrError(f"computation %{self.name} already has an instruction named %{name}")
-        del self._names[instr.name]
+        old = instr.name
+        del self._names[old]
         instr.name = name
         self._names[name] = instr
+        self._forget_name(old)
         if self.parent is not None:
-            self.parent._names_cache = None
+            self.parent._count_name(name, 1)
 
     def set_root(self, instr: Instruction) -> None:
         if instr.parent is not self:
@@ -626,7 +631,7 @@ class Module:
         self.entry: Computation | None = None
         self.stack_frames: list[tuple[str, list[str]]] = []  # (section name, lines), verbatim
         self.print_operand_shapes = False  # print `f32[2] %x` operands (older XLA style)
-        self._names_cache: set[str] | None = None
+        self._names_cache: dict[str, int] | None = None
 
     # -- computations --------------------------------------------------------------
     def add_computation(self, comp: Computation, *, entry: bool = False) -> Computation:
@@ -668,10 +673,25 @@ class Module:
                 return f"{base}.{n}"
         raise AssertionError  # pragma: no cover
 
-    def _instruction_names(self) -> set[str]:
+    def _instruction_names(self) -> dict[str, int]:
+        """Instruction name -> how many computations use it (for unique names)."""
         if self._names_cache is None:
-            self._names_cache = {n for c in self.computations for n in c._names}
+            cache: dict[str, int] = {}
+            for c in self.computations:
+                for n in c._names:
+                    cache[n] = cache.get(n, 0) + 1
+            self._names_cache = cache
         return self._names_cache
+
+    def _count_name(self, name: str, delta: int) -> None:
+        cache = self._names_cache
+        if cache is None:
+            return
+        n = cache.get(name, 0) + delta
+        if n > 0:
+            cache[name] = n
+        else:
+            cache.pop(name, None)
 
     # -- module attributes ------------------------------------------------------------
     @property
