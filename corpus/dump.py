@@ -7,6 +7,7 @@ A dump folder holds, per compiled module ``module_<id>.<name>``:
   plus side files such as ``...after_optimizations-buffer-assignment.txt``,
 * per-pass dumps with ``--xla_dump_hlo_pass_re``:
   ``<name>.<NNNN>.<pipeline>.after_<pass>.before_<next>.txt``,
+* XLA:GPU snapshots such as ``<name>.after_spmd_partitioner.txt``,
 * other artefacts (``debug_options``, object files, PTX, thunk sequences, ...).
 
 Nothing here imports jax; decoding a ``.pb`` stage imports jaxlib lazily.
@@ -27,6 +28,8 @@ _PASS_RE = re.compile(
 _STAGE_RE = re.compile(
     r"^(?P<name>.+?)\.(?P<stage>(?:sm_\d+\.\d+[a-z]?_)?(?:[a-z0-9]+_)?(?:before|after)_optimizations)"
     r"(?P<aux>-[\w\-]+)?\.(?P<ext>txt|hlo\.pb|pb)$")
+# Other whole-module HLO snapshots XLA:GPU dumps, e.g. ``after_spmd_partitioner.txt``.
+_SNAPSHOT_RE = re.compile(r"^(?P<name>.+?)\.(?P<stage>(?:after|before)_[A-Za-z0-9_]+)\.(?P<ext>txt|hlo\.pb|pb)$")
 _HLO_EXTS = ("txt", "hlo.pb", "pb")
 
 
@@ -120,7 +123,9 @@ def from_dump_dir(path: str | Path) -> list[DumpModule]:
             continue
         mid, rest = int(m.group("id")), m.group("rest")
         pm, sm = _PASS_RE.match(rest), _STAGE_RE.match(rest)
-        name = (pm or sm).group("name") if (pm or sm) else rest.split(".", 1)[0]
+        xm = None if (pm or sm) else _SNAPSHOT_RE.match(rest)
+        hit = pm or sm or xm
+        name = hit.group("name") if hit else rest.split(".", 1)[0]
         mod = mods.setdefault(mid, DumpModule(mid, name))
         if pm:
             pd = PassDump(int(pm.group("seq")), pm.group("pipeline"), pm.group("after")[len("after_"):],
@@ -129,6 +134,8 @@ def from_dump_dir(path: str | Path) -> list[DumpModule]:
                 mod.passes = [x for x in mod.passes if x.key != pd.key] + [pd]
         elif sm and not sm.group("aux"):
             put(mid, sm.group("stage"), p, sm.group("ext"), mod.stages)
+        elif xm:
+            put(mid, xm.group("stage"), p, xm.group("ext"), mod.stages)
         else:
             mod.aux[rest[len(name) + 1:] if rest.startswith(name + ".") else rest] = p
     for mod in mods.values():

@@ -209,7 +209,24 @@ def strip_paths(text: str) -> str:
             return m.group(0)
         return f'"{p}"'
 
-    return _PATH_RE.sub(repl, text)
+    return _mask_generator_lines(_PATH_RE.sub(repl, text))
+
+
+def _mask_generator_lines(text: str) -> str:
+    """Zero the line/column numbers of stack frames in this generator's own files.
+
+    They only say where in ``corpus/`` a call was made; masking them keeps the stored
+    optimized text unchanged when the generator is edited.
+    """
+    m = re.search(r"^FileNames\n((?:\d+ \"[^\"\n]*\"\n)+)", text, re.M)
+    if not m:
+        return text
+    ids = [ln.split(" ", 1)[0] for ln in m.group(1).splitlines() if ln.split(" ", 1)[1].startswith('"corpus/')]
+    if not ids:
+        return text
+    loc = re.compile(r"^(\d+ \{file_name_id=(?:" + "|".join(ids) + r") function_name_id=\d+) line=\d+ "
+                     r"end_line=\d+ column=\d+ end_column=\d+\}", re.M)
+    return loc.sub(r"\1 line=0 end_line=0 column=0 end_column=0}", text)
 
 
 _INSTR_RE = re.compile(r"^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=\s*\S", re.M)
@@ -533,23 +550,62 @@ class Generator:
                 "to fit compile time on the generating machine.")
         mdir = out / "modules" / job.name
         for stage in STAGES:
-            if stage not in texts:
-                continue
-            text = texts[stage]
-            rel = f"modules/{job.name}/{stage}.hlo.txt.gz"
-            data = write_gz(out / rel, text)
-            entry["files"][stage] = rel
-            entry["sha256"][stage] = hashlib.sha256(data).hexdigest()
-            entry["text_sha256"][stage] = hashlib.sha256(text.encode()).hexdigest()
-            entry["text_bytes"][stage] = len(text.encode())
-            entry["gz_bytes"][stage] = len(data)
-            entry["instructions"][stage] = instruction_count(text)
-            entry["collectives"][stage] = collective_counts(text)
-            if stage.startswith("gpu_"):
-                entry.setdefault("gpu_fusions", {})[stage] = fusion_kinds(text)
+            if stage in texts:
+                rel = f"modules/{job.name}/{stage}.hlo.txt.gz"
+                write_gz(out / rel, texts[stage])
+                entry["files"][stage] = rel
+        describe_stages(entry, out)
         (mdir / "entry.json").write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
         timings["total_s"] = time.perf_counter() - t0
         return {"name": job.name, **{k: round(v, 2) for k, v in timings.items()}}
+
+
+def xla_parse_check(text: str) -> bool | str:
+    """True if XLA's own text parser accepts the text, else the error's first line."""
+    from jax._src.lib import xla_client as xc
+
+    try:
+        xc.hlo.hlo_module_from_text(text)
+        return True
+    except Exception as e:  # noqa: BLE001 - record XLA's message
+        msg = str(e).splitlines()
+        return next((ln.strip() for ln in msg if "error:" in ln), msg[0] if msg else repr(e))
+
+
+def describe_stages(entry: dict[str, Any], out: Path) -> None:
+    """Fill the per-stage metadata of an entry from its stored files (all measured on the text)."""
+    for key in ("sha256", "text_sha256", "text_bytes", "gz_bytes", "instructions", "collectives",
+                "xla_parses"):
+        entry[key] = {}
+    entry.pop("gpu_fusions", None)
+    for stage, rel in entry["files"].items():
+        data = (out / rel).read_bytes()
+        text = gzip.decompress(data).decode()
+        entry["sha256"][stage] = hashlib.sha256(data).hexdigest()
+        entry["text_sha256"][stage] = hashlib.sha256(text.encode()).hexdigest()
+        entry["text_bytes"][stage] = len(text.encode())
+        entry["gz_bytes"][stage] = len(data)
+        entry["instructions"][stage] = instruction_count(text)
+        entry["collectives"][stage] = collective_counts(text)
+        entry["xla_parses"][stage] = xla_parse_check(text)
+        if stage.startswith("gpu_"):
+            entry.setdefault("gpu_fusions", {})[stage] = fusion_kinds(text)
+    bad = sorted(s for s, ok in entry["xla_parses"].items() if ok is not True)
+    if bad:
+        entry["xla_parse_note"] = (
+            f"XLA's own parser (jaxlib {_version('jaxlib')}) rejects {', '.join(bad)} as printed by XLA: "
+            "async collective '-start' ops carry output_to_operand_aliasing, which the parser does not "
+            "allow on them; the text is stored unmodified (dropping that attribute makes it parse).")
+    else:
+        entry.pop("xla_parse_note", None)
+
+
+def refresh_entries(out: Path) -> None:
+    """Recompute every entry.json's per-stage metadata from the stored files."""
+    for p in sorted((out / "modules").glob("*/entry.json")):
+        entry = json.loads(p.read_text())
+        describe_stages(entry, out)
+        p.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
 
 
 def jnp_is_float(x: Any) -> bool:
@@ -604,11 +660,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timings", help="append per-module timings (JSON lines) to this file")
     ap.add_argument("--manifest-only", action="store_true",
                     help="only rebuild manifest.json from the entry.json files under --out")
+    ap.add_argument("--refresh", action="store_true",
+                    help="recompute per-stage metadata (hashes, counts, parse checks) from the stored "
+                         "files, then rebuild manifest.json")
     ns = ap.parse_args(argv)
     pats = [p for p in (ns.only or "").split(",") if p]
     jobs = [j for j in all_jobs() if not pats or any(fnmatch.fnmatch(j.name, p) for p in pats)]
     out = Path(ns.out)
-    if ns.manifest_only:
+    if ns.manifest_only or ns.refresh:
+        if ns.refresh:
+            refresh_entries(out)
         write_manifest(out)
         return 0
     if ns.list:

@@ -127,7 +127,8 @@ def test_manifest_complete() -> None:
         assert m["size"] in ("tiny", "full")
         assert isinstance(m["sharded"], bool) and isinstance(m["runnable"], bool)
         assert set(REQUIRED_STAGES) <= set(m["files"]), m["name"]
-        assert set(m["files"]) == set(m["sha256"]) == set(m["instructions"]) == set(m["text_bytes"])
+        assert set(m["files"]) == set(m["sha256"]) == set(m["instructions"]) == set(m["text_bytes"]) \
+            == set(m["xla_parses"])
         assert m["dtype"] == ("float32" if m["size"] == "tiny" else "bfloat16")
         assert m["jax"] == man["jax"] and m["shapes"]["num_params"] > 0
         for stage, n in m["instructions"].items():
@@ -151,7 +152,8 @@ def test_sharded_modules_have_collectives() -> None:
         gpu = e.text("gpu_h100_after_optimizations")
         assert re.search(r"\s(all-reduce|all-gather|reduce-scatter)(-start)?\(", cpu), e.name
         assert re.search(r"\s(all-reduce|all-gather|reduce-scatter)-start\(", gpu), e.name
-        assert "num_partitions=8" in e.text("before_optimizations")
+        assert "sharding={devices=[" in e.text("before_optimizations")
+        assert e.meta["mesh"]["devices"] == N_SHARDED_DEVICES
 
 
 @pytest.mark.parametrize("entry", _params(lambda e: True))
@@ -173,14 +175,36 @@ def test_corpus_size_under_60mb() -> None:
 # --------------------------------------------------------------------------- XLA
 
 
+# XLA:GPU prints output_to_operand_aliasing on async collective -start ops (sharded
+# modules), which the same jaxlib's text parser rejects; the manifest records it.
+_ALIASING_ON_START = re.compile(r"(-start\([^\n]*?), output_to_operand_aliasing=\{\{[^}]*\}: \([^)]*\)\}")
+
+
 @pytest.mark.parametrize("entry", _params(lambda e: True))
 def test_every_stage_parses_with_xla(entry: corpus.Entry) -> None:
+    """Every stage parses with XLA's parser, except where the manifest records XLA's own
+    printer/parser mismatch; those must parse once only that attribute is dropped."""
     xc, _ = _xla()
     for stage in entry.files:
         text = entry.text(stage)
         assert "/work/" not in text and "site-packages" not in text, (entry.name, stage)
-        m = xc.hlo.hlo_module_from_text(text)
-        assert m.name, (entry.name, stage)
+        recorded = entry.meta["xla_parses"][stage]
+        if recorded is True:
+            assert xc.hlo.hlo_module_from_text(text).name, (entry.name, stage)
+            continue
+        assert 'unexpected attribute "output_to_operand_aliasing"' in recorded, recorded
+        assert stage.startswith("gpu_") and entry.sharded and "xla_parse_note" in entry.meta
+        with pytest.raises(Exception, match="output_to_operand_aliasing"):
+            xc.hlo.hlo_module_from_text(text)
+        fixed, n = _ALIASING_ON_START.subn(r"\1", text)
+        assert n > 0 and xc.hlo.hlo_module_from_text(fixed).name, (entry.name, stage)
+
+
+def test_most_stages_parse_unmodified() -> None:
+    bad = [(e.name, s) for e in ENTRIES for s, ok in e.meta["xla_parses"].items() if ok is not True]
+    assert len(bad) <= 3, bad
+    assert all(e.meta["xla_parses"]["before_optimizations"] is True and
+               e.meta["xla_parses"]["cpu_after_optimizations"] is True for e in ENTRIES)
 
 
 @pytest.mark.parametrize("entry", _params(lambda e: True))
@@ -291,6 +315,31 @@ def test_from_dump_dir_proto_only(tmp_path: Path) -> None:
     assert m.stages["before_optimizations"].name.endswith(".pb")
     assert m.text("before_optimizations").startswith("HloModule jit_step")
     assert m.text("after_optimizations").startswith("HloModule jit_step")
+
+
+# File names an XLA:GPU dump (jax-cuda12-plugin 0.12, compile-only H100) writes for module 1.
+_GPU_DUMP_NAMES = (
+    "after_spmd_partitioner.txt", "autotune_results.pbtxt", "before_config_assignment.txt",
+    "before_optimizations.txt", "config.pbtxt", "debug_options", "gpu_target_config.pbtxt",
+    "sm_9.0a_gpu_after_optimizations-buffer-assignment.txt",
+    "sm_9.0a_gpu_after_optimizations-memory-usage-report.txt",
+    "sm_9.0a_gpu_after_optimizations.txt", "thunk_sequence.txt",
+)
+
+
+def test_from_dump_dir_gpu_file_names(tmp_path: Path) -> None:
+    """Classification of XLA:GPU dump names (contents: a real CPU dump's HLO text)."""
+    text = corpus.read_hlo_file(_dump(tmp_path).glob("module_*.jit_step.before_optimizations.txt").__next__())
+    d = tmp_path / "gpu"
+    d.mkdir()
+    for n in _GPU_DUMP_NAMES:
+        (d / f"module_0001.jit_step.{n}").write_text(text)
+    (m,) = corpus.from_dump_dir(d)
+    assert (m.module_id, m.name) == (1, "jit_step")
+    assert set(m.stages) == {"before_optimizations", "sm_9.0a_gpu_after_optimizations",
+                             "after_spmd_partitioner", "before_config_assignment"}
+    assert m.after_optimizations.name.endswith("sm_9.0a_gpu_after_optimizations.txt")
+    assert "thunk_sequence.txt" in m.aux and "debug_options" in m.aux
 
 
 def test_from_dump_dir_errors(tmp_path: Path) -> None:
