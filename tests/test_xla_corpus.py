@@ -1,0 +1,47 @@
+"""The bundled corpus through XLA: every module small enough to run here compiles
+(stock), runs, and agrees exactly with its own print re-parsed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax")
+
+from hlo_tools import parse
+from hlo_tools.xla import cuda_plugin_available
+from hlo_tools.xla_compile import compile
+from hlo_tools.xla_run import compare
+
+MANIFEST = Path(__file__).resolve().parent.parent / "corpus" / "manifest.json"
+
+
+def runnable_entries():
+    if not MANIFEST.exists():
+        return []
+    import corpus
+
+    return [e for e in corpus.load() if e.runnable and not e.sharded and e.size == "tiny"]
+
+
+ENTRIES = runnable_entries()
+needs_corpus = pytest.mark.skipif(not ENTRIES, reason="corpus/manifest.json is missing (no bundled corpus yet)")
+
+
+@needs_corpus
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_corpus_module_runs_and_its_reprint_agrees_exactly(entry):
+    m = entry.module("before_optimizations")
+    cmp = compare(m, parse(m.to_text()))
+    assert cmp.verdict == "exact", str(cmp)
+
+
+@needs_corpus
+@pytest.mark.skipif(not cuda_plugin_available(), reason="jax's CUDA plugin is not installed")
+def test_corpus_module_compiles_for_h100_without_a_gpu():
+    entry = next(e for e in ENTRIES if "decode" in e.name)
+    res = compile(entry.module("before_optimizations"), target="h100")
+    kinds = {k for _, k in res.fusions()}
+    assert {"kLoop", "kInput"} <= kinds, kinds
+    assert res.device == "NVIDIA H100 80GB HBM3"
