@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The XLA bridge's GPU checks, for a machine with a GPU: the GPU tests, then
+# stock vs as-written timings, as one short table.  Installs nothing.  On a
+# machine without a GPU it says "no GPU" and exits 0.
+set -u
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+if ! "$PY" - <<'PYEOF' 2>/dev/null
+import sys
+from hlo_tools.xla import backend_available
+sys.exit(0 if backend_available("gpu") else 1)
+PYEOF
+then
+  echo "no GPU"
+  exit 0
+fi
+
+"$PY" - <<'PYEOF'
+from hlo_tools.xla import get_client, hook_supported, jax_versions
+dev = get_client("gpu").local_devices()[0]
+v = jax_versions()
+print(f"GPU: {dev.device_kind}; jax {v['jax']} jaxlib {v['jaxlib']}; pipeline hook: {'yes' if hook_supported() else 'no'}")
+PYEOF
+
+status=0
+if "$PY" -c "import pytest" 2>/dev/null; then
+  "$PY" -m pytest -q -p no:cacheprovider tests/test_xla_gpu.py tests/test_xla_hook.py 2>&1 | tail -n 5 || status=1
+else
+  echo "pytest not installed: tests skipped"
+fi
+"$PY" bench/xla_bench.py --backend gpu --reps "${REPS:-30}" || status=1
+exit $status
