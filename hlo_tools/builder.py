@@ -9,6 +9,7 @@ import re
 from .ir import COMPUTATION_ATTRS, Computation, Instruction, Module
 from .opcode import OPCODES, HloOpcode, parse_opcode
 from .records import CompRecord, InstrRecord, Locator, ModuleRecord
+from .literal import LiteralError, check_literal
 from .scanner import split_raw_attributes
 from .shape import ShapeError, parse_shape, parse_shape_prefix
 
@@ -126,7 +127,7 @@ class Builder:
                         ok = False
                 elif opcode is CONSTANT:
                     literal = operand_text.strip()
-                    ok = bool(literal)
+                    ok = bool(literal) and self._literal_ok(literal, shape)
                 elif operand_text:
                     if "/*" in operand_text or "[" in operand_text:
                         ok = False
@@ -171,6 +172,8 @@ class Builder:
                 literal = r.operand_text.strip()
                 if not literal:
                     raise loc.error("constant needs a literal", r.operand_pos, ("literal",))
+                if shape is not None:
+                    self._check_literal(r, literal, shape)
             else:
                 operands = self._operands(r.operand_text, r.operand_pos, r.name, names)
             raw_attrs = r.attrs
@@ -227,6 +230,7 @@ class Builder:
         if comp._count == 0:
             raise loc.error(f"computation %{crec.name} has no instructions", crec.pos)
         comp.root = root if root is not None else comp._tail
+        self._check_signature(crec, comp)
         numbers.sort()
         if numbers and numbers[-1] != len(numbers) - 1 or len(set(numbers)) != len(numbers):
             params = [i for i in comp if i.opcode is HloOpcode.PARAMETER]
@@ -234,6 +238,50 @@ class Builder:
             rec = next(x for x in crec.instrs if x.name == p.name)
             raise loc.error(f"parameter numbers of %{crec.name} must be 0..{len(numbers) - 1} without gaps or repeats, got {numbers}", rec.operand_pos)
         return comp
+
+    _LITERAL_CHECK_LIMIT = 200_000  # characters; longer literals are kept unchecked
+
+    def _literal_ok(self, literal: str, shape) -> bool:
+        if len(literal) > self._LITERAL_CHECK_LIMIT:
+            return True
+        try:
+            check_literal(literal, shape)
+        except LiteralError:
+            return False  # the general path reports it with its position
+        return True
+
+    def _check_literal(self, r: InstrRecord, literal: str, shape) -> None:
+        if len(literal) > self._LITERAL_CHECK_LIMIT:
+            return
+        try:
+            check_literal(literal, shape)
+        except LiteralError as e:
+            lead = len(r.operand_text) - len(r.operand_text.lstrip())
+            raise self.loc.error(f"constant %{r.name}: {e}", r.operand_pos + lead + e.offset) from None
+
+    def _check_signature(self, crec: CompRecord, comp: Computation) -> None:
+        """The header's parameter and result shapes must match the body (XLA
+        checks the same)."""
+        if crec.params is None:
+            return
+        params = comp.parameters
+        if len(params) != len(crec.params):
+            raise self.loc.error(f"computation %{crec.name} declares {len(crec.params)} parameters but has {len(params)}", crec.pos)
+        for p, (pname, ptext, ppos) in zip(params, crec.params):
+            try:
+                want = parse_shape(ptext)
+            except ShapeError as e:
+                raise self.loc.error(str(e), ppos + e.offset) from None
+            if not want.compatible(p.shape):
+                raise self.loc.error(f"parameter {pname} of %{crec.name} is declared {ptext} but %{p.name} is {p.shape.to_text(False)}", ppos)
+        if crec.result_text is not None:
+            try:
+                want = parse_shape(crec.result_text)
+            except ShapeError as e:
+                raise self.loc.error(str(e), crec.pos) from None
+            if not want.compatible(comp.root.shape):
+                raise self.loc.error(
+                    f"computation %{crec.name} is declared to return {crec.result_text}, its root %{comp.root.name} is {comp.root.shape.to_text(False)}", crec.pos)
 
     def _infer(self, r: InstrRecord, opcode, operands, attrs):
         raw = attrs if r.attrs.__class__ is str else {k: v for k, v, _ in r.attrs}

@@ -6,6 +6,7 @@ wrong, says why, and shows the printed lines around it.
 
 from __future__ import annotations
 
+from .checks import instruction_problems, module_problems
 from .errors import VerificationError
 from .ir import Computation, Instruction, Module
 from .opcode import BINARY_ELEMENTWISE, TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE, HloOpcode
@@ -56,6 +57,8 @@ def verify(module: Module, *, raise_on_error: bool = True) -> list[str]:
     def bad(msg: str, comp: Computation | None = None, instr: Instruction | None = None) -> None:
         problems.append((msg, comp, instr))
 
+    for msg in module_problems(module):
+        bad(msg)
     comps = set(map(id, module.computations))
     if module.entry is None or id(module.entry) not in comps:
         bad(f"module {module.name} has no entry computation among its computations")
@@ -112,6 +115,8 @@ def _verify_computation(module: Module, comp: Computation, comps: set[int], bad)
             if id(callee) not in comps:
                 bad(f"{where}: calls %{callee.name}, which is not in the module", comp, instr)
         _verify_shapes(instr, where, comp, bad)
+        for msg in instruction_problems(instr, where):
+            bad(msg, comp, instr)
     if len(comp.post_order()) != count or _has_cycle(comp):
         bad(f"computation %{comp.name} has a cycle", comp)
 
