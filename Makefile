@@ -17,6 +17,11 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@# XLA:GPU without a GPU (deviceless compiles for H100 etc.): the CUDA plugin
+	@# matching jaxlib, installed --no-deps (no nvidia-* runtime wheels), plus ptxas.
+	JAXLIB=$$($(BIN)/python -c 'import jaxlib; print(jaxlib.__version__)'); \
+	$(BIN)/pip install --quiet --no-deps "jax-cuda12-pjrt==$$JAXLIB" "jax-cuda12-plugin==$$JAXLIB" "nvidia-cuda-nvcc-cu12>=12.4,<13" || \
+	  echo "warning: CUDA plugin not installed; deviceless GPU tests will skip"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -11,7 +11,9 @@ from .ir import Computation, Instruction, Module
 from .opcode import HloOpcode
 from .parser import load, parse
 from .shape import Layout, PrimitiveType, Shape, parse_shape
+from .stablehlo import from_jax
 from .verifier import verify
+from .xla import XlaCompileError
 
 __all__ = [
     "Computation",
@@ -25,6 +27,8 @@ __all__ = [
     "PrimitiveType",
     "Shape",
     "VerificationError",
+    "XlaCompileError",
+    "from_jax",
     "load",
     "parse",
     "parse_shape",

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+# With the CUDA plugin installed (for deviceless GPU compiles) and no GPU, jax
+# would print a cuDNN traceback at start-up; on GPU machines leave it alone.
+if not os.path.exists("/dev/nvidiactl"):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest
 
