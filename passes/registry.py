@@ -38,6 +38,22 @@ def parse_pipeline(spec: str) -> list[Pass]:
     return [get_pass(n.strip()) for n in spec.split(",") if n.strip()]
 
 
+_LOADED = False
+
+
 def _load_builtin() -> None:
-    from . import cse, dce, simplify  # noqa: F401  (registration happens on import)
-    from .fusion import outline  # noqa: F401
+    """Imports every module of ``passes`` and ``passes.fusion`` once, so a pass
+    registers itself just by living there (registration happens on import)."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    import importlib
+    import pkgutil
+
+    from . import fusion
+
+    for pkg in (importlib.import_module(__package__), fusion):
+        for info in pkgutil.iter_modules(pkg.__path__):
+            if info.name not in ("cli",) and not info.name.startswith("_"):
+                importlib.import_module(f"{pkg.__name__}.{info.name}")
