@@ -10,7 +10,8 @@ from .ir import COMPUTATION_ATTRS, Computation, Instruction, Module
 from .opcode import OPCODES, HloOpcode, parse_opcode
 from .records import CompRecord, InstrRecord, Locator, ModuleRecord
 from .literal import LiteralError, check_literal
-from .scanner import split_raw_attributes
+from .printer import signature_text
+from .scanner import Unsupported, parse_signature, split_raw_attributes
 from .shape import ShapeError, parse_shape, parse_shape_prefix
 
 _COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
@@ -105,6 +106,7 @@ class Builder:
         shapes_get = _SHAPES.get
         opcodes_get = OPCODES.get
         link = comp._link
+        new_instruction = Instruction._from_parser
         PARAMETER, CONSTANT = HloOpcode.PARAMETER, HloOpcode.CONSTANT
         numbers: list[int] = []
         self._numbers = numbers
@@ -129,18 +131,17 @@ class Builder:
                     literal = operand_text.strip()
                     ok = bool(literal) and self._literal_ok(literal, shape)
                 elif operand_text:
-                    if "/*" in operand_text or "[" in operand_text:
+                    if "[" in operand_text:
                         ok = False
                     else:
+                        if "/*" in operand_text:
+                            operand_text = _INDEX_COMMENT.sub("", operand_text)
                         try:
                             operands = tuple([names[o.strip().lstrip("%")] for o in operand_text.split(",")])
                         except KeyError:
                             ok = False
                 if ok:
-                    instr = Instruction(name, opcode, shape, operands, None, None, param_no, literal, None)
-                    if attrs_rec:
-                        instr._attributes = None
-                        instr._raw_attributes = attrs_rec
+                    instr = new_instruction(name, opcode, shape, operands, attrs_rec, param_no, literal)
                     if r[1]:
                         if root is not None:
                             raise loc.error(f"computation %{crec.name} already has a ROOT (%{root.name})", r.pos)
@@ -261,27 +262,31 @@ class Builder:
 
     def _check_signature(self, crec: CompRecord, comp: Computation) -> None:
         """The header's parameter and result shapes must match the body (XLA
-        checks the same)."""
-        if crec.params is None:
+        checks the same).  XLA's own header is exactly what we print: compared
+        as text first, parsed only when it differs."""
+        if crec.signature is None or crec.signature == signature_text(comp):
             return
-        params = comp.parameters
-        if len(params) != len(crec.params):
-            raise self.loc.error(f"computation %{crec.name} declares {len(crec.params)} parameters but has {len(params)}", crec.pos)
-        for p, (pname, ptext, ppos) in zip(params, crec.params):
+        try:
+            params, result_text = parse_signature(crec.signature, crec.signature_pos)
+        except Unsupported as e:
+            raise self.loc.error(f"malformed signature of %{crec.name}", e.pos) from None
+        actual = comp.parameters
+        if len(actual) != len(params):
+            raise self.loc.error(f"computation %{crec.name} declares {len(params)} parameters but has {len(actual)}", crec.pos)
+        for p, (pname, ptext, ppos) in zip(actual, params):
             try:
                 want = parse_shape(ptext)
             except ShapeError as e:
                 raise self.loc.error(str(e), ppos + e.offset) from None
             if not want.compatible(p.shape):
                 raise self.loc.error(f"parameter {pname} of %{crec.name} is declared {ptext} but %{p.name} is {p.shape.to_text(False)}", ppos)
-        if crec.result_text is not None:
-            try:
-                want = parse_shape(crec.result_text)
-            except ShapeError as e:
-                raise self.loc.error(str(e), crec.pos) from None
-            if not want.compatible(comp.root.shape):
-                raise self.loc.error(
-                    f"computation %{crec.name} is declared to return {crec.result_text}, its root %{comp.root.name} is {comp.root.shape.to_text(False)}", crec.pos)
+        try:
+            want = parse_shape(result_text)
+        except ShapeError as e:
+            raise self.loc.error(str(e), crec.pos) from None
+        if not want.compatible(comp.root.shape):
+            raise self.loc.error(
+                f"computation %{crec.name} is declared to return {result_text}, its root %{comp.root.name} is {comp.root.shape.to_text(False)}", crec.pos)
 
     def _infer(self, r: InstrRecord, opcode, operands, attrs):
         raw = attrs if r.attrs.__class__ is str else {k: v for k, v, _ in r.attrs}
@@ -397,3 +402,4 @@ class Builder:
 
 
 _SHAPES: dict[str, object] = {}
+_INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")

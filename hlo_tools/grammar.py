@@ -130,16 +130,12 @@ class _Walker:
         if is_entry:
             kids = kids[1:]
         name = kids[0]
-        params = result = None
+        signature, signature_pos = None, 0
         rest = kids[1:]
         if rest and isinstance(rest[0], lark.Tree) and rest[0].data == "signature":
             sig = rest.pop(0)
-            params = []
-            for p in sig.children[:-1]:
-                pname, pshape = p.children
-                params.append((self.name(pname), self.span(pshape), self.pos(pshape)))
-            result = self.span(sig.children[-1])
-        comp = CompRecord(self.name(name), self.pos(name), is_entry, params, result)
+            signature, signature_pos = self.span(sig), self.pos(sig)
+        comp = CompRecord(self.name(name), self.pos(name), is_entry, signature, signature_pos)
         for child in rest:
             if child.data == "instruction":
                 comp.instrs.append(self.instruction(child))

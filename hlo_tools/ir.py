@@ -96,6 +96,35 @@ class Instruction:
         for op in self._operands:
             op._users[self] = op._users.get(self, 0) + 1
 
+    @classmethod
+    def _from_parser(cls, name, opcode, shape, operands, raw_attributes, parameter_number, literal) -> "Instruction":
+        """The parser's constructor: same invariants as __init__ (users updated),
+        attributes kept as one raw string.  Hot: called once per parsed line."""
+        self = object.__new__(cls)
+        self.name = name
+        self.opcode = opcode
+        self.shape = shape
+        self._operands = operands
+        self._users = {}
+        self.parent = None
+        if raw_attributes:
+            self._attributes = None
+            self._raw_attributes = raw_attributes
+        else:
+            self._attributes = {}
+            self._raw_attributes = None
+        self._called = {}
+        self._control_predecessors = ()
+        self._control_successors = {}
+        self.async_wrapped_opcode = None
+        self.parameter_number = parameter_number
+        self.literal = literal
+        self._prev = self._next = None
+        for op in operands:
+            users = op._users
+            users[self] = users.get(self, 0) + 1
+        return self
+
     # -- construction helpers -------------------------------------------------
     @classmethod
     def create(cls, opcode: HloOpcode | str, shape: Shape | str, operands=(), name: str | None = None, **attributes) -> "Instruction":

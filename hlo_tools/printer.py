@@ -41,7 +41,8 @@ def print_instruction(instr, with_shapes: bool = False, is_root: bool = False) -
     )
 
 
-def _signature(comp) -> str:
+def signature_text(comp) -> str:
+    """``(p: f32[4]) -> f32[]``: what XLA prints after a computation's name."""
     params = ", ".join(f"{p.name}: {p.shape.to_text(False)}" for p in comp.parameters)
     root = comp.root.shape.to_text(False) if comp.root is not None else "()"
     return f"({params}) -> {root}"
@@ -52,7 +53,7 @@ def print_computation(comp, with_shapes: bool | None = None) -> str:
         with_shapes = comp.parent.print_operand_shapes if comp.parent is not None else False
     order = comp.instructions if comp.is_topologically_ordered() else comp.post_order()
     root = comp.root
-    lines = [f"{'ENTRY ' if comp.is_entry else ''}%{comp.name} {_signature(comp)} {{"]
+    lines = [f"{'ENTRY ' if comp.is_entry else ''}%{comp.name} {signature_text(comp)} {{"]
     lines.extend(print_instruction(i, with_shapes, i is root) for i in order)
     tail = "".join(f", {k}={v}" for k, v in comp.attributes.items())
     lines.append("}" + tail)

@@ -38,8 +38,8 @@ class CompRecord:
     name: str
     pos: int
     is_entry: bool
-    params: list[tuple[str, str, int]] | None  # (name, shape text, offset) from the signature
-    result_text: str | None
+    signature: str | None  # "(p: f32[]) -> f32[]" as written, checked by the builder
+    signature_pos: int
     instrs: list[InstrRecord] = field(default_factory=list)
     attrs: list[tuple[str, str, int]] = field(default_factory=list)
 

@@ -66,156 +66,9 @@ def _matching_paren(text: str, open_pos: int, limit: int) -> int:
     return -1
 
 
-def split_raw_attributes(raw: str) -> dict[str, str | None]:
-    """The attribute dict of a raw tail the scanner already validated."""
-    out: dict[str, str | None] = {}
-    for m in _ATTR_FAST.finditer(raw):
-        key = m.group(1)
-        if key in out:
-            from .errors import IrError
-
-            raise IrError(f"attribute '{key}' is given twice in {raw[:80]!r}")
-        out[key] = m.group(2)
-    return out
-
-
-#: Attributes the builder must resolve at parse time (names of computations or
-#: instructions); a raw tail without them can stay raw.
-NEEDS_RESOLUTION = re.compile(
-    r",[ \t]*(?:to_apply|calls|condition|body|select|scatter|branch_computations|true_computation|"
-    r"false_computation|called_computations|control-predecessors)[ \t]*="
-)
-
-
-def split_attributes(text: str, pos: int, end: int) -> list[tuple[str, str, int]] | None:
-    """Parses ``, key=value, key=value`` in text[pos:end]; None if not that form."""
-    attrs = []
-    match = _ATTR_FAST.match
-    while pos < end:
-        m = match(text, pos, end)
-        if m is None:
-            break
-        v_end = m.end()
-        if v_end < end and text[v_end] not in ", \t\r":
-            break  # e.g. a value with a space in it: the token loop below handles it
-        attrs.append((m.group(1), m.group(2), m.start(1)))
-        pos = v_end
-    else:
-        return attrs
-    while True:
-        while pos < end and text[pos] in " \t\r":
-            pos += 1
-        if pos >= end:
-            return attrs
-        if text[pos] != ",":
-            return None
-        m = _ATTR_KEY.match(text, pos + 1, end)
-        if not m:
-            return None
-        key = m.group(1)
-        key_pos = m.start(1)
-        vstart = m.end()
-        depth = 0
-        vend = end
-        for t in _ATTR_TOKEN.finditer(text, vstart, end):
-            if t.group(1):  # an unterminated string
-                return None
-            c = t.group()[0]
-            if c in "{([":
-                depth += 1
-            elif c in "})]":
-                depth -= 1
-                if depth < 0:
-                    return None
-            elif c == "," and depth == 0:
-                vend = t.start()
-                break
-        if depth != 0:
-            return None
-        value = text[vstart:vend].rstrip()
-        if not value:
-            return None
-        attrs.append((key, value, key_pos))
-        pos = vend
-
-
-def scan_instruction(text: str, start: int, end: int) -> InstrRecord | None:
-    """Scans one instruction line text[start:end]; None if it is not simple."""
-    m = _INSTR_HEAD.match(text, start, end)
-    if not m:
-        return None
-    pos = m.end()
-    if pos >= end:
-        return None
-    if text[pos] == "(":
-        close = _matching_paren(text, pos, end)
-        if close < 0:
-            return None
-        shape_end = close + 1
-    else:
-        sm = _ARRAY_SHAPE.match(text, pos, end)
-        if sm:
-            shape_end = sm.end()
-        elif _OPCODE.match(text, pos - 1, end):  # no shape: XLA infers it
-            shape_end = pos - 1
-        else:
-            return None
-    om = _OPCODE.match(text, shape_end, end)
-    if not om:
-        return None
-    open_pos = om.end() - 1
-    i = text.find(")", open_pos, end)
-    if i < 0:
-        return None
-    if text.find("(", open_pos + 1, i) >= 0:
-        i = _matching_paren(text, open_pos, end)
-        if i < 0:
-            return None
-    attrs = split_attributes(text, i + 1, end) if i + 1 < end else []
-    if attrs is None:
-        return None
-    return InstrRecord(
-        m.start(2),
-        m.group(1) is not None,
-        m.group(2),
-        text[pos:shape_end] if shape_end > pos else "",
-        pos,
-        om.group(1),
-        om.start(1),
-        text[open_pos + 1 : i],
-        open_pos + 1,
-        attrs,
-    )
-
-
 _PARAM_SPLIT = re.compile(r",[ \t]*(?=%?[A-Za-z_][\w.\-]*[ \t]*:)")
 
 
-def _signature(text: str, m: re.Match) -> tuple[list[tuple[str, str, int]] | None, str | None]:
-    """Parameter (name, shape text, offset) list and result shape text of a
-    computation header; the builder checks the shapes."""
-    if not m.group(3):
-        return None, None
-    sig_start = m.start(3)
-    close = _matching_paren(text, sig_start, m.end(3))
-    if close < 0:
-        raise Unsupported(sig_start, whole_module=True)
-    params = []
-    body = text[sig_start + 1 : close]
-    if body.strip():
-        off = sig_start + 1
-        for piece in _PARAM_SPLIT.split(body):
-            name, sep, shape = piece.partition(":")
-            if not sep:
-                raise Unsupported(off, whole_module=True)
-            params.append((name.strip().lstrip("%"), shape.strip(), off + len(name) + 1))
-            off += len(piece) + 2
-    arrow = text.find("->", close, m.end(3))
-    if arrow < 0:
-        raise Unsupported(close, whole_module=True)
-    return params, text[arrow + 2 : m.end(3)].strip()
-
-
 def split_raw_attributes(raw: str) -> dict[str, str | None]:
     """The attribute dict of a raw tail the scanner already validated."""
     out: dict[str, str | None] = {}
@@ -338,35 +191,26 @@ def scan_instruction(text: str, start: int, end: int) -> InstrRecord | None:
     )
 
 
-def _signature(text: str, m: re.Match) -> tuple[list[tuple[str, str, int]] | None, str | None]:
-    if not m.group(3):
-        return None, None
-    sig_start = m.start(3)
-    close = _matching_paren(text, sig_start, m.end(3))
-    if close < 0:
-        raise Unsupported(sig_start, whole_module=True)
+def parse_signature(sig: str, base: int) -> tuple[list[tuple[str, str, int]], str]:
+    """``(a: f32[], b: s32[2]) -> f32[]`` -> ([(name, shape text, offset)], result
+    text); offsets are relative to ``base``.  Raises Unsupported if malformed."""
+    close = _matching_paren(sig, 0, len(sig))
+    if not sig.startswith("(") or close < 0:
+        raise Unsupported(base, whole_module=True)
     params = []
-    body = text[sig_start + 1 : close]
+    body = sig[1:close]
     if body.strip():
-        depth, piece_start = 0, 0
-        pieces = []
-        for j, c in enumerate(body):
-            if c in "([{":
-                depth += 1
-            elif c in ")]}":
-                depth -= 1
-            elif c == "," and depth == 0:
-                pieces.append((body[piece_start:j], piece_start))
-                piece_start = j + 1
-        pieces.append((body[piece_start:], piece_start))
-        for piece, off in pieces:
+        off = 1
+        for piece in _PARAM_SPLIT.split(body):
             name, sep, shape = piece.partition(":")
             if not sep:
-                raise Unsupported(sig_start + 1 + off, whole_module=True)
-            params.append((name.strip().lstrip("%"), shape.strip(), sig_start + 1 + off + len(name) + 1))
-    arrow = text.find("->", close, m.end(3))
-    return params, text[arrow + 2 : m.end(3)].strip()
-
+                raise Unsupported(base + off, whole_module=True)
+            params.append((name.strip().lstrip("%"), shape.strip(), base + off + len(name) + 1))
+            off += len(piece) + 2
+    arrow = sig.find("->", close)
+    if arrow < 0:
+        raise Unsupported(base + close, whole_module=True)
+    return params, sig[arrow + 2 :].strip()
 
 # A whole instruction line in the form XLA prints, in one match: name, shape,
 # opcode, operands without parentheses, attributes.  Lines this does not match
@@ -432,10 +276,8 @@ def scan_module(text: str, fallback_line) -> ModuleRecord:
         hm = _COMP_HEAD.match(line)
         if not hm:
             raise Unsupported(line_off, whole_module=True)
-        params, result = _signature(line, hm)
-        comp = CompRecord(hm.group(2), line_off + hm.start(2), hm.group(1) is not None, params, result)
-        if params:
-            comp.params = [(n, t, line_off + p) for n, t, p in params]
+        sig = hm.group(3)
+        comp = CompRecord(hm.group(2), line_off + hm.start(2), hm.group(1) is not None, sig.rstrip() if sig else None, line_off + hm.start(3) if sig else 0)
         instrs = comp.instrs
         append = instrs.append
         while True:

@@ -279,6 +279,17 @@ class Shape:
     # -- text ----------------------------------------------------------------
     def to_text(self, print_layout: bool = True) -> str:
         """XLA's HumanStringWithLayout (or HumanString without layout)."""
+        return self._text if print_layout else self._text_no_layout
+
+    @cached_property
+    def _text(self) -> str:
+        return self._format(True)
+
+    @cached_property
+    def _text_no_layout(self) -> str:
+        return self._format(False)
+
+    def _format(self, print_layout: bool) -> str:
         if self.is_tuple:
             parts = []
             for i, s in enumerate(self.tuple_shapes):

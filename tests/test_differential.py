@@ -16,7 +16,7 @@ def _keys(rec):
         [(k, v) for k, v, _ in rec.attrs],
         rec.stack_frames,
         [
-            (c.name, c.is_entry, [(k, v) for k, v, _ in c.attrs], [(n, s) for n, s, _ in c.params or []], [r.key() for r in c.instrs])
+            (c.name, c.is_entry, [(k, v) for k, v, _ in c.attrs], c.signature, [r.key() for r in c.instrs])
             for c in rec.computations
         ],
     )
