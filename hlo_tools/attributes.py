@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .text import split_top_level
+
 
 def typed(key: str, parse: Callable[[str], Any], fmt: Callable[[Any], str]) -> property:
     """A property on Instruction that reads/writes attribute ``key`` through parse/fmt."""
@@ -252,35 +254,11 @@ class Sharding:
     elements: tuple["Sharding", ...] = field(default=())
 
 
-def _split_top(body: str) -> list[str]:
-    parts, depth, start, in_str, i = [], 0, 0, False, 0
-    while i < len(body):
-        c = body[i]
-        if in_str:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c in "{[(":
-            depth += 1
-        elif c in "}])":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(body[start:i].strip())
-            start = i + 1
-        i += 1
-    if body[start:].strip():
-        parts.append(body[start:].strip())
-    return parts
-
-
 def parse_sharding(raw: str) -> Sharding:
     text = raw.strip()
     body = text[1:-1].strip() if text.startswith("{") and text.endswith("}") else text
     if body.startswith("{"):
-        return Sharding("tuple", text, elements=tuple(parse_sharding(p) for p in _split_top(body)))
+        return Sharding("tuple", text, elements=tuple(parse_sharding(p.strip()) for p, _ in split_top_level(body) if p.strip()))
     if body.startswith("replicated"):
         return Sharding("replicated", text)
     if body.startswith("manual"):

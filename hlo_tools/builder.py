@@ -13,24 +13,10 @@ from .literal import LiteralError, check_literal
 from .printer import signature_text
 from .scanner import Unsupported, parse_signature, split_raw_attributes
 from .shape import ShapeError, parse_shape, parse_shape_prefix
+from .text import split_top_level
 
 _COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
 _NAME_RE = re.compile(r"\s*%?([A-Za-z_][\w.\-]*)\s*$")
-
-
-def _split_top_level(text: str) -> list[tuple[str, int]]:
-    """Splits at commas outside brackets; returns (piece, offset in text)."""
-    out, depth, start = [], 0, 0
-    for i, c in enumerate(text):
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            out.append((text[start:i], start))
-            start = i + 1
-    out.append((text[start:], start))
-    return out
 
 
 def _blank_comments(text: str) -> str:
@@ -82,7 +68,7 @@ class Builder:
         if body.startswith("{") and body.endswith("}"):
             body, inner_pos = body[1:-1], inner_pos + 1
         out = []
-        for piece, off in _split_top_level(body):
+        for piece, off in split_top_level(body):
             if not piece.strip() and body.strip() == "":
                 continue
             m = _NAME_RE.fullmatch(piece)
@@ -219,7 +205,7 @@ class Builder:
             body = value.strip()
             if body.startswith("{"):
                 body = body[1:-1]
-            for piece, off in _split_top_level(body):
+            for piece, off in split_top_level(body):
                 if not piece.strip():
                     continue
                 m = _NAME_RE.fullmatch(piece)
@@ -366,7 +352,7 @@ class Builder:
                 out.append(op)
                 start += len(piece) + 1
             return tuple(out)
-        for piece, off in _split_top_level(text):
+        for piece, off in split_top_level(text):
             s = piece.lstrip()
             lead = len(piece) - len(s)
             shape_text = ""

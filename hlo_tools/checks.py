@@ -9,6 +9,7 @@ import re
 from .ir import Instruction, Module
 from .opcode import HloOpcode
 from .shape import PrimitiveType, parse_shape_prefix
+from .text import split_top_level
 
 _PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*")
 _WINDOW_PAD = re.compile(r"pad=(\S+)")
@@ -17,21 +18,6 @@ _ACCURACY_MODES = {"DEFAULT", "HIGHEST", "TOLERANCE"}
 _SHAPE_INDEX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\}"
 _ALIAS_ENTRY = re.compile(r"\s*" + _SHAPE_INDEX + r"\s*:\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX + r"\s*(?:,\s*(?:may-alias|must-alias)\s*)?\)\s*")
 _DONOR_ENTRY = re.compile(r"\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX + r"\s*\)\s*")
-
-
-def _split_entries(body: str) -> list[str]:
-    out, depth, start = [], 0, 0
-    for i, c in enumerate(body):
-        if c in "{(":
-            depth += 1
-        elif c in "})":
-            depth -= 1
-        elif c == "," and depth == 0:
-            out.append(body[start:i])
-            start = i + 1
-    if body[start:].strip():
-        out.append(body[start:])
-    return out
 
 
 def module_problems(module: Module) -> list[str]:
@@ -45,7 +31,9 @@ def module_problems(module: Module) -> list[str]:
         if not (body.startswith("{") and body.endswith("}")):
             problems.append(f"module {module.name}: {key} must be braced, got {raw[:60]!r}")
             continue
-        for entry in _split_entries(body[1:-1]):
+        for entry, _ in split_top_level(body[1:-1]):
+            if not entry.strip():
+                continue
             if not entry_re.fullmatch(entry):
                 problems.append(f"module {module.name}: {key} entry {entry.strip()!r} is not {what}")
     return problems

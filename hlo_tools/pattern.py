@@ -305,6 +305,12 @@ class PatternRewriter:
         self._touch(users)
         self._touch([new])
 
+    def forward(self, instr: Instruction, value: Instruction) -> None:
+        """``instr`` computes ``value``: its users take ``value`` and ``instr``
+        goes (with whatever became dead)."""
+        self.replace_all_uses_with(instr, value)
+        self.erase_if_dead(instr)
+
     def replace_instruction(self, old: Instruction, new: Instruction) -> Instruction:
         """Replaces ``old`` (inserting ``new`` before it if detached) and removes
         ``old`` and whatever became dead because of it."""

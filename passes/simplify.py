@@ -50,8 +50,7 @@ class IdentityOperand(RewritePattern):
         for p in self._patterns:
             found = m.match(instr, p)
             if found and found["x"].shape == instr.shape:
-                rewriter.replace_all_uses_with(instr, found["x"])
-                rewriter.erase_if_dead(instr)
+                rewriter.forward(instr, found["x"])
                 return True
         return False
 
@@ -62,8 +61,7 @@ class ReshapeOfReshape(RewritePattern):
             return False
         x = instr.operand(0)
         if x.shape == instr.shape:
-            rewriter.replace_all_uses_with(instr, x)
-            rewriter.erase_if_dead(instr)
+            rewriter.forward(instr, x)
             return True
         found = m.match(instr, m.reshape(m.reshape(m.op("x"))))
         if not found:
@@ -80,8 +78,7 @@ class TransposeOfTranspose(RewritePattern):
         perm = instr.dimensions
         x = instr.operand(0)
         if perm == tuple(range(len(perm))) and x.shape == instr.shape:
-            rewriter.replace_all_uses_with(instr, x)
-            rewriter.erase_if_dead(instr)
+            rewriter.forward(instr, x)
             return True
         found = m.match(instr, m.transpose(m.transpose(m.op("x"))))
         if not found:
@@ -90,8 +87,7 @@ class TransposeOfTranspose(RewritePattern):
         composed = tuple(inner[p] for p in perm)
         src = found["x"]
         if composed == tuple(range(len(composed))) and src.shape == instr.shape:
-            rewriter.replace_all_uses_with(instr, src)
-            rewriter.erase_if_dead(instr)
+            rewriter.forward(instr, src)
             return True
         new = _copy_metadata(instr, Instruction.create("transpose", instr.shape, [src], name=instr.name, dimensions=composed))
         rewriter.replace_instruction(instr, new)
@@ -105,8 +101,7 @@ class BroadcastOfBroadcast(RewritePattern):
         x = instr.operand(0)
         dims = instr.dimensions or ()
         if dims == tuple(range(len(dims))) and x.shape == instr.shape:
-            rewriter.replace_all_uses_with(instr, x)
-            rewriter.erase_if_dead(instr)
+            rewriter.forward(instr, x)
             return True
         found = m.match(instr, m.broadcast(m.broadcast(m.op("x"))))
         if not found:
@@ -168,8 +163,7 @@ class FoldBroadcastScalarConstants(RewritePattern):
             new = const
         else:
             new = rewriter.insert_before(instr, _copy_metadata(instr, Instruction.create("broadcast", instr.shape, [const], name="broadcast", dimensions=())))
-        rewriter.replace_all_uses_with(instr, new)
-        rewriter.erase_if_dead(instr)
+        rewriter.forward(instr, new)
         return True
 
 
@@ -204,8 +198,7 @@ class ConvertOfConvert(RewritePattern):
             return False
         x = instr.operand(0)
         if x.shape == instr.shape:
-            rewriter.replace_all_uses_with(instr, x)
-            rewriter.erase_if_dead(instr)
+            rewriter.forward(instr, x)
             return True
         found = m.match(instr, m.convert(m.convert(m.op("x"))))
         if not found:
@@ -214,8 +207,7 @@ class ConvertOfConvert(RewritePattern):
         if not is_exact_conversion(src.shape.element_type, x.shape.element_type):
             return False
         if src.shape == instr.shape:
-            rewriter.replace_all_uses_with(instr, src)
-            rewriter.erase_if_dead(instr)
+            rewriter.forward(instr, src)
             return True
         new = _copy_metadata(instr, Instruction.create("convert", instr.shape, [src], name=instr.name))
         rewriter.replace_instruction(instr, new)
@@ -229,8 +221,7 @@ class FullSlice(RewritePattern):
         x = instr.operand(0)
         spec = instr.slice or ()
         if x.shape == instr.shape and all(lo == 0 and hi == d and st == 1 for (lo, hi, st), d in zip(spec, x.shape.dims)):
-            rewriter.replace_all_uses_with(instr, x)
-            rewriter.erase_if_dead(instr)
+            rewriter.forward(instr, x)
             return True
         return False
 
