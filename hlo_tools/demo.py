@@ -17,8 +17,8 @@ def run_demo(report_path: str) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from . import xla
     from .cli import write_atomic
+    from .fidelity import fidelity_problem
 
     entries = list(corpus.load())
     jobs = [(e, stage) for e in entries for stage in e.files]
@@ -33,12 +33,11 @@ def run_demo(report_path: str) -> int:
                 module = parse(text, source=f"{entry.name}:{stage}")
                 t_parse = time.perf_counter() - t0
                 problems = verify(module, raise_on_error=False)
-                printed = module.to_text()
-                same = xla.canonical_text(printed) == xla.canonical_text(text)
+                problem = fidelity_problem(text, f"{entry.name}:{stage}")
                 if problems:
                     status = f"verifier: {problems[0][:60]}"
-                elif not same:
-                    status = "XLA canonical print differs"
+                elif problem:
+                    status = problem[:60]
                 st = module_stats(module)
             except Exception as e:  # report, keep going: the demo shows every module
                 status, t_parse, st = f"error: {str(e).splitlines()[0][:60]}", time.perf_counter() - t0, None
@@ -55,7 +54,7 @@ def run_demo(report_path: str) -> int:
                  str(st.fusions) if st else "-", f"{size / 1024:.0f}", f"{size / 1e6 / t:.1f}" if t else "-", status]
         table.add_row(*cells)
         lines.append("| " + " | ".join(cells) + " |")
-    Console().print(table)
+    Console(width=170).print(table)
     write_atomic(report_path, "\n".join(lines) + "\n")
     print(f"report: {Path(report_path).resolve()}  ({len(rows)} stages, {failures} failing)")
     return 1 if failures else 0

@@ -14,33 +14,8 @@ import json
 import pytest
 
 import hlo_tools
-from hlo_tools import xla
+from hlo_tools.fidelity import fidelity_problem as _fidelity_problem
 from tests.conftest import CONFORMANCE, accepted_modules, corpus_stage_texts
-
-
-def _fidelity_problem(text: str, source: str) -> str | None:
-    """None when the module round-trips, else what went wrong."""
-    try:
-        ours = hlo_tools.parse(text, source=source).to_text()
-    except hlo_tools.HloParseError as e:
-        return f"our parser rejects it: {e.format(caret=False)}"
-    try:
-        want = xla.canonical_text(text)
-    except hlo_tools.HloParseError:
-        # XLA printed something its own parser rejects (e.g. XLA:GPU's
-        # all-reduce-start with output_to_operand_aliasing): the best check left
-        # is that we give XLA's print back byte-for-byte.
-        return None if ours == text else "XLA cannot re-read this module, and our print differs from XLA's"
-    try:
-        got = xla.canonical_text(ours)
-    except hlo_tools.HloParseError as e:
-        return f"XLA rejects our print: {e.message}"
-    if got != want:
-        return "XLA's canonical print of our text differs from its print of the original"
-    again = hlo_tools.parse(want, source=source + " (canonical)").to_text()
-    if again != want:
-        return "XLA's canonical text does not come back byte-for-byte"
-    return None
 
 
 @pytest.mark.parametrize("path", accepted_modules(), ids=lambda p: p.name)
