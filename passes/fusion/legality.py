@@ -1,0 +1,274 @@
+"""Fusion legality: which instructions may be fused, and with what.
+
+Legality is kept apart from profitability (``profitability.py``): these rules say
+what XLA's emitters can compile inside one fusion and what keeps the graph a DAG;
+whether a legal fusion is worth it is a pluggable callable of each pass.
+
+Public API (other packages, e.g. ``fusion_analysis``, import these):
+
+- ``Decision(ok, reason)``: a frozen verdict; truthy when ``ok``. ``ALLOW`` is the
+  shared yes; ``Decision.forbid("producer is a dot")`` a no with its reason.
+- ``is_fusible(instr) -> bool`` / ``fusible(instr) -> Decision``: may ``instr`` be
+  inside a loop fusion at all (elementwise, broadcast, reshape/bitcast, transpose,
+  slice, concatenate, pad, reverse, iota, dynamic-slice, dynamic-update-slice,
+  gather, reduce, scalar constants; existing loop/input fusions)? Never: side
+  effects, dots/convolutions (a library call on CPU), custom-calls, control flow.
+- ``is_expensive(instr) -> bool``: XLA:CPU's ``IsExpensive``: transcendental and
+  division-like ops that must not be recomputed per reused element.
+- ``reuses_operand_elements(consumer, index) -> bool``: the consumer reads some
+  element of that operand more than once (broadcast, gather, reduce-window...).
+- ``can_fuse(producer, consumer) -> Decision``: may ``producer`` (an operand of
+  ``consumer``) be fused into it? Checks both sides, the reduce-as-root rule,
+  costly concatenates, the cost rule, and cycles.
+- ``creates_cycle(a, b) -> bool``: would merging the instructions ``a`` and ``b``
+  (or the sets of instructions given) into one fusion create a cycle, i.e. is
+  there a path between them through an instruction outside both? Plain
+  reachability over the use-def graph.
+
+The rules mirror xla/service/cpu/cpu_instruction_fusion.cc (``CanBeLoopFused``,
+``IsExpensive``, ``ShouldFuse``) and xla/service/instruction_fusion.cc
+(``ReusesOperandElements``, ``ShouldFuseIntoMultiOutput`` cycle rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from hlo_tools import HloOpcode, Instruction
+from hlo_tools.opcode import ELEMENTWISE
+
+from ..side_effects import NON_DETERMINISTIC, SideEffects
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A fusion verdict with its reason (XLA's FusionDecision)."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @staticmethod
+    def forbid(reason: str) -> "Decision":
+        return Decision(False, reason)
+
+
+ALLOW = Decision(True, "")
+
+#: Non-elementwise opcodes XLA:CPU's elemental emitter handles inside a loop
+#: fusion (CanBeLoopFused in cpu_instruction_fusion.cc).
+LOOP_FUSIBLE = frozenset(
+    {
+        HloOpcode.BITCAST,
+        HloOpcode.BROADCAST,
+        HloOpcode.CONCATENATE,
+        HloOpcode.DYNAMIC_SLICE,
+        HloOpcode.DYNAMIC_UPDATE_SLICE,
+        HloOpcode.GATHER,
+        HloOpcode.IOTA,
+        HloOpcode.PAD,
+        HloOpcode.REDUCE,
+        HloOpcode.RESHAPE,
+        HloOpcode.REVERSE,
+        HloOpcode.SLICE,
+        HloOpcode.TRANSPOSE,
+    }
+)
+
+#: Cheap opcodes (never "expensive", XLA:CPU's IsExpensive returns false).
+_CHEAP = frozenset(
+    HloOpcode[n]
+    for n in (
+        "ADD AND BITCAST BITCAST_CONVERT BROADCAST CEIL CLAMP CLZ COMPARE COMPLEX CONCATENATE CONSTANT COPY "
+        "DYNAMIC_SLICE DYNAMIC_UPDATE_SLICE FLOOR GET_TUPLE_ELEMENT IMAG IOTA IS_FINITE MAXIMUM MINIMUM "
+        "MULTIPLY NEGATE NOT OR PAD POPCNT REAL REDUCE_PRECISION RESHAPE REVERSE ROUND_NEAREST_AFZ "
+        "ROUND_NEAREST_EVEN SELECT SHIFT_LEFT SHIFT_RIGHT_ARITHMETIC SHIFT_RIGHT_LOGICAL SLICE "
+        "STOCHASTIC_CONVERT SUBTRACT TRANSPOSE TUPLE XOR"
+    ).split()
+)
+_CHEAP_UNLESS_COMPLEX = frozenset({HloOpcode.ABS, HloOpcode.SIGN, HloOpcode.COSINE, HloOpcode.SINE, HloOpcode.TAN})
+
+#: Opcodes that read each operand element once per output element.
+_NO_REUSE = ELEMENTWISE | frozenset(
+    {
+        HloOpcode.BITCAST,
+        HloOpcode.RESHAPE,
+        HloOpcode.TRANSPOSE,
+        HloOpcode.SLICE,
+        HloOpcode.DYNAMIC_SLICE,
+        HloOpcode.DYNAMIC_UPDATE_SLICE,
+        HloOpcode.CONCATENATE,
+        HloOpcode.PAD,
+        HloOpcode.REVERSE,
+        HloOpcode.REDUCE,
+        HloOpcode.COPY,
+    }
+)
+
+def _is_complex(instr: Instruction) -> bool:
+    return instr.shape.element_type.is_complex
+
+
+def _is_integral(instr: Instruction) -> bool:
+    return instr.shape.element_type.is_integral
+
+
+def is_scalar_constant(instr: Instruction) -> bool:
+    """A constant with one element (XLA fuses only effective scalars)."""
+    return instr.opcode is HloOpcode.CONSTANT and instr.shape.is_array and instr.shape.num_elements == 1
+
+
+def is_expensive(instr: Instruction) -> bool:
+    """XLA:CPU's CpuInstructionFusion::IsExpensive: worth computing once, not per use."""
+    op = instr.opcode
+    if op in _CHEAP:
+        return False
+    if op in _CHEAP_UNLESS_COMPLEX:
+        return _is_complex(instr)
+    if op is HloOpcode.CONVERT:
+        # f32 -> bf16 rounds with NaN checks; the other direction is a shift
+        return instr.shape.element_type.value == "bf16" and instr.operand(0).shape.element_type.value == "f32"
+    if op in (HloOpcode.DIVIDE, HloOpcode.REMAINDER):
+        return not _is_integral(instr)
+    return True
+
+
+def reuses_operand_elements(consumer: Instruction, index: int) -> bool:
+    """Does ``consumer`` read an element of operand ``index`` more than once?
+    (InstructionFusion::ReusesOperandElements: a broadcast or gather that grows
+    its input, a reduce-window, a dot.)"""
+    op = consumer.opcode
+    operand = consumer.operand(index)
+    if op is HloOpcode.FUSION:
+        body = consumer.fused_computation
+        param = next((p for p in body.parameters if p.parameter_number == index), None)
+        if param is None:
+            return False
+        return any(reuses_operand_elements(u, i) for u, i in param.uses())
+    if op in (HloOpcode.BROADCAST, HloOpcode.GATHER):
+        return consumer.shape.num_elements > operand.shape.num_elements
+    return op not in _NO_REUSE
+
+
+def fusible(instr: Instruction) -> Decision:
+    """May ``instr`` live inside a loop (or input) fusion? The reason reads after
+    the instruction's role: "producer " + "is a dot"."""
+    op = instr.opcode
+    if op is HloOpcode.PARAMETER:
+        return Decision.forbid("is a parameter")
+    if op in NON_DETERMINISTIC or SideEffects().instruction(instr):
+        return Decision.forbid("has a side effect")
+    if instr.control_predecessors or instr.control_successors:
+        return Decision.forbid("has a control dependency")
+    if op in (HloOpcode.DOT, HloOpcode.CONVOLUTION, HloOpcode.RAGGED_DOT, HloOpcode.SCALED_DOT):
+        # XLA:CPU calls Eigen/oneDNN (or its own tiled emitter) for these
+        return Decision.forbid(f"is a {op.value}")
+    if op is HloOpcode.FUSION:
+        kind = instr.fusion_kind
+        return ALLOW if kind in ("kLoop", "kInput") else Decision.forbid(f"is a {kind} fusion")
+    if op is HloOpcode.CONSTANT:
+        return ALLOW if is_scalar_constant(instr) else Decision.forbid("is a non-scalar constant")
+    if not instr.shape.is_array:
+        return Decision.forbid("is tuple-shaped")
+    if op is HloOpcode.REDUCE and instr.operand_count != 2:
+        return Decision.forbid("is a variadic reduce")
+    if op in ELEMENTWISE or op in LOOP_FUSIBLE:
+        return ALLOW
+    return Decision.forbid(f"is a {op.value} (not loop-fusible)")
+
+
+def is_fusible(instr: Instruction) -> bool:
+    """True when ``instr`` may be part of a fusion (see ``fusible`` for why not)."""
+    return fusible(instr).ok
+
+
+def contains_reduce(instr: Instruction) -> bool:
+    """A reduce, or a fusion with a reduce inside."""
+    if instr.opcode is HloOpcode.REDUCE:
+        return True
+    body = instr.fused_computation
+    return body is not None and any(i.opcode is HloOpcode.REDUCE for i in body)
+
+
+def _is_costly_concatenate(instr: Instruction) -> bool:
+    """cpu_instruction_fusion.cc: more than 8 operands, or a large concatenate on
+    the minor dimension, is faster as a plain copy loop than fused."""
+    if instr.opcode is not HloOpcode.CONCATENATE:
+        return False
+    if instr.operand_count > 8:
+        return True
+    dims = instr.shape.dims
+    if len(dims) <= 1:
+        return False
+    cdim = instr.dimensions[0]
+    layout = instr.shape.layout
+    minor = layout.minor_to_major[0] if layout is not None and layout.minor_to_major else len(dims) - 1
+    size = instr.shape.element_type.byte_width
+    return cdim == minor and dims[cdim] * size >= 64 and instr.shape.byte_size >= 2048
+
+
+def can_fuse(producer: Instruction, consumer: Instruction, *, check_cycle: bool = True) -> Decision:
+    """May ``producer`` be fused into its user ``consumer`` (loop fusion)?
+
+    The producer must be fusible and not a reduction unless the consumer is
+    elementwise-compatible epilogue code (a reduce is only fused as a fusion root
+    or followed by elementwise/broadcast ops, as XLA:CPU's emitter can handle it
+    inside a loop). Expensive producers are refused where the consumer reuses
+    their elements; costly concatenates are refused; and no cycle may result.
+    """
+    if producer not in consumer.operands:
+        return Decision.forbid(f"%{producer.name} is not an operand of %{consumer.name}")
+    for side, instr in (("producer", producer), ("consumer", consumer)):
+        d = fusible(instr)
+        if not d:
+            return Decision.forbid(f"{side} {d.reason}")
+    if _is_costly_concatenate(producer) or _is_costly_concatenate(consumer):
+        return Decision.forbid("concatenate fusion is inefficient")
+    if is_expensive_producer(producer):
+        idx = [i for i, o in enumerate(consumer.operands) if o is producer]
+        if any(reuses_operand_elements(consumer, i) for i in idx):
+            return Decision.forbid("expensive producer would be recomputed per reused element")
+    if check_cycle and creates_cycle(producer, consumer):
+        return Decision.forbid("would create a cycle")
+    return ALLOW
+
+
+def is_expensive_producer(instr: Instruction) -> bool:
+    """``is_expensive`` extended to fusions: a fusion is expensive if anything in it is."""
+    body = instr.fused_computation
+    if body is not None:
+        return any(i.opcode is not HloOpcode.PARAMETER and is_expensive(i) for i in body)
+    return is_expensive(instr)
+
+
+def _as_set(x: Instruction | Iterable[Instruction]) -> list[Instruction]:
+    return [x] if isinstance(x, Instruction) else list(x)
+
+
+def creates_cycle(a: Instruction | Iterable[Instruction], b: Instruction | Iterable[Instruction]) -> bool:
+    """Would merging ``a`` and ``b`` into one fusion create a cycle?
+
+    True when some instruction outside both groups is reachable from one group
+    and reaches the other (the merged node would then be both before and after
+    it). Direct edges between the groups are fine. A depth-first search over
+    users, starting at the users of each group that are outside both."""
+    ga, gb = _as_set(a), _as_set(b)
+    inside = {id(i) for i in ga} | {id(i) for i in gb}
+    for src, dst in ((ga, gb), (gb, ga)):
+        targets = {id(i) for i in dst}
+        stack = [u for i in src for u in i.users if id(u) not in inside]
+        seen: set[int] = set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+            for u in x.users:
+                if id(u) in targets:
+                    return True
+                if id(u) not in inside:
+                    stack.append(u)
+    return False
