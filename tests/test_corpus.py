@@ -109,7 +109,7 @@ def _params(pred) -> list[Any]:
 
 
 def test_import_does_not_import_jax_or_keras() -> None:
-    code = "import sys, corpus; list(corpus.load()); corpus.list_table(); " \
+    code = "import sys, corpus, corpus.generate; list(corpus.load()); corpus.list_table(); " \
            "assert not {'jax', 'keras', 'keras_hub'} & set(sys.modules), sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
@@ -370,6 +370,48 @@ def test_load_pattern_and_errors() -> None:
 
 
 # --------------------------------------------------------------------------- generator
+
+
+def test_generator_text_helpers() -> None:
+    """The generator's regex measurements and path stripping, on small real-format text."""
+    from corpus import generate as g
+
+    text = textwrap.dedent("""\
+        HloModule m, is_scheduled=true
+
+        FileNames
+        1 "/abs/site-packages/keras/src/layers/layer.py"
+        2 "%s/corpus/generate.py"
+
+        FileLocations
+        1 {file_name_id=1 function_name_id=1 line=10 end_line=10 column=1 end_column=2}
+        2 {file_name_id=2 function_name_id=2 line=99 end_line=99 column=3 end_column=4}
+
+        %%f (p: f32[4]) -> f32[4] {
+          %%p = f32[4]{0} parameter(0)
+          ROOT %%e = f32[4]{0} exponential(%%p)
+        }
+
+        ENTRY %%main (a: f32[4]) -> f32[4] {
+          %%a = f32[4]{0} parameter(0)
+          %%x = f32[4]{0} fusion(%%a), kind=kLoop, calls=%%f
+          %%g = f32[4]{0} fusion(%%x), kind=kCustom, calls=%%f, backend_config={"fusion_backend_config":{"kind":"__triton_nested_gemm_fusion"}}
+          ROOT %%c = f32[4]{0} custom-call(%%g), custom_call_target="__cublas$gemm"
+        }
+        """) % g.REPO_ROOT
+    out = g.strip_paths(text)
+    assert '"keras/src/layers/layer.py"' in out and '"corpus/generate.py"' in out and "/abs/" not in out
+    assert "function_name_id=2 line=0 end_line=0 column=0 end_column=0}" in out
+    assert "function_name_id=1 line=10 " in out
+    assert g.instruction_count(out) == 6
+    fk = g.fusion_kinds(out)
+    assert fk["fusion_kinds"] == {"kCustom": 1, "kLoop": 1}
+    assert fk["triton_fusions"] == 1 and fk["cublas_custom_calls"] == 1
+    assert g.collective_counts("  %a = f32[2] all-reduce-start(%b), x\n  %c = f32[2] all-gather(%d)") == \
+        {"all-reduce-start": 1, "all-gather": 1}
+    assert len(g.all_jobs()) == len(ENTRIES)
+    assert {j.name for j in g.all_jobs()} == set(BY_NAME)
+
 
 
 def test_generator_reproduces_a_tiny_module(tmp_path: Path) -> None:
