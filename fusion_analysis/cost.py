@@ -1,0 +1,497 @@
+"""Flops, transcendentals and bytes per instruction, per fusion and per module.
+
+The rules mirror XLA's ``HloCostAnalysis`` (xla/service/hlo_cost_analysis.cc) so
+that ``module_cost(m)`` agrees with ``exe.cost_analysis()`` /
+``hlo_module_cost_analysis``: an instruction reads its operands and writes its
+output; a fusion reads each operand once (fewer bytes when it only slices it)
+and writes its outputs once, and nothing inside it touches memory; dot flops are
+2*M*N*K; elementwise ops cost one flop (or one transcendental) per element.
+
+The one deliberate difference: XLA marks a ``custom-call`` as unknown with -1
+flops and -1 bytes; we count 0 flops and its operands plus output as bytes, and
+say so in ``InstructionCost.unknown`` (see docs/fusion_analysis.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hlo_tools.ir import Computation, Instruction, Module
+from hlo_tools.opcode import ELEMENTWISE, HloOpcode
+from hlo_tools.shape import PrimitiveType, Shape
+
+FLOPS = "flops"
+TRANSCENDENTALS = "transcendentals"
+BYTES_ACCESSED = "bytes accessed"
+
+#: Bytes per entry of a tuple's index table as the CPU client's cost analysis
+#: sizes it (measured: a 3-tuple costs 12 bytes; tests/test_cost.py pins it).
+POINTER_SIZE = 4
+
+_H = HloOpcode
+#: HloCostAnalysis::HandleElementwiseOp counts these as transcendentals.
+TRANSCENDENTAL_OPS = frozenset(
+    {_H.ERF, _H.EXPONENTIAL, _H.LOG, _H.LOGISTIC, _H.POWER, _H.SQRT, _H.CBRT, _H.RSQRT, _H.TANH,
+     _H.SINE, _H.COSINE, _H.EXPONENTIAL_MINUS_ONE, _H.LOG_PLUS_ONE, _H.ATAN2, _H.TAN}
+)
+#: HloCostAnalysis overrides HandleCopy: a copy moves bytes but does no flops.
+_ELEMENTWISE_FLOP_OPS = ELEMENTWISE - {_H.COPY}
+#: Instructions that touch no memory and emit no code (XLA sets their bytes to 0).
+_FREE_OPS = frozenset({_H.PARAMETER, _H.CONSTANT, _H.GET_TUPLE_ELEMENT, _H.BITCAST, _H.DOMAIN,
+                       _H.AFTER_ALL, _H.ADD_DEPENDENCY})
+#: Collectives whose (tuple) result XLA sizes by its array leaves, not its index
+#: table: the data they move is in the leaves.  ``*-done`` ops keep the default.
+_LEAF_OUTPUT_OPS = frozenset({_H.ALL_GATHER, _H.ALL_GATHER_START, _H.ALL_TO_ALL, _H.RAGGED_ALL_TO_ALL,
+                              _H.REDUCE_SCATTER, _H.COLLECTIVE_PERMUTE, _H.COLLECTIVE_PERMUTE_START,
+                              _H.COLLECTIVE_BROADCAST, _H.OPTIMIZATION_BARRIER})
+#: A fused constant with more elements than this is read from memory
+#: (HloCostAnalysis::immediate_constant_max_elements).
+IMMEDIATE_CONSTANT_MAX_ELEMENTS = 1
+
+
+def shape_size(shape: Shape) -> int:
+    """Bytes of one buffer as XLA:CPU sizes it: arrays by element, a tuple as its
+    pointer table (its elements are separate buffers), tokens nothing."""
+    if shape.is_tuple:
+        return POINTER_SIZE * len(shape.tuple_shapes)
+    if shape.element_type is PrimitiveType.OPAQUE:
+        return POINTER_SIZE
+    if not shape.is_array or any(d < 0 for d in shape.dims):
+        return 0
+    return shape.byte_size
+
+
+def leaf_bytes(shape: Shape) -> int:
+    """Bytes of all array leaves of a shape (the data, not the index tables)."""
+    return sum(shape_size(s) for _, s in shape.leaves() if s.is_array)
+
+
+def _elements(shape: Shape) -> int:
+    return shape.num_elements if shape.is_array else 0
+
+
+def _elements_recursive(shape: Shape) -> int:
+    return sum(_elements(s) for _, s in shape.leaves())
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionCost:
+    """What one instruction (a fusion counts as one) costs.
+
+    ``bytes_accessed`` is XLA's figure; ``bytes_read`` / ``bytes_written`` split it
+    into operand and output traffic (they can differ from it by the large
+    constants a fusion reads).
+    """
+
+    name: str
+    computation: str
+    opcode: str
+    flops: float
+    transcendentals: float
+    bytes_accessed: float
+    bytes_read: float
+    bytes_written: float
+    fusion_kind: str | None = None
+    unknown: bool = False
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """Flops (with transcendentals) per byte; inf for an op that moves nothing."""
+        work = self.flops + self.transcendentals
+        return work / self.bytes_accessed if self.bytes_accessed else math.inf
+
+
+@dataclass(frozen=True)
+class ModuleCost:
+    """Totals keyed like XLA's cost analysis, plus every top-level instruction's cost
+    (entry, and the bodies of calls, whiles, conditionals and async ops)."""
+
+    name: str
+    flops: float
+    transcendentals: float
+    bytes_accessed: float
+    instructions: tuple[InstructionCost, ...] = field(repr=False)
+
+    def as_dict(self) -> dict[str, float]:
+        return {FLOPS: self.flops, TRANSCENDENTALS: self.transcendentals, BYTES_ACCESSED: self.bytes_accessed}
+
+    def by_name(self) -> dict[str, InstructionCost]:
+        return {c.name: c for c in self.instructions}
+
+    @property
+    def fusions(self) -> tuple[InstructionCost, ...]:
+        return tuple(c for c in self.instructions if c.opcode == "fusion")
+
+
+class _Props:
+    """One instruction's (or a computation's summed) properties, as XLA keeps them."""
+
+    __slots__ = ("flops", "trans", "bytes", "out", "read", "unknown")
+
+    def __init__(self, flops=0.0, trans=0.0, bytes_=0.0, out=0.0, read=0.0, unknown=False):
+        self.flops, self.trans, self.bytes, self.out, self.read, self.unknown = flops, trans, bytes_, out, read, unknown
+
+    def add(self, other: "_Props") -> None:
+        self.flops += other.flops
+        self.trans += other.trans
+        self.bytes += other.bytes
+        self.out += other.out
+        self.read += other.read
+        self.unknown |= other.unknown
+
+    def copy(self) -> "_Props":
+        return _Props(self.flops, self.trans, self.bytes, self.out, self.read, self.unknown)
+
+
+def _is_effective_bitcast_transpose(instr: Instruction) -> bool:
+    """ShapeUtil::TransposeIsBitcast: the permutation only relabels the physical order."""
+    src, dst = instr.operands[0].shape, instr.shape
+    if src.element_type is not dst.element_type:
+        return False
+    dims = instr.dimensions or ()
+    src_m2m = src.layout.minor_to_major if src.layout and src.layout.minor_to_major else tuple(range(src.rank - 1, -1, -1))
+    dst_m2m = dst.layout.minor_to_major if dst.layout and dst.layout.minor_to_major else tuple(range(dst.rank - 1, -1, -1))
+    try:
+        return tuple(dims[d] for d in dst_m2m) == tuple(src_m2m)
+    except IndexError:
+        return False
+
+
+class CostAnalysis:
+    """Walks a module once; per-computation results are memoized, since XLA's
+    answer for a called computation does not depend on the caller."""
+
+    def __init__(self, module: Module):
+        self.module = module
+        self._memo: dict[int, _Props] = {}
+        self.records: list[InstructionCost] = []
+        self._recording: set[int] = set()
+
+    # -- computations ---------------------------------------------------------
+    def computation(self, comp: Computation, *, record: bool = False) -> _Props:
+        """Summed properties of a computation (XLA's ProcessSubcomputation)."""
+        key = id(comp)
+        if key in self._memo and not (record and key not in self._recording):
+            return self._memo[key]
+        total = _Props()
+        for instr in comp:
+            p = self.instruction(instr, record=record)
+            total.add(p)
+            if record:
+                self.records.append(InstructionCost(
+                    instr.name, comp.name, instr.opcode_text, p.flops, p.trans, p.bytes, p.read, p.out,
+                    instr.fusion_kind if instr.opcode is _H.FUSION else None, p.unknown))
+        self._memo[key] = total
+        if record:
+            self._recording.add(key)
+        return total
+
+    def _sub(self, comp: Computation | None, record: bool) -> _Props:
+        return self.computation(comp, record=record) if comp is not None else _Props()
+
+    # -- instructions ---------------------------------------------------------
+    def instruction(self, instr: Instruction, *, record: bool = False) -> _Props:
+        op = instr.opcode
+        out = shape_size(instr.shape)
+        operand_sizes = [shape_size(o.shape) for o in instr.operands]
+        p = _Props(bytes_=out + sum(operand_sizes), out=out, read=sum(operand_sizes))
+        n_out = _elements(instr.shape)
+        if op in _ELEMENTWISE_FLOP_OPS:
+            if op in TRANSCENDENTAL_OPS:
+                p.trans = n_out
+            else:
+                p.flops = n_out
+        elif op in _FREE_OPS or (op is _H.TRANSPOSE and _is_effective_bitcast_transpose(instr)):
+            p.bytes = p.out = p.read = 0
+        elif op in _LEAF_OUTPUT_OPS:
+            p.out = leaf_bytes(instr.shape)
+            p.bytes = p.out + p.read
+        elif op is _H.DOT:
+            p.flops = _dot_flops(instr)
+        elif op is _H.RAGGED_DOT:
+            p.flops = _dot_flops(instr, ragged=True)
+        elif op is _H.SLICE:
+            p.bytes, p.out, p.read = 2 * out, out, out
+        elif op is _H.DYNAMIC_SLICE:
+            idx = operand_sizes[1] if len(operand_sizes) > 1 else 0
+            p.bytes, p.out, p.read = 2 * out + idx, out, out + idx
+        elif op is _H.DYNAMIC_UPDATE_SLICE:
+            upd = operand_sizes[1]
+            idx = operand_sizes[2] if len(operand_sizes) > 2 else 0  # XLA counts only the first index
+            p.bytes, p.out, p.read = 2 * upd + idx, upd, upd + idx
+        elif op is _H.TUPLE:
+            p.bytes, p.out, p.read = out, out, 0
+        elif op is _H.GATHER:
+            self._gather(instr, p)
+        elif op is _H.SCATTER:
+            self._scatter(instr, p, record)
+        elif op is _H.REDUCE:
+            sub = self._sub(instr.to_apply, False)
+            out0 = instr.shape if instr.shape.is_array else instr.shape.tuple_shapes[0]
+            count = _elements(instr.operands[0].shape) - _elements(out0)
+            p.flops, p.trans = sub.flops * count, sub.trans * count
+        elif op is _H.REDUCE_WINDOW:
+            sub = self._sub(instr.to_apply, False)
+            count = _reduce_window_count(instr)
+            p.flops, p.trans = sub.flops * count, sub.trans * count
+        elif op is _H.MAP:
+            sub = self._sub(instr.to_apply, False)
+            p.flops, p.trans = sub.flops * n_out, sub.trans * n_out
+        elif op is _H.SELECT_AND_SCATTER:
+            sel = self._sub(instr.called_computation("select"), False)
+            sca = self._sub(instr.called_computation("scatter"), False)
+            src = _elements(instr.operands[1].shape)
+            w = math.prod(instr.window.size) if instr.attribute("window") else 1
+            p.flops = sel.flops * src * (w - 1) + sca.flops * src
+            p.trans = sel.trans * src * (w - 1) + sca.trans * src
+        elif op is _H.FUSION:
+            self._fusion(instr, p, record)
+        elif op is _H.ASYNC_START and instr.async_wrapped_opcode is not None:
+            p = self._wrapped(instr, record)
+        elif op in (_H.CALL, _H.WHILE, _H.ASYNC_START):
+            p = _Props()
+            for c in instr.called_computations:
+                p.add(self.computation(c, record=record))
+            if op is _H.ASYNC_START and not instr.called_computations:
+                p = _Props(bytes_=out + sum(operand_sizes), out=out, read=sum(operand_sizes))
+        elif op is _H.CONDITIONAL:
+            branches = [self.computation(c, record=record) for c in instr.called_computations]
+            p = _Props()
+            for b in branches:
+                p.flops, p.trans, p.bytes = max(p.flops, b.flops), max(p.trans, b.trans), max(p.bytes, b.bytes)
+                p.out, p.read = max(p.out, b.out), max(p.read, b.read)
+        elif op in (_H.ALL_REDUCE, _H.ALL_REDUCE_START):
+            arrays = [s for _, s in instr.shape.leaves() if s.is_array]
+            p.flops = sum(_elements(s) for s in arrays)
+            p.out = sum(shape_size(s) for s in arrays)
+            p.bytes = p.out + sum(operand_sizes)
+        elif op is _H.SORT:
+            n = _elements(instr.operands[0].shape)
+            p.flops = n * (math.ceil(math.log2(n)) if n > 1 else 0)
+        elif op is _H.RNG:
+            p.trans = n_out
+        elif op is _H.RNG_BIT_GENERATOR:
+            p.trans = _elements_recursive(instr.shape)
+        elif op is _H.CONVOLUTION:
+            p.flops = _convolution_flops(instr)
+        elif op is _H.FFT:
+            src = instr.operands[0].shape
+            src = src.tuple_shapes[0] if src.is_tuple else src
+            lengths = [int(x) for x in (instr.attribute("fft_length") or "{}").strip("{}").split(",") if x.strip()]
+            logs = math.prod(int(math.floor(math.log2(d))) for d in lengths) if lengths else 1
+            p.flops = 2 * 4 * logs * _elements(src)
+        elif op is _H.TRIANGULAR_SOLVE:
+            a, b = instr.operands[0].shape, instr.operands[1].shape
+            p.read = operand_sizes[0] / 2 + operand_sizes[1]
+            p.bytes = out + p.read
+            p.flops = 2 * (a.dims[-1] if a.dims else 1) * _elements(b)
+        elif op is _H.CHOLESKY:
+            a = instr.operands[0].shape
+            p.out = p.read = operand_sizes[0] / 2
+            p.bytes = operand_sizes[0]
+            p.flops = ((a.dims[-1] if a.dims else 1) * _elements(a)) // 3
+        elif op is _H.CUSTOM_CALL:
+            p.unknown = True  # XLA: -1 flops and -1 bytes; we keep operands + output
+        return p
+
+    def _wrapped(self, start: Instruction, record: bool) -> _Props:
+        """``fusion-start`` / ``reduce-scatter-start`` sugar: XLA parses it into an
+        async computation holding one instruction, and prices that instruction.
+        We price a stand-in for it (detached again before returning)."""
+        out = start.shape.tuple_shapes[1] if start.shape.is_tuple and len(start.shape.tuple_shapes) > 1 else start.shape
+        stand_in = Instruction(start.name, start.async_wrapped_opcode, out, start.operands,
+                               dict(start.attributes), start.called_computation_map)
+        try:
+            return self.instruction(stand_in, record=record)
+        finally:
+            stand_in.replace_operands(())
+
+    def _gather(self, g: Instruction, p: _Props) -> None:
+        out = shape_size(g.shape)
+        idx = shape_size(g.operands[1].shape)
+        p.bytes, p.out, p.read = 2 * out + idx, out, out + idx
+        p.flops = p.trans = 0
+
+    def _scatter(self, s: Instruction, p: _Props, record: bool) -> None:
+        n = (len(s.operands) - 1) // 2
+        updates = s.operands[n + 1:]
+        upd = sum(shape_size(u.shape) for u in updates)
+        idx = shape_size(s.operands[n].shape)
+        p.bytes, p.out, p.read = 3 * upd + idx, upd, 2 * upd + idx
+        sub = self._sub(s.to_apply, False)
+        count = _elements(updates[0].shape) if updates else 0
+        p.flops, p.trans = sub.flops * count, sub.trans * count
+
+    def _fusion(self, f: Instruction, p: _Props, record: bool) -> None:
+        comp = f.fused_computation
+        if comp is None:
+            return
+        if f.fusion_kind == "kCustom":
+            # HloCostAnalysis::HandleFusion: a custom fusion holding a gather or
+            # scatter is priced as that one instruction.
+            for inner in comp:
+                if inner.opcode is _H.GATHER:
+                    p.flops = p.trans = 0
+                    self._gather(inner, p)
+                    return
+                if inner.opcode is _H.SCATTER:
+                    p.flops = p.trans = 0
+                    self._scatter(inner, p, record)
+                    return
+        sub = self.computation(comp)
+        p.flops, p.trans, p.unknown = sub.flops, sub.trans, sub.unknown
+        p.out = _fusion_output_bytes(f, comp)
+        constants = sum(shape_size(i.shape) for i in comp
+                        if i.opcode is _H.CONSTANT and _elements(i.shape) > IMMEDIATE_CONSTANT_MAX_ELEMENTS)
+        p.read = sum(_fusion_operand_bytes(param) for param in comp.parameters)
+        p.bytes = p.out + constants + p.read
+
+
+def _fusion_output_bytes(f: Instruction, comp: Computation) -> float:
+    """Outputs written once; a dynamic-update-slice root writes only its update."""
+    root = comp.root
+    total = 0
+    if not f.shape.is_tuple:
+        if f.shape.is_array:
+            return shape_size(root.operands[1].shape) if root.opcode is _H.DYNAMIC_UPDATE_SLICE else shape_size(f.shape)
+        return 0
+    for index, leaf in f.shape.leaves():
+        if not leaf.is_array:
+            continue
+        r = root.operands[index[0]] if len(index) == 1 and root.opcode is _H.TUPLE else root
+        if len(index) == 1 and r.opcode is _H.DYNAMIC_UPDATE_SLICE:
+            total += shape_size(r.operands[1].shape)
+        else:
+            total += shape_size(leaf)
+    return total
+
+
+def _fusion_operand_bytes(param: Instruction) -> float:
+    if not param.shape.is_tuple:
+        return _parameter_read_bytes(param)
+    total = 0
+    for index, _leaf in param.shape.leaves():
+        node = param
+        for sub in index:
+            for u in node.users:
+                if u.opcode is _H.GET_TUPLE_ELEMENT and u.tuple_index == sub:
+                    node = u
+                    break
+        total += _parameter_read_bytes(node)
+    return total
+
+
+def _parameter_read_bytes(hlo: Instruction) -> float:
+    """HloCostAnalysis::FusionParameterReadBytes: a fused parameter is read once
+    by all its plain users together; slices read only what they keep."""
+    size = 0
+    seen_trivial = False
+    for user in hlo.users:
+        op = user.opcode
+        if op is _H.FUSION:
+            nested = user.fused_computation
+            root = nested.root
+            params = nested.parameters
+            for idx in [i for i, o in enumerate(user.operands) if o is hlo]:
+                nested_seen = False
+                simple = root.operand_count == 0 or params[idx] is root.operands[0]
+                for fu in user.users:
+                    if simple and fu.opcode is _H.SLICE:
+                        size += shape_size(fu.shape)
+                    elif simple and fu.opcode is _H.DYNAMIC_SLICE:
+                        if user is fu.operands[0]:
+                            size += shape_size(fu.shape)
+                        elif not nested_seen:
+                            nested_seen = True
+                            size += shape_size(user.shape)
+                    elif simple and fu.opcode is _H.DYNAMIC_UPDATE_SLICE:
+                        if user is not fu.operands[0] and not nested_seen:
+                            nested_seen = True
+                            size += shape_size(user.shape)
+                    elif not nested_seen:
+                        nested_seen = True
+                        size += _parameter_read_bytes(params[idx])
+        elif op is _H.SLICE:
+            size += shape_size(user.shape)
+        elif op is _H.DYNAMIC_SLICE:
+            if hlo is user.operands[0]:
+                size += shape_size(user.shape)
+            elif not seen_trivial:
+                seen_trivial = True
+                size += shape_size(hlo.shape)
+        elif op is _H.DYNAMIC_UPDATE_SLICE:
+            if hlo is not user.operands[0] and not seen_trivial:
+                seen_trivial = True
+                size += shape_size(hlo.shape)
+        elif op in (_H.BROADCAST, _H.RESHAPE):
+            size += shape_size(hlo.shape)
+        elif not seen_trivial:
+            seen_trivial = True
+            size += shape_size(hlo.shape)
+    return size
+
+
+def _dot_flops(dot: Instruction, *, ragged: bool = False) -> int:
+    """2 * output elements * contracted size (GetDotFlops)."""
+    lhs = dot.operands[0].shape
+    raw = dot.attribute("lhs_contracting_dims") or "{}"
+    contracting = [int(x) for x in raw.strip("{}").split(",") if x.strip()]
+    k = math.prod(lhs.dims[d] for d in contracting)
+    out = _elements(dot.shape)
+    if ragged:
+        groups = [int(x) for x in (dot.attribute("rhs_group_dims") or "{}").strip("{}").split(",") if x.strip()]
+        dims = list(dot.shape.dims)
+        for i in range(len(groups)):  # XLA deletes dimension i, once per group dimension
+            if i < len(dims):
+                dims.pop(i)
+        out = math.prod(dims)
+    return 2 * out * k
+
+
+def _reduce_window_count(rw: Instruction) -> int:
+    """(window - 1) reductions per output, or XLA's count for a reduce-window that is a
+    reduce followed by a broadcast of one padded dimension (HandleReduceWindow)."""
+    w = rw.window
+    sizes = w.size
+    pads = w.pad or tuple((0, 0) for _ in sizes)
+    window_elems = math.prod(sizes)
+    out_shape = rw.shape if rw.shape.is_array else rw.shape.tuple_shapes[0]
+    n_out = _elements(out_shape)
+    count = (window_elems - 1) * n_out
+    n_reduce = sum(1 for s in sizes if s != 1)
+    n_padded = sum(1 for lo_hi in pads if lo_hi[0] != 0 or lo_hi[1] != 0)
+    if n_reduce == 1 and n_padded == 1 and rw.shape.is_array:
+        for d, (s, (lo, hi)) in enumerate(zip(sizes, pads)):
+            if s != 1 and lo != 0 and hi != 0 and lo == hi and s == 2 * lo + 1:
+                if lo == rw.shape.dims[d] - 1:
+                    span = rw.shape.dims[d]
+                    count = n_out // span + (span - 1)
+                break
+    return count
+
+
+def _convolution_flops(conv: Instruction) -> int:
+    """2 * output elements * input features per group * kernel spatial size; an
+    upper bound of XLA's count, which skips padded positions (no corpus module
+    has a convolution)."""
+    rhs = conv.operands[1].shape
+    out = _elements(conv.shape)
+    labels = conv.attribute("dim_labels") or ""
+    kernel = labels.split("_")[1] if "_" in labels else ""
+    i_pos = kernel.find("i")
+    in_feat = rhs.dims[i_pos] if 0 <= i_pos < rhs.rank else 1
+    spatial = math.prod(rhs.dims[j] for j, ch in enumerate(kernel) if ch.isdigit() and j < rhs.rank) if kernel else 1
+    return 2 * out * in_feat * spatial
+
+
+def analyze(module: Module) -> ModuleCost:
+    """The module's cost, totals over the entry computation as XLA reports them."""
+    ca = CostAnalysis(module)
+    total = ca.computation(module.entry, record=True)
+    return ModuleCost(module.name, total.flops, total.trans, total.bytes, tuple(ca.records))
+
+
+def module_cost(module: Module) -> dict[str, float]:
+    """``{"flops", "transcendentals", "bytes accessed"}`` like XLA's cost analysis."""
+    return analyze(module).as_dict()
