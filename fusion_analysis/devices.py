@@ -1,0 +1,216 @@
+"""Device specs for the roofline: four NVIDIA GPUs with cited numbers, the host CPU
+measured once by a micro-benchmark (cached), and user specs from JSON.
+
+Peaks are dense (no 2:4 sparsity) tensor-core rates for matmuls, and the plain
+FP32 vector rate for everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Mapping
+
+CACHE_DIR = Path(os.environ.get("HLO_PASS_LAB_CACHE", Path.home() / ".cache" / "hlo-pass-lab"))
+
+#: XLA's GPU performance model constants (xla/service/gpu/model/gpu_performance_model_base.h):
+#: kKernelLaunchOverhead = 1 us, kNcclKernelLaunchOverhead = 5 us.
+GPU_LAUNCH_OVERHEAD_S = 1e-6
+NCCL_LAUNCH_OVERHEAD_S = 5e-6
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the roofline needs to know about one accelerator (or the host)."""
+
+    name: str
+    kind: str  # "gpu" | "cpu"
+    peak_flops: Mapping[str, float]  # matmul dtype -> dense flop/s ("bf16", "f16", "f8", "tf32", "f32", "f64")
+    vector_flops: float  # non-matmul flop/s
+    transcendentals_per_s: float
+    memory_bandwidth: float  # bytes/s
+    launch_overhead_s: float
+    collective_bandwidth: float = 0.0  # bytes/s per device for collectives (0: use memory bandwidth)
+    collective_overhead_s: float = 0.0
+    sms: int = 0
+    clock_ghz: float = 0.0
+    l2_bytes: int = 0
+    shared_memory_per_sm: int = 0
+    memory_bytes: int = 0
+    source: str = ""
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+    def matmul_peak(self, dtype: str) -> float:
+        """Dense matmul flop/s for an element type spelled like HLO (``bf16``, ``f32``...).
+
+        f32 dots run on TF32 tensor cores on GPUs (XLA's default precision); f8
+        types use the FP8 rate; anything unknown falls back to the vector rate."""
+        p = self.peak_flops
+        if dtype.startswith("f8"):
+            return p.get("f8", p.get("bf16", self.vector_flops))
+        if dtype == "f32":
+            return p.get("tf32", p.get("f32", self.vector_flops))
+        return p.get(dtype, p.get("f32", self.vector_flops))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Device":
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown device spec fields: {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
+        return cls(**{k: dict(v) if isinstance(v, Mapping) else v for k, v in d.items()})
+
+
+# -- GPUs ------------------------------------------------------------------------
+# H100 SXM5 80GB: NVIDIA H100 Tensor Core GPU datasheet (2023) and the Hopper
+# architecture whitepaper: 132 SMs, 1.98 GHz boost (also XLA's target config
+# ../shared/gpu_specs/h100_sxm.txtpb: core_count 132, clock_rate_ghz 1.98,
+# memory_bandwidth 3.35e12, l2_cache_size 52428800, shared_memory_per_core 233472),
+# dense BF16/FP16 989.4 TFLOPS, FP8 1978.9, TF32 494.7, FP32 66.9, FP64 tensor 66.9;
+# HBM3 3.35 TB/s; NVLink 4 900 GB/s bidirectional (450 GB/s each way).
+# Transcendentals: 16 SFU results / clock / SM (CUDA C Programming Guide,
+# arithmetic-instruction throughput table, cc 9.0) = 132 * 16 * 1.98e9.
+H100_SXM = Device(
+    name="h100", kind="gpu",
+    peak_flops={"bf16": 989.4e12, "f16": 989.4e12, "f8": 1978.9e12, "tf32": 494.7e12, "f64": 66.9e12},
+    vector_flops=66.9e12, transcendentals_per_s=132 * 16 * 1.98e9,
+    memory_bandwidth=3.35e12, launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    collective_bandwidth=450e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,
+    sms=132, clock_ghz=1.98, l2_bytes=50 * 2**20, shared_memory_per_sm=228 * 1024, memory_bytes=80 * 10**9,
+    source="NVIDIA H100 datasheet + Hopper whitepaper; gpu_specs/h100_sxm.txtpb",
+)
+# H200 SXM 141GB: NVIDIA H200 Tensor Core GPU datasheet (2024): same GH100 compute as
+# H100 SXM (989 TFLOPS dense BF16, 1979 FP8, 494 TF32, 67 FP32), HBM3e 4.8 TB/s,
+# 141 GB; gpu_specs/h200_sxm.txtpb: core_count 132, memory_bandwidth 4.8e12, L2 50 MiB.
+H200_SXM = replace(
+    H100_SXM, name="h200", memory_bandwidth=4.8e12, memory_bytes=141 * 10**9,
+    source="NVIDIA H200 datasheet; gpu_specs/h200_sxm.txtpb",
+)
+# A100 SXM4 80GB: NVIDIA A100 Tensor Core GPU datasheet (2021) and the Ampere (GA100)
+# whitepaper: 108 SMs, 1.41 GHz boost, dense BF16/FP16 312 TFLOPS, TF32 156, FP32 19.5,
+# FP64 tensor 19.5; no FP8 (f8 falls back to the BF16 rate); HBM2e 2,039 GB/s; L2 40 MB;
+# 164 KB shared memory per SM; NVLink 3 600 GB/s bidirectional.
+A100_SXM_80GB = Device(
+    name="a100", kind="gpu",
+    peak_flops={"bf16": 312e12, "f16": 312e12, "tf32": 156e12, "f64": 19.5e12},
+    vector_flops=19.5e12, transcendentals_per_s=108 * 16 * 1.41e9,
+    memory_bandwidth=2.039e12, launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    collective_bandwidth=300e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,
+    sms=108, clock_ghz=1.41, l2_bytes=40 * 2**20, shared_memory_per_sm=164 * 1024, memory_bytes=80 * 10**9,
+    source="NVIDIA A100 datasheet + Ampere GA100 whitepaper",
+)
+# B200 (HGX B200, per GPU): NVIDIA HGX B200 / DGX B200 datasheets (2024): dense FP8
+# 4.5 PFLOPS, BF16/FP16 2.25 PFLOPS, TF32 1.1 PFLOPS, FP64 40 TFLOPS (FP32 vector
+# taken as 80 TFLOPS); HBM3e 8 TB/s, 180 GB; NVLink 5 1.8 TB/s bidirectional.
+# SM count 148, ~1.965 GHz boost and 126 MB L2 are from public Blackwell
+# analyses, not the datasheet: treat them as approximate.
+B200 = Device(
+    name="b200", kind="gpu",
+    peak_flops={"bf16": 2.25e15, "f16": 2.25e15, "f8": 4.5e15, "tf32": 1.1e15, "f64": 40e12},
+    vector_flops=80e12, transcendentals_per_s=148 * 16 * 1.965e9,
+    memory_bandwidth=8.0e12, launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
+    collective_bandwidth=900e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,
+    sms=148, clock_ghz=1.965, l2_bytes=126 * 2**20, shared_memory_per_sm=228 * 1024, memory_bytes=180 * 10**9,
+    source="NVIDIA HGX/DGX B200 datasheets (SMs, clock, L2 approximate)",
+)
+
+GPUS: dict[str, Device] = {d.name: d for d in (H100_SXM, H200_SXM, A100_SXM_80GB, B200)}
+ALIASES = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "a100_80gb": "a100", "cpu": "host", "host_cpu": "host"}
+
+
+# -- the host CPU, measured ----------------------------------------------------------
+def measure_host(*, seconds: float = 0.6) -> Device:
+    """Measures this machine's memory bandwidth (large array copy: read + write),
+    matmul flop rate (f32 GEMM) and a vector/transcendental rate with numpy.
+
+    Each figure is the best of several repetitions within about ``seconds``; it
+    takes about a second. The launch overhead is XLA:CPU's per-thunk dispatch,
+    taken as 1 us (bench/xla_bench.py measures about 6 us per whole execute)."""
+    import numpy as np
+
+    def best(fn, reps: int = 5) -> float:
+        ts = []
+        deadline = time.perf_counter() + seconds / 3
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+            if time.perf_counter() > deadline and len(ts) >= 2:
+                break
+        return min(ts)
+
+    n = 32 * 2**20 // 4  # 128 MiB of f32: past any last-level cache here
+    src = np.ones(n, np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    t = best(lambda: np.copyto(dst, src))
+    bandwidth = 2 * src.nbytes / t
+    k = 1024
+    a = np.ones((k, k), np.float32)
+    b = np.ones((k, k), np.float32)
+    a @ b
+    gemm = 2 * k**3 / best(lambda: a @ b)
+    # Vector and transcendental rates on a cache-resident array, so that they
+    # measure arithmetic rather than memory (one thread: numpy ufuncs are serial).
+    x = np.linspace(0, 1, 2**15, dtype=np.float32)
+    out = np.empty_like(x)
+
+    def repeat(fn, times: int = 64):
+        def run():
+            for _ in range(times):
+                fn()
+        return run
+
+    trans = 64 * x.size / best(repeat(lambda: np.exp(x, out=out)))
+    vec = 64 * x.size / best(repeat(lambda: np.multiply(x, x, out=out)))
+    return Device(
+        name="host", kind="cpu", peak_flops={"f32": gemm, "bf16": gemm / 2, "f16": gemm / 2, "f64": gemm / 2},
+        vector_flops=vec, transcendentals_per_s=trans, memory_bandwidth=bandwidth, launch_overhead_s=1e-6,
+        sms=os.cpu_count() or 1, source=f"measured on {platform.node()} ({os.cpu_count()} CPUs) by fusion_analysis.devices.measure_host",
+    )
+
+
+def host_cache_path() -> Path:
+    return CACHE_DIR / f"host_spec_{platform.node() or 'host'}_{os.cpu_count()}.json"
+
+
+def host(*, remeasure: bool = False) -> Device:
+    """The host spec: measured once per machine and cached as JSON."""
+    path = host_cache_path()
+    if path.is_file() and not remeasure:
+        try:
+            return Device.from_dict(json.loads(path.read_text()))
+        except (ValueError, TypeError, json.JSONDecodeError):
+            pass  # a stale or broken cache is measured again
+    dev = measure_host()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(dev.to_json())
+    os.replace(tmp, path)
+    return dev
+
+
+def load(spec: str | Device) -> Device:
+    """A device by name (``h100``, ``h200``, ``a100``, ``b200``, ``host``) or from a
+    JSON file with :class:`Device`'s fields."""
+    if isinstance(spec, Device):
+        return spec
+    key = ALIASES.get(spec.lower(), spec.lower())
+    if key in GPUS:
+        return GPUS[key]
+    if key == "host":
+        return host()
+    p = Path(spec)
+    if p.is_file():
+        return Device.from_dict(json.loads(p.read_text()))
+    raise ValueError(f"unknown device {spec!r}: use one of {', '.join([*GPUS, 'host'])} or a JSON spec file")
+
+
+NAMES = (*GPUS, "host")

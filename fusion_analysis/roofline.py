@@ -1,0 +1,205 @@
+"""Roofline per kernel: ``max(flops/peak, bytes/bandwidth) + launch overhead``.
+
+A kernel is a fusion or an unfused instruction that emits code (parameters,
+constants, tuples, get-tuple-element and bitcasts do not; ``*-done`` ops are the
+second half of their ``*-start``). Each kernel gets its bound (compute, memory or
+launch) and a category (matmul, attention, memory-bound fusion, collective, copy,
+other); module totals and per-category headroom follow.
+
+Headroom of a kernel is ``time - compute time``: the part of its predicted time
+not spent on arithmetic (memory traffic beyond the math, plus the launch). It is
+the most that fusing, tiling or removing the kernel could save; a compute-bound
+matmul has only its launch as headroom.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hlo_tools.ir import Instruction, Module
+from hlo_tools.opcode import COLLECTIVES, HloOpcode
+
+from .cost import InstructionCost, ModuleCost, analyze
+from .devices import Device
+
+_H = HloOpcode
+CATEGORIES = ("matmul", "attention", "memory-bound fusion", "collective", "copy", "other")
+_NOT_KERNELS = frozenset({_H.PARAMETER, _H.CONSTANT, _H.TUPLE, _H.GET_TUPLE_ELEMENT, _H.BITCAST, _H.AFTER_ALL,
+                          _H.ADD_DEPENDENCY, _H.DOMAIN, _H.OPTIMIZATION_BARRIER, _H.PARTITION_ID, _H.REPLICA_ID,
+                          _H.CALL, _H.WHILE, _H.CONDITIONAL, _H.ASYNC_DONE, _H.ASYNC_UPDATE, _H.ALL_GATHER_DONE,
+                          _H.ALL_REDUCE_DONE, _H.COLLECTIVE_PERMUTE_DONE, _H.COPY_DONE, _H.SEND_DONE, _H.RECV_DONE})
+_MATMUL_OPS = frozenset({_H.DOT, _H.CONVOLUTION, _H.RAGGED_DOT, _H.SCALED_DOT})
+_COPY_OPS = frozenset({_H.COPY, _H.COPY_START, _H.TRANSPOSE})
+
+
+@dataclass(frozen=True, slots=True)
+class KernelEstimate:
+    """One kernel's roofline."""
+
+    name: str
+    computation: str
+    opcode: str
+    category: str
+    flops: float
+    transcendentals: float
+    bytes_accessed: float
+    compute_s: float
+    memory_s: float
+    launch_s: float
+    time_s: float
+    bound: str  # "compute" | "memory" | "launch"
+
+    @property
+    def intensity(self) -> float:
+        return (self.flops + self.transcendentals) / self.bytes_accessed if self.bytes_accessed else float("inf")
+
+    @property
+    def headroom_s(self) -> float:
+        return max(0.0, self.time_s - self.compute_s)
+
+
+@dataclass(frozen=True)
+class CategorySummary:
+    category: str
+    kernels: int
+    time_s: float
+    headroom_s: float
+    bytes_accessed: float
+    flops: float
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """All kernels of a module on one device, with totals per category."""
+
+    module: str
+    device: str
+    kernels: tuple[KernelEstimate, ...] = field(repr=False)
+
+    @property
+    def time_s(self) -> float:
+        return sum(k.time_s for k in self.kernels)
+
+    @property
+    def headroom_s(self) -> float:
+        return sum(k.headroom_s for k in self.kernels)
+
+    def by_category(self) -> dict[str, CategorySummary]:
+        acc: dict[str, list] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])
+        for k in self.kernels:
+            a = acc[k.category]
+            a[0] += 1
+            a[1] += k.time_s
+            a[2] += k.headroom_s
+            a[3] += k.bytes_accessed
+            a[4] += k.flops
+        return {c: CategorySummary(c, *acc[c]) for c in CATEGORIES if c in acc}
+
+    def bound_counts(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for k in self.kernels:
+            out[k.bound] += 1
+        return dict(out)
+
+
+def is_kernel(instr: Instruction) -> bool:
+    if instr.opcode in _NOT_KERNELS:
+        return False
+    if instr.opcode is _H.TRANSPOSE and instr.shape.is_array:
+        from .cost import _is_effective_bitcast_transpose
+
+        return not _is_effective_bitcast_transpose(instr)
+    return not instr.opcode_text.endswith("-done")
+
+
+def _wrapped_body(instr: Instruction) -> list[Instruction]:
+    if instr.opcode is _H.FUSION or (instr.opcode is _H.ASYNC_START and instr.async_wrapped_opcode is _H.FUSION):
+        comp = instr.called_computation("calls")
+        if comp is None:
+            return []
+        out = []
+        for i in comp:
+            out.append(i)
+            if i.opcode is _H.FUSION and i.fused_computation is not None:
+                out.extend(i.fused_computation)
+        return out
+    return []
+
+
+def _op_name(instr: Instruction) -> str:
+    raw = instr.attributes.get("metadata") or ""
+    i = raw.find('op_name="')
+    return raw[i + 9: raw.find('"', i + 9)] if i >= 0 else ""
+
+
+def _is_batched_dot(i: Instruction) -> bool:
+    return i.opcode is _H.DOT and bool((i.attribute("lhs_batch_dims") or "").strip("{}"))
+
+
+def category(instr: Instruction) -> str:
+    """matmul / attention / memory-bound fusion / collective / copy / other.
+
+    Attention: a batched dot (QK^T, PV) or a fusion with exp and reduce (softmax)
+    under an op_name that mentions attention; other dots are matmuls."""
+    op = instr.opcode
+    wrapped = instr.async_wrapped_opcode
+    body = _wrapped_body(instr)
+    name = (_op_name(instr) + " " + instr.name).lower()
+    attention = "attention" in name or "attn" in name
+    if op in COLLECTIVES or (wrapped is not None and wrapped in COLLECTIVES) or any(i.opcode in COLLECTIVES for i in body):
+        return "collective"
+    dots = [i for i in body if i.opcode in _MATMUL_OPS] if body else ([instr] if op in _MATMUL_OPS else [])
+    target = (instr.custom_call_target or "") if op is _H.CUSTOM_CALL else ""
+    if dots or "gemm" in target or "matmul" in target:
+        return "attention" if attention and any(_is_batched_dot(d) for d in dots) else "matmul"
+    if body:
+        ops = {i.opcode for i in body}
+        if attention and _H.EXPONENTIAL in ops and _H.REDUCE in ops:
+            return "attention"
+        if ops <= {_H.PARAMETER, _H.COPY, _H.TRANSPOSE, _H.BITCAST}:
+            return "copy"
+        return "memory-bound fusion"
+    if op in _COPY_OPS:
+        return "copy"
+    return "other"
+
+
+def _matmul_dtype(instr: Instruction) -> str | None:
+    for i in [instr, *_wrapped_body(instr)]:
+        if i.opcode in _MATMUL_OPS:
+            return i.operands[0].shape.element_type.value
+    return None
+
+
+def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str | None = None) -> KernelEstimate:
+    """One kernel's roofline on ``device``."""
+    cat = cat or category(instr)
+    dtype = _matmul_dtype(instr)
+    peak = device.matmul_peak(dtype) if dtype else device.vector_flops
+    flops = max(cost.flops, 0.0)
+    compute = flops / peak + max(cost.transcendentals, 0.0) / device.transcendentals_per_s
+    if cat == "collective" and device.collective_bandwidth:
+        memory = max(cost.bytes_accessed, 0.0) / device.collective_bandwidth
+        launch = device.collective_overhead_s or device.launch_overhead_s
+    else:
+        memory = max(cost.bytes_accessed, 0.0) / device.memory_bandwidth
+        launch = device.launch_overhead_s
+    body = max(compute, memory)
+    bound = "launch" if launch > body else ("compute" if compute >= memory else "memory")
+    return KernelEstimate(cost.name, cost.computation, cost.opcode, cat, flops, cost.transcendentals,
+                          cost.bytes_accessed, compute, memory, launch, body + launch, bound)
+
+
+def roofline(module: Module, device: Device, cost: ModuleCost | None = None) -> Roofline:
+    """Every kernel of ``module`` on ``device`` (entry and control-flow bodies)."""
+    cost = cost or analyze(module)
+    comps = {c.name: c for c in module.computations}
+    kernels = []
+    for c in cost.instructions:
+        comp = comps.get(c.computation)
+        instr = comp.get_instruction(c.name) if comp is not None else None
+        if instr is None or not is_kernel(instr):
+            continue
+        kernels.append(estimate(instr, c, device))
+    return Roofline(module.name, device.name, tuple(kernels))
