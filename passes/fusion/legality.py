@@ -175,9 +175,34 @@ def fusible(instr: Instruction) -> Decision:
         return Decision.forbid("is tuple-shaped")
     if op is HloOpcode.REDUCE and instr.operand_count != 2:
         return Decision.forbid("is a variadic reduce")
+    if op is HloOpcode.GATHER and not is_simplified_gather(instr):
+        # XLA:CPU's indexing analysis CHECK-fails on other gathers inside a fusion
+        return Decision.forbid("is a gather not in GatherSimplifier's canonical form")
     if op in ELEMENTWISE or op in LOOP_FUSIBLE:
         return ALLOW
     return Decision.forbid(f"is a {op.value} (not loop-fusible)")
+
+
+def is_simplified_gather(instr: Instruction) -> bool:
+    """GatherSimplifier::IsSimplifiedGather (xla/service/gather_simplifier.cc):
+    rank-2 indices with index_vector_dim=1, identity start_index_map, nothing
+    collapsed, offset dims 1..n. The only gathers XLA's fusion emitters take."""
+    from hlo_tools.attributes import parse_int_list
+
+    def dims(key: str) -> list[int]:
+        text = instr.attribute(key)
+        return list(parse_int_list(text)) if text else []
+
+    offset = dims("offset_dims")
+    return (
+        instr.operand(1).shape.rank == 2
+        and instr.attribute("index_vector_dim") == "1"
+        and dims("start_index_map") == list(range(len(dims("start_index_map"))))
+        and not dims("collapsed_slice_dims")
+        and not dims("operand_batching_dims")
+        and bool(offset)
+        and offset == list(range(1, len(offset) + 1))
+    )
 
 
 def is_fusible(instr: Instruction) -> bool:

@@ -1,0 +1,62 @@
+"""Call inlining (XLA's CallInliner, xla/service/call_inliner.cc).
+
+jax lowers nested jitted functions (``jnp.where``, ``_where``, ...) to ``call``
+instructions; a fusion pass cannot see through them, so the fusion pipeline
+inlines them first, as XLA's own pipeline does before fusion.
+(Belongs in ``passes/`` next to dce/cse; it lives here because the fusion
+pipeline is its first user.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlo_tools import Computation, HloOpcode, Instruction, Module
+
+from ..base import Pass
+from ..dce import remove_unreachable_computations
+from ..registry import register_pass
+
+
+def inline_call(call: Instruction) -> list[Instruction]:
+    """Copies the called computation's body in place of ``call``; returns the copies."""
+    comp = call.parent
+    callee = call.to_apply
+    mapping: dict[int, Instruction] = {id(p): call.operand(p.parameter_number) for p in callee.parameters}
+    out: list[Instruction] = []
+    for instr in callee.post_order():
+        if instr.opcode is HloOpcode.PARAMETER:
+            continue
+        clone = instr.clone("", new_operands=[mapping[id(o)] for o in instr.operands])
+        comp.add_instruction(clone, before=call, unique=True)
+        mapping[id(instr)] = clone
+        out.append(clone)
+    call.replace_all_uses_with(mapping[id(callee.root)])
+    comp.remove_instruction(call)
+    return out
+
+
+def _calls(comp: Computation) -> list[Instruction]:
+    return [i for i in comp if i.opcode is HloOpcode.CALL and i.to_apply is not None and not i.control_predecessors and not i.control_successors]
+
+
+@register_pass
+@dataclass(frozen=True)
+class CallInliner(Pass):
+    """Inlines every ``call`` (nested calls too), then drops computations nothing calls."""
+
+    name = "call-inliner"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in list(module.computations):
+            while True:
+                calls = _calls(comp)
+                if not calls:
+                    break
+                for call in calls:
+                    inline_call(call)
+                changed = True
+        if changed:
+            remove_unreachable_computations(module)
+        return changed

@@ -1,0 +1,260 @@
+"""Clusters: a partition of one computation into would-be fusions.
+
+Fusion passes plan first and rewrite once: they merge clusters here (cheap set
+operations, with cycle checks on the contracted graph), then ``apply`` outlines
+each cluster with ``outline_fusion``. Existing fusion instructions are atomic
+nodes; a cluster that contains one is inlined and re-outlined together with its
+new members, so passes compose (producer-consumer, then sibling, then
+horizontal).
+
+Cycle checks use a topological numbering of the contracted graph, so a search
+only visits clusters numbered between the two being merged (like XLA's
+HloReachabilityMap keeps InstructionFusion from being quadratic in practice).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator
+
+from hlo_tools import Computation, HloOpcode, Instruction, Module
+
+from .outline import fusion_kind, inline_fusion, outline_fusion
+
+#: Computations whose instructions run as kernels: the entry and control-flow
+#: bodies. Reducers, comparators and fusion bodies are excluded.
+_CONTROL_FLOW_KEYS = ("body", "condition", "branch_computations", "true_computation", "false_computation")
+
+
+def fusible_computations(module: Module) -> list[Computation]:
+    """The entry and the computations it reaches through while/conditional/call."""
+    out: list[Computation] = []
+    seen: set[int] = set()
+    stack = [module.entry] if module.entry is not None else []
+    while stack:
+        comp = stack.pop()
+        if id(comp) in seen:
+            continue
+        seen.add(id(comp))
+        out.append(comp)
+        for instr in comp:
+            if instr.opcode in (HloOpcode.WHILE, HloOpcode.CONDITIONAL):
+                for key in _CONTROL_FLOW_KEYS:
+                    stack.extend(instr.called_computation_map.get(key, ()))
+            elif instr.opcode is HloOpcode.CALL:
+                stack.extend(instr.called_computations)
+    return out
+
+
+class Cluster:
+    """Members that will become one fusion, and the cluster's topological number."""
+
+    __slots__ = ("members", "index")
+
+    def __init__(self, members: list[Instruction], index: int):
+        self.members = members
+        self.index = index
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __repr__(self) -> str:
+        return f"<Cluster #{self.index}: {', '.join('%' + m.name for m in self.members)}>"
+
+
+def _is_output_gte(instr: Instruction) -> bool:
+    op = instr.operand(0) if instr.operand_count else None
+    return instr.opcode is HloOpcode.GET_TUPLE_ELEMENT and op is not None and op.opcode is HloOpcode.FUSION
+
+
+class Clusters:
+    """The clusters of ``comp``; every instruction starts alone, except that the
+    get-tuple-elements of a multi-output fusion belong to the fusion."""
+
+    def __init__(self, comp: Computation):
+        self.comp = comp
+        self._of: dict[int, Cluster] = {}
+        for n, instr in enumerate(comp.post_order()):
+            if _is_output_gte(instr):
+                c = self._of[id(instr.operand(0))]
+                c.members.append(instr)
+                self._of[id(instr)] = c
+            else:
+                self._of[id(instr)] = Cluster([instr], n)
+        self.clones: list[tuple[Instruction, Instruction]] = []  # (original, clone)
+
+    # -- queries --------------------------------------------------------------
+    def of(self, instr: Instruction) -> Cluster:
+        return self._of[id(instr)]
+
+    def __iter__(self) -> Iterator[Cluster]:
+        seen: set[int] = set()
+        for c in self._of.values():
+            if id(c) not in seen:
+                seen.add(id(c))
+                yield c
+
+    def users(self, c: Cluster) -> list[Cluster]:
+        """Clusters that use a value of ``c``, in first-use order."""
+        out: dict[int, Cluster] = {}
+        for m in c.members:
+            for u in m.users:
+                uc = self._of[id(u)]
+                if uc is not c:
+                    out.setdefault(id(uc), uc)
+        return list(out.values())
+
+    def operands(self, c: Cluster) -> list[Cluster]:
+        """Clusters whose values ``c`` uses."""
+        out: dict[int, Cluster] = {}
+        for m in c.members:
+            for o in m.operands:
+                oc = self._of[id(o)]
+                if oc is not c:
+                    out.setdefault(id(oc), oc)
+        return list(out.values())
+
+    def external_operands(self, c: Cluster) -> list[Instruction]:
+        """Values defined outside ``c`` that it reads (its fusion operands)."""
+        out: dict[int, Instruction] = {}
+        for m in c.members:
+            for o in m.operands:
+                if self._of[id(o)] is not c:
+                    out.setdefault(id(o), o)
+        return list(out.values())
+
+    def outputs(self, c: Cluster) -> list[Instruction]:
+        """Members used outside ``c`` (or the root): the fusion's outputs."""
+        root = self.comp.root
+        return [m for m in c.members if m is root or any(self._of[id(u)] is not c for u in m.users)]
+
+    def _reaches(self, starts: Iterable[Cluster], target: Cluster, skip: Cluster) -> bool:
+        stack = [s for s in starts if s is not skip and s is not target and s.index < target.index]
+        seen: set[int] = set()
+        while stack:
+            c = stack.pop()
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            for u in self.users(c):
+                if u is target:
+                    return True
+                if u is not skip and u.index < target.index:
+                    stack.append(u)
+        return False
+
+    def would_cycle(self, a: Cluster, b: Cluster) -> bool:
+        """Would merging ``a`` and ``b`` create a cycle (a path between them through
+        a third cluster)? Mirrors the reachability check of XLA's multi-output
+        fusion (xla/service/multi_output_fusion.cc)."""
+        if a is b:
+            return False
+        lo, hi = (a, b) if a.index < b.index else (b, a)
+        # only the later one can be reached from the earlier one
+        return self._reaches(self.users(lo), hi, lo)
+
+    # -- mutation ----------------------------------------------------------------
+    def merge(self, a: Cluster, b: Cluster) -> Cluster:
+        """Merges ``b`` into ``a`` (the caller checked ``would_cycle``)."""
+        if a is b:
+            return a
+        new_index = max(a.index, b.index)
+        a.members.extend(b.members)
+        for m in b.members:
+            self._of[id(m)] = a
+        broken = any(u.index <= new_index for u in self.users(a) if u is not a) or any(
+            o.index >= new_index for o in self.operands(a)
+        )
+        a.index = new_index
+        if broken:
+            self._renumber()
+        return a
+
+    def duplicate_into(self, producer: Instruction, consumer: Cluster) -> Instruction:
+        """Clones ``producer`` for the members of ``consumer`` that use it and adds
+        the clone to ``consumer`` (XLA's instruction fusion duplicates cheap
+        producers the same way, keeping the original for its other users)."""
+        clone = producer.clone("dup")
+        self.comp.add_instruction(clone, after=producer)
+        for m in list(consumer.members):
+            for i, op in enumerate(m.operands):
+                if op is producer:
+                    m.replace_operand(i, clone)
+        consumer.members.append(clone)
+        self._of[id(clone)] = consumer
+        self.clones.append((producer, clone))
+        return clone
+
+    def _renumber(self) -> None:
+        """A fresh topological order of the contracted graph (Kahn's algorithm,
+        ties by the old numbers)."""
+        import heapq
+
+        clusters = list(self)
+        indeg = {id(c): len(self.operands(c)) for c in clusters}
+        heap = [(c.index, n, c) for n, c in enumerate(clusters) if indeg[id(c)] == 0]
+        heapq.heapify(heap)
+        order = 0
+        tie = len(clusters)
+        while heap:
+            _, _, c = heapq.heappop(heap)
+            c.index = order
+            order += 1
+            for u in self.users(c):
+                indeg[id(u)] -= 1
+                if indeg[id(u)] == 0:
+                    tie += 1
+                    heapq.heappush(heap, (u.index, tie, u))
+        if order != len(clusters):
+            raise AssertionError("the contracted graph has a cycle")  # pragma: no cover - merge checks prevent it
+
+    # -- rewrite -------------------------------------------------------------------
+    def apply(
+        self,
+        *,
+        kind: Callable[[list[Instruction], list[Instruction]], str] | None = None,
+        name: str = "fusion",
+        min_size: int = 2,
+    ) -> list[Instruction]:
+        """Outlines every cluster with at least ``min_size`` members that are not
+        scalar constants or get-tuple-elements; returns the new fusions. Clones
+        whose original lost all its users replace nothing: the original is removed."""
+        kind = kind or fusion_kind
+        originals = {id(clone): original for original, clone in self.clones}
+
+        def outlined(c: Cluster) -> bool:
+            real = [m for m in c.members if not _trivial(m)]
+            has_fusion = any(m.opcode is HloOpcode.FUSION for m in c.members)
+            return len(real) >= min_size and not (len(real) == 1 and has_fusion)
+
+        chosen = sorted((c for c in self if outlined(c)), key=lambda c: c.index)
+        keep = {id(c) for c in chosen}
+        for c in self:
+            if id(c) in keep:
+                continue
+            for m in reversed(c.members):  # undo duplications that fuse nothing
+                original = originals.get(id(m))
+                if original is not None and id(self._of[id(original)]) not in keep and m.parent is self.comp:
+                    m.replace_all_uses_with(original)
+                    self.comp.remove_instruction(m)
+        fusions: list[Instruction] = []
+        for c in chosen:
+            region: list[Instruction] = []
+            for m in c.members:
+                if m.opcode is HloOpcode.FUSION:
+                    region.extend(inline_fusion(m))
+                elif m.parent is self.comp:
+                    region.append(m)
+            region = [r for r in region if r.parent is self.comp]
+            inside = {id(r) for r in region}
+            outputs = [r for r in region if r is self.comp.root or any(id(u) not in inside for u in r.users)]
+            fusions.append(outline_fusion(self.comp, region, kind=kind(region, outputs), name=name))
+        for original, _ in self.clones:
+            if original.parent is self.comp and not original.users and original is not self.comp.root:
+                self.comp.remove_instruction(original)
+        return fusions
+
+
+def _trivial(instr: Instruction) -> bool:
+    return instr.opcode is HloOpcode.GET_TUPLE_ELEMENT or (
+        instr.opcode is HloOpcode.CONSTANT and instr.shape.is_array and instr.shape.num_elements == 1
+    )

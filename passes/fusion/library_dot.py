@@ -1,0 +1,53 @@
+"""Library dot fusion: wrap canonical dots in XLA:CPU's YNNPACK ``kCustom`` fusion.
+
+XLA:CPU's stock pipeline hands non-batched 2-D f32 dots to YNNPACK through
+``__ynn_fusion`` kCustom fusions (xla/backends/cpu/transforms/dot_library_rewriter.cc,
+the "dot-library-rewriter" pass). The "as-written" pipeline disables that pass
+with the other fusion passes, so a Python fusion pipeline that wants the same dot
+kernels must form those fusions itself. Only the dot is wrapped (no epilogue):
+what YNNPACK takes beyond that is XLA's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlo_tools import HloOpcode, Instruction, Module
+
+from ..base import Pass
+from ..registry import register_pass
+from .clusters import fusible_computations
+from .outline import outline_fusion
+
+YNN_BACKEND_CONFIG = '{"fusion_config":{"kind":"__ynn_fusion"}}'
+
+
+def is_library_dot(instr: Instruction) -> bool:
+    """A dot YNNPACK takes in XLA:CPU: f32, rank-2 operands and result, no batch dims."""
+    if instr.opcode is not HloOpcode.DOT:
+        return False
+    dn = instr.dot_dimension_numbers
+    shapes = [instr.shape, instr.operand(0).shape, instr.operand(1).shape]
+    return (
+        not dn.lhs_batch_dims
+        and not dn.rhs_batch_dims
+        and all(s.is_array and s.rank == 2 and s.element_type.value == "f32" for s in shapes)
+    )
+
+
+@register_pass
+@dataclass(frozen=True)
+class LibraryDotFusion(Pass):
+    """Wraps each library dot in a ``__ynn_fusion`` kCustom fusion."""
+
+    name = "library-dot-fusion"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in fusible_computations(module):
+            for instr in list(comp):
+                if is_library_dot(instr):
+                    fusion = outline_fusion(comp, [instr], kind="kCustom", name="ynn_fusion")
+                    fusion.set_attribute("backend_config", YNN_BACKEND_CONFIG)
+                    changed = True
+        return changed

@@ -1,0 +1,122 @@
+"""Producer-consumer (loop) fusion, a Python prototype of XLA's InstructionFusion
+(xla/service/instruction_fusion.cc with the CPU rules of
+xla/service/cpu/cpu_instruction_fusion.cc).
+
+Consumers are visited in reverse post order (users before operands); each one's
+cluster then absorbs its producers while they are legal (``legality.can_fuse``)
+and profitable (the pluggable ``profitable``). A producer whose users all sit in
+the cluster moves in; one with other users is duplicated into the cluster when
+cheap, like XLA does, so the memory round-trip disappears for this consumer.
+Every decision is recorded in ``log`` (when given) so tests and users can see
+what was fused and what was refused, and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hlo_tools import Computation, HloOpcode, Instruction, Module
+
+from ..registry import register_pass
+from ..base import Pass
+from .clusters import Cluster, Clusters, fusible_computations
+from .legality import Decision, can_fuse, fusible
+from .profitability import Profitability, default_profitability
+
+
+def loop_kind(region: list[Instruction], outputs: list[Instruction]) -> str:
+    """XLA:CPU emits every fusion it forms as kLoop (reductions included)."""
+    return "kLoop"
+
+
+@dataclass(frozen=True)
+class FusionLog:
+    """What a fusion pass decided: (producer, consumer, decision) triples."""
+
+    entries: list[tuple[str, str, Decision]] = field(default_factory=list)
+
+    def record(self, producer: Instruction, consumer: Instruction, decision: Decision) -> None:
+        self.entries.append((producer.name, consumer.name, decision))
+
+    def refused(self) -> dict[tuple[str, str], str]:
+        return {(p, c): d.reason for p, c, d in self.entries if not d}
+
+    def fused(self) -> list[tuple[str, str]]:
+        return [(p, c) for p, c, d in self.entries if d]
+
+
+def check_producer(clusters: Clusters, cluster: Cluster, producer: Instruction) -> Decision:
+    """Legality of fusing ``producer`` into every member of ``cluster`` that uses it."""
+    users = [m for m in cluster.members if producer in m.operands]
+    for u in users:
+        d = can_fuse(producer, u, check_cycle=False)
+        if not d:
+            return d
+    return Decision(True, "")
+
+
+def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: FusionLog | None) -> bool:
+    """Absorbs producers into ``cluster`` until none qualifies; True if it grew."""
+    grew = False
+    refused: set[int] = set()
+    while True:
+        candidates = [
+            o for o in clusters.external_operands(cluster) if id(o) not in refused and len(clusters.of(o)) == 1
+        ]
+        progress = False
+        for producer in candidates:
+            consumer = next(m for m in cluster.members if producer in m.operands)
+            decision = check_producer(clusters, cluster, producer)
+            duplicate = False
+            if decision:
+                others = [u for u in producer.users if clusters.of(u) is not cluster]
+                duplicate = bool(others) or producer is clusters.comp.root
+                users = tuple(m for m in cluster.members if producer in m.operands)
+                decision = profitable(producer, users, duplicate)
+            if log is not None:
+                log.record(producer, consumer, decision)
+            if not decision:
+                refused.add(id(producer))
+                continue
+            if duplicate:
+                clusters.duplicate_into(producer, cluster)
+            else:
+                # every user is in the cluster, so no path can leave it and come back
+                clusters.merge(cluster, clusters.of(producer))
+            grew = progress = True
+            break  # the operand list changed
+        if not progress:
+            return grew
+
+
+def fuse_producers_into_consumers(
+    comp: Computation, profitable: Profitability = default_profitability, log: FusionLog | None = None
+) -> Clusters:
+    """The planning half of the pass: clusters of ``comp`` after loop fusion."""
+    clusters = Clusters(comp)
+    for consumer in reversed(comp.post_order()):
+        if consumer.parent is not comp or len(clusters.of(consumer)) != 1 or not fusible(consumer):
+            continue
+        if consumer.opcode is HloOpcode.CONSTANT:
+            continue
+        grow(clusters, clusters.of(consumer), profitable, log)
+    return clusters
+
+
+@register_pass
+@dataclass(frozen=True)
+class ProducerConsumerFusion(Pass):
+    """Loop fusion of producers into consumers (XLA's InstructionFusion)."""
+
+    name = "producer-consumer-fusion"
+    profitable: Callable = default_profitability
+    kind: Callable = loop_kind
+    log: FusionLog | None = None
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in fusible_computations(module):
+            clusters = fuse_producers_into_consumers(comp, self.profitable, self.log)
+            changed |= bool(clusters.apply(kind=self.kind, name="loop_fusion"))
+        return changed

@@ -1,0 +1,78 @@
+"""Profitability: is a legal fusion worth doing? A pluggable callable per pass.
+
+A profitability function takes the producer, the consumer-side instructions it
+would join, and whether it would be duplicated, and returns a ``Decision``. Swap
+it to try another heuristic or a cost model::
+
+    ProducerConsumerFusion(profitable=lambda p, users, duplicate: Decision(not duplicate, "no duplication"))
+
+``bytes_saved`` is the memory-traffic model the defaults and the priority pass
+share: fusing a producer removes one write and one read of its result per
+consumer, and a duplicated producer re-reads its own operands.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence
+
+from hlo_tools import HloOpcode, Instruction
+
+from .legality import ALLOW, Decision, is_expensive_producer
+
+
+class Profitability(Protocol):
+    def __call__(self, producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> Decision: ...
+
+
+#: XLA's FusionNodeIndexingEvaluation refuses fusions whose code duplication is
+#: too high; we bound the users a duplicated producer may have the same way.
+MAX_DUPLICATED_USERS = 16
+
+
+def result_bytes(instr: Instruction) -> int:
+    return instr.shape.byte_size
+
+
+def operand_bytes(instr: Instruction) -> int:
+    return sum(o.shape.byte_size for o in instr.operands)
+
+
+def bytes_saved(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> int:
+    """Memory traffic saved by fusing ``producer`` into ``consumers``: its
+    result is no longer written and read back (once per consumer); when it is
+    duplicated the original still runs for its other users, so only the read
+    is saved and the clone reads the producer's operands again."""
+    out = result_bytes(producer)
+    if not duplicate:
+        return out * (1 + len(consumers))
+    return out * len(consumers) - operand_bytes(producer) * (producer.opcode is not HloOpcode.BROADCAST)
+
+
+def default_profitability(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> Decision:
+    """XLA:CPU-like: fuse whenever legal; duplicate only cheap producers
+    (instruction_fusion.cc: expensive ones are computed once), and not into too
+    many users."""
+    if duplicate:
+        if is_expensive_producer(producer):
+            return Decision.forbid("cost: expensive producer would be duplicated")
+        if producer.user_count > MAX_DUPLICATED_USERS:
+            return Decision.forbid(f"cost: producer has {producer.user_count} users, duplication too high")
+    return ALLOW
+
+
+def never_duplicate(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> Decision:
+    """Fuse only producers whose every user is in the fusion."""
+    return Decision.forbid("cost: duplication disabled") if duplicate else ALLOW
+
+
+def min_bytes_saved(threshold: int) -> Callable[[Instruction, Sequence[Instruction], bool], Decision]:
+    """A profitability that asks ``bytes_saved`` to reach ``threshold`` bytes."""
+
+    def decide(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> Decision:
+        base = default_profitability(producer, consumers, duplicate)
+        if not base:
+            return base
+        saved = bytes_saved(producer, consumers, duplicate)
+        return ALLOW if saved >= threshold else Decision.forbid(f"cost: saves {saved} bytes < {threshold}")
+
+    return decide
