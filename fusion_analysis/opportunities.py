@@ -1,0 +1,294 @@
+"""Fusion opportunities: edges that cross kernel boundaries, what fusing them would
+save, whether it is legal, grouped by an opcode-chain signature.
+
+Two kinds of edge:
+
+* producer -> consumer: the consumer reads the producer's output from memory.
+  Fusing saves that read, and the producer's write too when the consumer is its
+  only user (otherwise the producer is duplicated into the consumer).
+* sibling: two kernels read the same value; a multi-output fusion reads it once.
+
+Legality reuses ``passes.fusion.legality`` (XLA:CPU's loop-fusion rules). The cycle
+check is a graph search per edge, so it runs on the ``cycle_check_top`` edges
+with the most bytes saved per computation; the others say ``cycle unchecked``.
+Edges are found inside each non-fused computation (entry, call and loop bodies);
+an edge that crosses a ``call`` boundary in a pre-optimization module is not seen.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hlo_tools.ir import Computation, Instruction, Module
+from hlo_tools.opcode import HloOpcode
+
+from .cost import InstructionCost, ModuleCost, analyze, shape_size
+from .devices import Device
+from .roofline import _wrapped_body, is_kernel
+
+_H = HloOpcode
+_TRANSPARENT = frozenset({_H.BITCAST, _H.GET_TUPLE_ELEMENT})
+SIGNATURE_DEPTH = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Opportunity:
+    """One edge across a kernel boundary."""
+
+    kind: str  # "producer-consumer" | "sibling"
+    computation: str
+    producer: str
+    consumer: str
+    signature: str
+    pattern: str | None
+    bytes_saved: float
+    time_saved_s: float
+    legal: bool | None  # None: legality unknown
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class OpportunityGroup:
+    """Every opportunity with one signature, across modules."""
+
+    signature: str
+    kind: str
+    pattern: str | None
+    count: int
+    legal_count: int
+    bytes_saved: float
+    time_saved_s: float
+    examples: tuple[str, ...] = field(default=())
+
+
+def _label(instr: Instruction) -> str:
+    if instr.opcode is _H.FUSION or instr.async_wrapped_opcode is _H.FUSION:
+        comp = instr.called_computation("calls")
+        root = comp.root.opcode.value if comp is not None and comp.root is not None else "?"
+        return f"fusion[{root}]"
+    return instr.opcode_text
+
+
+def _through(instr: Instruction) -> Instruction:
+    """Looks through bitcasts and tuple projections to the instruction that wrote the data."""
+    while instr.opcode in _TRANSPARENT and instr.operands:
+        instr = instr.operands[0]
+    return instr
+
+
+def _kernel_users(instr: Instruction, out: dict[Instruction, None] | None = None) -> list[Instruction]:
+    """Users of ``instr``'s data, looking through bitcasts and tuple projections."""
+    top = out is None
+    out = {} if out is None else out
+    for u in instr.users:
+        if u.opcode in _TRANSPARENT:
+            _kernel_users(u, out)
+        else:
+            out[u] = None
+    return list(out) if top else []
+
+
+def _chain(instr: Instruction, depth: int) -> list[str]:
+    """Opcode labels from ``instr`` down its largest operand (the main data path)."""
+    labels = []
+    node: Instruction | None = instr
+    while node is not None and len(labels) < depth:
+        labels.append(_label(node))
+        ops = [_through(o) for o in node.operands]
+        ops = [o for o in ops if o.opcode not in (_H.PARAMETER, _H.CONSTANT)]
+        node = max(ops, key=lambda o: shape_size(o.shape)) if ops else None
+    return labels
+
+
+def signature(producer: Instruction, consumer: Instruction) -> str:
+    """``consumer<-producer<-...`` e.g. ``reduce<-exponential<-subtract<-broadcast``."""
+    return "<-".join([_label(consumer), *_chain(producer, SIGNATURE_DEPTH - 1)])
+
+
+_BODY_OPS: dict[int, frozenset[HloOpcode]] = {}
+
+
+def _body_ops(instr: Instruction) -> frozenset[HloOpcode]:
+    comp = instr.called_computation("calls")
+    if comp is None:
+        return frozenset()
+    key = id(comp)
+    ops = _BODY_OPS.get(key)
+    if ops is None:
+        ops = _BODY_OPS[key] = frozenset(i.opcode for i in _wrapped_body(instr))
+    return ops
+
+
+def _neighbourhood(*instrs: Instruction) -> tuple[set[HloOpcode], str]:
+    ops: set[HloOpcode] = set()
+    names = []
+    frontier = list(instrs)
+    for hop in range(2):  # the two ends, their operands and first users
+        nxt = []
+        for i in frontier:
+            ops.add(i.opcode)
+            ops.update(_body_ops(i))
+            names.append(i.name)
+            if hop == 0:
+                nxt.extend(i.operands[:4])
+                nxt.extend(i.users[:2])
+        frontier = nxt
+    comp = instrs[0].parent
+    names.append(comp.name if comp is not None else "")
+    return ops, " ".join(names).lower()
+
+
+def pattern_name(producer: Instruction, consumer: Instruction) -> str | None:
+    """Names the well-known LLM pattern an edge belongs to, from the opcodes near it
+    (and jax's op names, which pre-optimization modules keep as instruction names)."""
+    ops, names = _neighbourhood(producer, consumer)
+    if ops & {_H.SINE, _H.COSINE} or "rotary" in names or "rope" in names:
+        return "RoPE"
+    if _H.EXPONENTIAL in ops and _H.REDUCE in ops or "softmax" in names:
+        return "softmax"
+    if _H.RSQRT in ops or "norm" in names:
+        return "RMSNorm"
+    if _H.LOGISTIC in ops or "silu" in names or "gelu" in names or "swiglu" in names:
+        return "SwiGLU"
+    if _H.SQRT in ops and _H.DIVIDE in ops or "adam" in names:
+        return "optimizer update"
+    return None
+
+
+def _legality(producer: Instruction, consumer: Instruction, direct: Instruction, check_cycle: bool):
+    try:
+        from passes.fusion.legality import can_fuse, creates_cycle, fusible
+    except ImportError:  # pragma: no cover - legality lives in passes/
+        return None, "legality rules unavailable"
+    d = can_fuse(direct, consumer, check_cycle=False)
+    if d and direct is not producer:
+        d = fusible(producer)
+        if not d:
+            d = type(d)(False, f"producer {d.reason}")
+    if not d:
+        return False, d.reason
+    if not check_cycle:
+        return True, "cycle unchecked"
+    if creates_cycle(producer, consumer):
+        return False, "would create a cycle"
+    return True, ""
+
+
+def _time(flops: float, trans: float, bytes_: float, device: Device, launches: int = 1) -> float:
+    compute = flops / device.vector_flops + trans / device.transcendentals_per_s
+    return max(compute, bytes_ / device.memory_bandwidth) + launches * device.launch_overhead_s
+
+
+def find(module: Module, device: Device, cost: ModuleCost | None = None, *,
+         cycle_check_top: int = 64, siblings: bool = True) -> list[Opportunity]:
+    """Every producer->consumer and sibling edge across kernels in ``module``."""
+    cost = cost or analyze(module)
+    _BODY_OPS.clear()  # keyed by id(): valid for one module at a time
+    by_comp: dict[str, dict[str, InstructionCost]] = defaultdict(dict)
+    for c in cost.instructions:
+        by_comp[c.computation][c.name] = c
+    out: list[Opportunity] = []
+    for comp in module.computations:
+        costs = by_comp.get(comp.name)
+        if costs:
+            out.extend(_find_in(comp, costs, device, cycle_check_top, siblings))
+    _BODY_OPS.clear()
+    return out
+
+
+def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Device,
+             cycle_check_top: int, siblings: bool) -> list[Opportunity]:
+    zero = InstructionCost("", "", "", 0, 0, 0, 0, 0)
+    edges = []  # (bytes_saved, producer, consumer, direct, time_saved)
+    for consumer in comp:
+        if not is_kernel(consumer):
+            continue
+        cc = costs.get(consumer.name, zero)
+        for direct in dict.fromkeys(consumer.operands):
+            producer = _through(direct)
+            if producer.parent is not comp or not is_kernel(producer):
+                continue
+            pc = costs.get(producer.name, zero)
+            read = shape_size(direct.shape)
+            sole = _kernel_users(producer) == [consumer]
+            if sole:
+                saved = read + min(read, pc.bytes_written)
+                fused = _time(pc.flops + cc.flops, pc.transcendentals + cc.transcendentals,
+                              max(0.0, pc.bytes_accessed + cc.bytes_accessed - saved), device)
+                before = _time(pc.flops, pc.transcendentals, pc.bytes_accessed, device) + \
+                    _time(cc.flops, cc.transcendentals, cc.bytes_accessed, device)
+            else:  # the producer is duplicated into the consumer
+                saved = read
+                fused = _time(pc.flops + cc.flops, pc.transcendentals + cc.transcendentals,
+                              max(0.0, cc.bytes_accessed - read + pc.bytes_read), device)
+                before = _time(cc.flops, cc.transcendentals, cc.bytes_accessed, device)
+            edges.append((saved, producer, consumer, direct, before - fused))
+    edges.sort(key=lambda e: -e[0])
+    out = []
+    for rank, (saved, producer, consumer, direct, dt) in enumerate(edges):
+        legal, reason = _legality(producer, consumer, direct, rank < cycle_check_top)
+        out.append(Opportunity("producer-consumer", comp.name, producer.name, consumer.name,
+                               signature(producer, consumer), pattern_name(producer, consumer),
+                               saved, dt, legal, reason))
+    if siblings:
+        out.extend(_siblings(comp, device, cycle_check_top))
+    return out
+
+
+def _siblings(comp: Computation, device: Device, cycle_check_top: int) -> list[Opportunity]:
+    try:
+        from passes.fusion.legality import creates_cycle, fusible
+    except ImportError:  # pragma: no cover
+        creates_cycle = fusible = None
+    pairs = []
+    for value in comp:
+        if value.opcode in _TRANSPARENT or value.opcode is _H.CONSTANT:
+            continue
+        users = [u for u in _kernel_users(value) if is_kernel(u) and u.parent is comp]
+        size = shape_size(value.shape) if not value.shape.is_tuple else 0
+        if size == 0:
+            continue
+        for a, b in zip(users, users[1:]):  # neighbours in program order: linear, not quadratic
+            pairs.append((size, value, a, b))
+    pairs.sort(key=lambda p: -p[0])
+    fus: dict = {}
+    out = []
+    for rank, (size, value, a, b) in enumerate(pairs):
+        la, lb = sorted((_label(a), _label(b)))
+        sig = f"{la}|{lb}<-{_label(value)}"
+        if fusible is None:
+            legal, reason = None, "legality rules unavailable"
+        else:
+            da = fus.get(a) or fus.setdefault(a, fusible(a))
+            db = fus.get(b) or fus.setdefault(b, fusible(b))
+            if not da or not db:
+                legal, reason = False, (da.reason if not da else db.reason)
+            elif rank < cycle_check_top:
+                legal = not creates_cycle(a, b)
+                reason = "" if legal else "would create a cycle"
+            else:
+                legal, reason = True, "cycle unchecked"
+        out.append(Opportunity("sibling", comp.name, value.name, f"{a.name},{b.name}", sig,
+                               pattern_name(a, b), size, size / device.memory_bandwidth, legal, reason))
+    return out
+
+
+def group(opportunities, *, module: str = "", examples: int = 3) -> list[OpportunityGroup]:
+    """Groups opportunities (of one module, or ``(module, Opportunity)`` pairs of many)
+    by kind and signature, most bytes saved first."""
+    acc: dict[tuple[str, str], list] = {}
+    for item in opportunities:
+        mod, o = item if isinstance(item, tuple) else (module, item)
+        key = (o.kind, o.signature)
+        a = acc.setdefault(key, [o.pattern, 0, 0, 0.0, 0.0, []])
+        a[0] = a[0] or o.pattern
+        a[1] += 1
+        a[2] += 1 if o.legal else 0
+        a[3] += o.bytes_saved
+        a[4] += max(o.time_saved_s, 0.0)
+        if len(a[5]) < examples:
+            a[5].append(f"{mod + ':' if mod else ''}{o.producer}->{o.consumer}")
+    groups = [OpportunityGroup(sig, kind, a[0], a[1], a[2], a[3], a[4], tuple(a[5])) for (kind, sig), a in acc.items()]
+    groups.sort(key=lambda g: -g.bytes_saved)
+    return groups
