@@ -139,6 +139,21 @@ def _neighbourhood(*instrs: Instruction) -> tuple[set[HloOpcode], str]:
     return ops, " ".join(names).lower()
 
 
+def _sqrt_of_reduction(*instrs: Instruction) -> bool:
+    """A (r)sqrt whose input comes from a reduce within a few ops: a norm's
+    1/sqrt(mean(x^2) + eps), not an optimizer's elementwise sqrt(v)."""
+    near = [*instrs, *(o for i in instrs for o in i.operands), *(u for i in instrs for u in i.users[:2])]
+    for s in near:
+        if s.opcode not in (_H.SQRT, _H.RSQRT):
+            continue
+        frontier = list(s.operands)
+        for _ in range(5):
+            if any(f.opcode is _H.REDUCE for f in frontier):
+                return True
+            frontier = [o for f in frontier for o in f.operands[:2]]
+    return False
+
+
 def pattern_name(producer: Instruction, consumer: Instruction) -> str | None:
     """Names the well-known LLM pattern an edge belongs to, from the opcodes near it
     (and jax's op names, which pre-optimization modules keep as instruction names)."""
@@ -147,7 +162,7 @@ def pattern_name(producer: Instruction, consumer: Instruction) -> str | None:
         return "RoPE"
     if _H.EXPONENTIAL in ops and _H.REDUCE in ops or "softmax" in names:
         return "softmax"
-    if _H.RSQRT in ops or "norm" in names:
+    if _H.RSQRT in ops or "norm" in names or (_H.SQRT in ops and _sqrt_of_reduction(producer, consumer)):
         return "RMSNorm"
     if _H.LOGISTIC in ops or "silu" in names or "gelu" in names or "swiglu" in names:
         return "SwiGLU"
