@@ -1,0 +1,323 @@
+"""Layout: what moves bytes only to change layout, and passes that remove it.
+
+* ``layout_analysis``: the transposes and copies of a module that only permute
+  data (no arithmetic), and the bytes each moves (read + write); a transpose or
+  copy that keeps the physical order of its non-degenerate dimensions is a
+  bitcast in disguise (XLA's ShapeUtil::TransposeIsBitcast / ReshapeIsBitcast).
+* ``transpose-folding``: a transpose feeding a dot becomes the dot's dimension
+  numbers (xla/service/transpose_folding.cc), transposes of transposes compose,
+  identity transposes vanish.
+* ``entry-layout-assignment``: sets parameter / result layouts and rewrites
+  ``entry_computation_layout`` to agree (what layout_assignment.cc reads as the
+  ComputationLayout).
+* ``layout-normalization``: after layout assignment (the pre-scheduler hook), each
+  physical transpose becomes bitcast -> transpose of descending-layout shapes ->
+  bitcast, and bitcast-like transposes/copies become bitcasts
+  (xla/service/layout_normalization.cc, algebraic_simplifier.cc ReplaceWithBitcast).
+
+What XLA keeps (checked on XLA:CPU, jax 0.10-0.12, see docs/layout_and_scheduling.md):
+compiled "as written" through the bridge, XLA re-assigns every layout, entry
+layouts included, and folds transposes into dots itself; after layout assignment
+(pre-scheduler hook) what a pass writes is what runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlo_tools import Computation, HloOpcode, Instruction, Module, Shape
+from hlo_tools.shape import Layout
+
+from .base import Pass, fused_computations
+from .registry import register_pass
+
+LAYOUT_OPS = frozenset({HloOpcode.TRANSPOSE, HloOpcode.COPY})
+_VIEW_OPS = frozenset({HloOpcode.PARAMETER, HloOpcode.TRANSPOSE, HloOpcode.COPY, HloOpcode.BITCAST, HloOpcode.RESHAPE})
+
+
+def minor_to_major(shape: Shape) -> tuple[int, ...]:
+    """The layout, or XLA's default (descending: last dimension minor)."""
+    if shape.layout is not None and len(shape.layout.minor_to_major) == shape.rank:
+        return shape.layout.minor_to_major
+    return tuple(range(shape.rank - 1, -1, -1))
+
+
+def physical_permutation(instr: Instruction) -> tuple[int, ...]:
+    """For a transpose/copy: output physical position j reads operand physical
+    position perm[j] (both major-to-minor).  Identity means a bitcast."""
+    src, out = instr.operand(0).shape, instr.shape
+    logical = instr.dimensions if instr.opcode is HloOpcode.TRANSPOSE else tuple(range(out.rank))
+    in_major = list(reversed(minor_to_major(src)))
+    pos_in = {d: k for k, d in enumerate(in_major)}
+    return tuple(pos_in[logical[b]] for b in reversed(minor_to_major(out)))
+
+
+def is_bitcast_like(instr: Instruction) -> bool:
+    """True when the op keeps the physical order of the non-degenerate dims."""
+    if instr.opcode not in LAYOUT_OPS or not instr.shape.is_array:
+        return False
+    if instr.shape.layout is not None and instr.shape.layout.suffix:
+        return False  # tiled / packed layouts: not a plain bitcast
+    src = instr.operand(0).shape
+    in_major = list(reversed(minor_to_major(src)))
+    perm = physical_permutation(instr)
+    kept = [p for p in perm if src.dims[in_major[p]] != 1]
+    return kept == sorted(kept)
+
+
+@dataclass(frozen=True)
+class LayoutOp:
+    """One instruction that only moves data to change its layout."""
+
+    computation: str
+    name: str
+    opcode: str
+    kind: str          # "transpose" | "layout-copy" | "bitcast-like" | "layout-fusion"
+    bytes_moved: int   # read + write
+
+
+@dataclass(frozen=True)
+class LayoutReport:
+    ops: tuple[LayoutOp, ...]
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(o.bytes_moved for o in self.ops)
+
+    def by_kind(self) -> dict[str, tuple[int, int]]:
+        """kind -> (count, bytes)."""
+        out: dict[str, tuple[int, int]] = {}
+        for o in self.ops:
+            n, b = out.get(o.kind, (0, 0))
+            out[o.kind] = (n + 1, b + o.bytes_moved)
+        return out
+
+    def __str__(self) -> str:
+        kinds = ", ".join(f"{k} {n} ({b:,} B)" for k, (n, b) in sorted(self.by_kind().items()))
+        return f"{len(self.ops)} layout-only ops moving {self.bytes_moved:,} B: {kinds or 'none'}"
+
+
+def _moved(instr: Instruction) -> int:
+    return instr.shape.byte_size + sum(o.shape.byte_size for o in instr.operands)
+
+
+def _layout_only_fusion(instr: Instruction) -> bool:
+    body = instr.fused_computation
+    return body is not None and any(i.opcode in LAYOUT_OPS for i in body) and all(i.opcode in _VIEW_OPS for i in body)
+
+
+def layout_analysis(module: Module) -> LayoutReport:
+    """Layout-only ops in every computation that runs (fusion bodies count as
+    one ``layout-fusion`` when all they do is transpose/copy/reshape)."""
+    fused = fused_computations(module)
+    ops = []
+    for comp in module.computations:
+        if id(comp) in fused:
+            continue
+        for instr in comp:
+            kind = None
+            if instr.opcode in LAYOUT_OPS and instr.shape.is_array:
+                if is_bitcast_like(instr):
+                    kind = "bitcast-like"
+                elif instr.opcode is HloOpcode.TRANSPOSE:
+                    kind = "transpose"
+                elif minor_to_major(instr.shape) != minor_to_major(instr.operand(0).shape):
+                    kind = "layout-copy"
+            elif instr.opcode is HloOpcode.FUSION and _layout_only_fusion(instr):
+                kind = "layout-fusion"
+            if kind:
+                ops.append(LayoutOp(comp.name, instr.name, instr.opcode.value, kind, _moved(instr)))
+    return LayoutReport(tuple(ops))
+
+
+# -- transpose folding ------------------------------------------------------------------
+def _fold_into_dot(dot: Instruction) -> bool:
+    """Folds transposed operands into ``dot``'s dimension numbers when the
+    operand's free (non-batch, non-contracting) dims keep their order, so the
+    dot's output is unchanged (transpose_folding.cc's condition, generalised)."""
+    dnums = dot.dot_dimension_numbers
+    if dnums is None or dot.opcode is not HloOpcode.DOT:
+        return False
+    changed = False
+    for side in (0, 1):
+        t = dot.operand(side)
+        if t.opcode is not HloOpcode.TRANSPOSE:
+            continue
+        perm = t.dimensions
+        batch = dnums.lhs_batch_dims if side == 0 else dnums.rhs_batch_dims
+        contract = dnums.lhs_contracting_dims if side == 0 else dnums.rhs_contracting_dims
+        free = [d for d in range(t.shape.rank) if d not in batch and d not in contract]
+        mapped_free = [perm[d] for d in free]
+        if mapped_free != sorted(mapped_free):
+            continue
+        new_batch = tuple(perm[d] for d in batch)
+        new_contract = tuple(perm[d] for d in contract)
+        if side == 0:
+            dnums = type(dnums)(new_batch, new_contract, dnums.rhs_batch_dims, dnums.rhs_contracting_dims)
+        else:
+            dnums = type(dnums)(dnums.lhs_batch_dims, dnums.lhs_contracting_dims, new_batch, new_contract)
+        ops = list(dot.operands)
+        ops[side] = t.operand(0)
+        dot.replace_operands(ops)
+        changed = True
+    if changed:
+        dot.dot_dimension_numbers = dnums
+    return changed
+
+
+def _compose_transposes(t: Instruction) -> bool:
+    """transpose(transpose(x, p), q) -> transpose(x, p[q]); identity -> x."""
+    comp = t.parent
+    src = t.operand(0)
+    perm = t.dimensions
+    if src.opcode is HloOpcode.TRANSPOSE:
+        inner = src.dimensions
+        perm = tuple(inner[d] for d in perm)
+        src = src.operand(0)
+        if perm != tuple(range(len(perm))):
+            t.replace_operands([src])
+            t.dimensions = perm
+            return True
+    if perm == tuple(range(len(perm))) and src.shape.compatible(t.shape) and not t.is_root \
+            and minor_to_major(src.shape) == minor_to_major(t.shape):
+        t.replace_all_uses_with(src)
+        comp.remove_instruction(t)
+        return True
+    return False
+
+
+def _remove_dead(comp: Computation, candidates) -> None:
+    for i in candidates:
+        if i.parent is comp and not i.users and not i.is_root:
+            comp.remove_instruction(i)
+
+
+@register_pass
+@dataclass(frozen=True)
+class TransposeFolding(Pass):
+    """Folds transposes into dot dimension numbers and into each other."""
+
+    name = "transpose-folding"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        fused = fused_computations(module)
+        for comp in module.computations:
+            if id(comp) in fused:
+                continue
+            for instr in list(comp):
+                if instr.parent is not comp:
+                    continue
+                if instr.opcode is HloOpcode.DOT:
+                    before = list(instr.operands)
+                    if _fold_into_dot(instr):
+                        changed = True
+                        _remove_dead(comp, before)
+                elif instr.opcode is HloOpcode.TRANSPOSE:
+                    inner = instr.operand(0)
+                    if _compose_transposes(instr):
+                        changed = True
+                        _remove_dead(comp, [inner])
+        return changed
+
+
+# -- entry computation layout ---------------------------------------------------------------
+def entry_layout_text(module: Module) -> str:
+    """``entry_computation_layout`` as XLA prints it, from the entry's parameters and root."""
+    entry = module.entry
+    params = ", ".join(_with_default_layout(p.shape).to_text() for p in entry.parameters)
+    return "{(" + params + ")->" + _with_default_layout(entry.root.shape).to_text() + "}"
+
+
+def _with_default_layout(shape: Shape) -> Shape:
+    if shape.is_tuple:
+        return Shape.tuple_of(_with_default_layout(s) for s in shape.tuple_shapes)
+    if shape.is_array and shape.layout is None:
+        return shape.with_layout(minor_to_major(shape))
+    return shape
+
+
+@register_pass
+@dataclass(frozen=True)
+class EntryLayoutAssignment(Pass):
+    """Gives parameters (by number) and the result the requested minor-to-major
+    layouts, and makes ``entry_computation_layout`` say so.  With no layouts it
+    only makes the attribute agree with the instructions."""
+
+    name = "entry-layout-assignment"
+    parameter_layouts: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    result_layout: tuple[int, ...] | None = None
+
+    def run(self, module: Module) -> bool:
+        entry = module.entry
+        for number, m2m in self.parameter_layouts:
+            p = entry.parameter(number)
+            if sorted(m2m) != list(range(p.shape.rank)):
+                raise ValueError(f"layout {m2m} is not a permutation of the {p.shape.rank} dims of parameter {number}")
+            p.shape = p.shape.with_layout(Layout(tuple(m2m)))
+        if self.result_layout is not None:
+            root = entry.root
+            if root.shape.is_tuple or sorted(self.result_layout) != list(range(root.shape.rank)):
+                raise ValueError(f"result layout {self.result_layout} does not fit the root shape {root.shape}")
+            root.shape = root.shape.with_layout(Layout(tuple(self.result_layout)))
+        text = entry_layout_text(module)
+        if module.attributes.get("entry_computation_layout") == text:
+            return False
+        module.attributes["entry_computation_layout"] = text
+        return True
+
+
+# -- layout normalization --------------------------------------------------------------------
+def _normalize(instr: Instruction) -> bool:
+    comp = instr.parent
+    if instr.shape.layout is not None and instr.shape.layout.suffix:
+        return False
+    src = instr.operand(0)
+    if src.shape.layout is not None and src.shape.layout.suffix:
+        return False
+    if is_bitcast_like(instr):
+        if instr.opcode is HloOpcode.COPY and minor_to_major(instr.shape) == minor_to_major(src.shape):
+            return False  # a real copy (copy insertion's): keep it
+        bc = Instruction.create("bitcast", instr.shape, [src], name=f"{instr.name}.bitcast")
+        comp.replace_instruction(instr, bc)
+        return True
+    perm = physical_permutation(instr)
+    in_major = list(reversed(minor_to_major(src.shape)))
+    out_major = list(reversed(minor_to_major(instr.shape)))
+    et = src.shape.element_type
+    n = src.shape.rank
+    desc = tuple(range(n - 1, -1, -1))
+    norm_in = Shape.array(et, [src.shape.dims[d] for d in in_major], desc)
+    norm_out = Shape.array(et, [instr.shape.dims[d] for d in out_major], desc)
+    if instr.opcode is HloOpcode.TRANSPOSE and instr.shape == norm_out and src.shape == norm_in:
+        return False  # already normal
+    b_in = comp.add_instruction(Instruction.create("bitcast", norm_in, [src], name=f"{instr.name}.normalized_operand"),
+                                before=instr)
+    t = comp.add_instruction(Instruction.create("transpose", norm_out, [b_in], name=f"{instr.name}.normalized",
+                                                dimensions="{" + ",".join(map(str, perm)) + "}"), before=instr)
+    if "metadata" in instr.attributes:
+        t.attributes["metadata"] = instr.attributes["metadata"]
+    out = Instruction.create("bitcast", instr.shape, [t], name=f"{instr.name}.bitcast")
+    comp.replace_instruction(instr, out)
+    return True
+
+
+@register_pass
+@dataclass(frozen=True)
+class LayoutNormalization(Pass):
+    """Makes physical transposes explicit on descending-layout shapes; meant for
+    modules whose layouts are assigned (run it through the pre-scheduler hook)."""
+
+    name = "layout-normalization"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        fused = fused_computations(module)
+        for comp in module.computations:
+            if id(comp) in fused:
+                continue
+            for instr in list(comp):
+                if instr.opcode in LAYOUT_OPS and instr.shape.is_array and not instr.control_predecessors \
+                        and not instr.control_successors and not instr.is_root:
+                    changed |= _normalize(instr)
+        return changed
