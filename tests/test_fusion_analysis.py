@@ -202,3 +202,18 @@ def test_cli_analyze_and_scan(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "1 modules, 1 errors" in captured.out and "bad.hlo" in captured.err
     assert (tmp_path / "rep" / "report.html").is_file()
+
+
+# -- compare_decisions ---------------------------------------------------------
+@needs_corpus
+def test_compare_decisions_xla_gpu_vs_xla_cpu_fusions():
+    from fusion_analysis.compare import compare_decisions
+
+    e = next(corpus.load("llama3-tiny-train-f32"))
+    gpu, cpu = e.module("gpu_h100_after_optimizations"), e.module("cpu_after_optimizations")
+    c = compare_decisions(gpu, cpu, devices.load("h100"), names=("gpu", "cpu"))
+    assert c.a.kernels == len(roofline.roofline(gpu, devices.load("h100")).kernels)
+    assert c.a.kernels < c.b.kernels  # XLA:GPU fuses more than XLA:CPU
+    assert c.differing and all(a != b for _, a, b in c.differing)
+    same = compare_decisions(gpu, gpu, devices.load("h100"))
+    assert same.differing == () and same.speedup_b_over_a == 1.0
