@@ -1,0 +1,82 @@
+"""The list scheduler: peak live bytes, async overlap, and XLA running our order."""
+
+from __future__ import annotations
+
+import corpus
+from fusion_analysis.memory import profile
+from fusion_analysis.overlap import overlap
+from hlo_tools import parse, verify
+from hlo_tools.xla import xla_module_from_text
+from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler
+
+# Two independent chains: the written order keeps both big intermediates alive at once.
+TWO_CHAINS = """HloModule m, entry_computation_layout={(f32[1024]{0})->(f32[], f32[])}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p: f32[1024]) -> (f32[], f32[]) {
+  %p = f32[1024]{0} parameter(0)
+  %x = f32[1024,64]{1,0} broadcast(%p), dimensions={0}
+  %y = f32[1024,64]{1,0} broadcast(%p), dimensions={0}
+  %z = f32[] constant(0)
+  %rx = f32[] reduce(%x, %z), dimensions={0,1}, to_apply=%add
+  %ry = f32[] reduce(%y, %z), dimensions={0,1}, to_apply=%add
+  ROOT %t = (f32[], f32[]) tuple(%rx, %ry)
+}
+"""
+
+
+def test_memory_scheduler_finishes_one_chain_before_starting_the_other():
+    m = parse(TWO_CHAINS)
+    before = profile(m.entry).peak_bytes
+    assert MemoryScheduler().run(m)
+    verify(m)
+    order = [i.name for i in m.entry]
+    assert order.index("rx") < order.index("y") or order.index("ry") < order.index("x")
+    assert profile(m.entry).peak_bytes == 1024 * 64 * 4 + 12  # one 256 KiB broadcast at a time, plus three scalars
+    text = m.to_text()
+    assert text.startswith("HloModule m, is_scheduled=true")
+    xla_module_from_text(text)  # XLA's parser takes the schedule
+    assert not MemoryScheduler().run(m)  # already optimal: unchanged
+
+
+def test_post_scheduler_hook_makes_xla_run_exactly_our_order():
+    from hlo_tools.xla_compile import Hook, compile
+    from hlo_tools.xla_run import compare
+
+    e = next(iter(corpus.load("llama3-tiny-prefill-f32")))
+    orig = e.module("before_optimizations")
+    plain = compile(orig)
+    xla_peak = profile(plain.optimized_module.entry).peak_bytes
+    ours = {}
+
+    def schedule(module):
+        changed, choices = run_scheduler(module, MemoryScheduler._candidates, keep_input=True)
+        ours["order"] = [i.name for i in module.entry]
+        ours["peak"] = profile(module.entry).peak_bytes
+        return changed
+
+    hooked = compile(orig, hook=Hook(schedule, "post-scheduler"))
+    assert [i.name for i in hooked.optimized_module.entry] == ours["order"]
+    assert ours["peak"] <= xla_peak
+    assert compare(plain, hooked).ok
+
+
+def test_latency_hiding_on_a_sharded_gpu_module_parses_and_overlaps_at_least_as_much():
+    e = next(iter(corpus.load("llama3-tiny-train-f32-dp2tp4")))
+    m = e.module("gpu_h100_after_optimizations")
+    xla_overlap = overlap(m.entry)
+    assert len(xla_overlap.pairs) > 10
+    assert LatencyHidingScheduler().run(m)
+    verify(m)
+    ours = overlap(m.entry)
+    assert len(ours.pairs) == len(xla_overlap.pairs)
+    assert ours.covered_s >= xla_overlap.covered_s
+    # XLA:CPU's jaxlib parser rejects this XLA:GPU text even as XLA printed it, so
+    # the check here is our own round trip: the schedule prints and re-parses.
+    again = parse(m.to_text())
+    assert again.is_scheduled and [i.name for i in again.entry] == [i.name for i in m.entry]
