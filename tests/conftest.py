@@ -14,7 +14,8 @@ if not os.path.exists("/dev/nvidiactl"):
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# ../shared beside the checkout (what developers and CI have); HLO_SHARED_DIR overrides
+SHARED = Path(os.environ.get("HLO_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared")
 CONFORMANCE = SHARED / "conformance"
 
 
