@@ -153,3 +153,16 @@ def peak_live_bytes(comp: Computation, order: Iterable[Instruction] | None = Non
 def module_peak(module, **kw) -> MemoryProfile:
     """Peak of the entry computation in the module's own order (its schedule)."""
     return profile(module.entry, **kw)
+
+
+def lower_bound(comp: Computation, *, model: BufferModel | None = None) -> int:
+    """No order can peak below this: the largest instruction's operands plus
+    results plus callee peak (entry parameters excluded, as in ``profile``)."""
+    model = model or BufferModel()
+    params = {id(i) for i in comp if i.opcode is HloOpcode.PARAMETER}
+    best = 0
+    for instr in comp:
+        bufs = set(model.defined(instr)) | model.used(instr)
+        live = sum(model.sizes.get(b, 0) for b in bufs if b[0] not in params)
+        best = max(best, live + model.callee_peak(instr))
+    return best

@@ -1,0 +1,152 @@
+"""Our schedules vs XLA's, on the corpus (not a test: it prints tables).
+
+1. Sharded train steps (dp2tp4) compiled by XLA:CPU for 8 host devices: XLA's
+   schedule (what the post-scheduler hook is handed) vs our memory scheduler, run
+   by XLA through the hook; peak live bytes by our model and XLA's own temp bytes.
+2. The same modules' stored XLA:GPU (H100) schedules, which have async pairs:
+   peak and the overlap achieved (fusion_analysis.overlap's cost model), XLA's
+   latency-hiding schedule vs ours.
+3. Every corpus module's stored XLA:CPU schedule vs our memory scheduler (model),
+   and for runnable single-device modules, outputs of XLA running our order.
+
+    JAX_PLATFORMS=cpu .venv/bin/python bench/schedule_vs_xla.py [--quick]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import corpus  # noqa: E402
+from fusion_analysis.memory import lower_bound, profile  # noqa: E402
+from fusion_analysis.overlap import overlap  # noqa: E402
+from hlo_tools import parse, verify, xla  # noqa: E402
+from hlo_tools.xla_compile import Hook  # noqa: E402
+from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler  # noqa: E402
+
+
+def compile_spmd(text: str, hook: Hook | None, partitions: int = 8):
+    """XLA:CPU compile of a sharded module over ``partitions`` host devices.
+    The bridge's compile() is single-device; this is the bench's stand-in (see
+    docs/layout_and_scheduling.md: it belongs in hlo_tools.xla_compile)."""
+    client = xla.get_client("cpu")
+    devs = client.local_devices()[:partitions]
+    opts = xla.make_compile_options({})
+    opts.num_replicas, opts.num_partitions = 1, partitions
+    ebo = opts.executable_build_options
+    ebo.use_spmd_partitioning, ebo.num_partitions, ebo.num_replicas = True, partitions, 1
+    xc = xla._xc()
+    ebo.device_assignment = xc.DeviceAssignment.create(np.array([[d.id for d in devs]], dtype=np.int32))
+    mlir = xla.hlo_to_stablehlo_bytes(text)
+    if hook is None:
+        return client.compile_and_load(mlir, xc.DeviceList(tuple(devs)), opts)
+    with xla.registered_hook(hook.callback, name=f"bench-{id(hook)}", stage=hook.stage, platform="cpu"):
+        exe = client.compile_and_load(mlir, xc.DeviceList(tuple(devs)), opts)
+    if hook.error is not None:
+        raise hook.error
+    return exe
+
+
+def table(rows, header):
+    rows = [header] + [[str(c) for c in r] for r in rows]
+    w = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w[i]) if i else c.ljust(w[i]) for i, c in enumerate(r)) for r in rows)
+
+
+def kb(b: int) -> str:
+    return f"{b / 1024:,.1f}"
+
+
+def sharded_cpu():
+    rows = []
+    for e in corpus.load("*-dp2tp4"):
+        state = {}
+
+        def ours(module, state=state):
+            state["xla_peak"] = profile(module.entry).peak_bytes
+            state["bound"] = lower_bound(module.entry)
+            changed, choices = run_scheduler(module, MemoryScheduler._candidates, keep_input=True)
+            verify(module)
+            state["peak"] = profile(module.entry).peak_bytes
+            state["order"] = [i.name for i in module.entry]
+            state["chosen"] = next(c.chosen for c in choices if c.computation == module.entry.name)
+            return changed
+
+        t = time.perf_counter()
+        plain = compile_spmd(e.text("before_optimizations"), None)
+        hooked = compile_spmd(e.text("before_optimizations"), Hook(ours, "post-scheduler"))
+        final = parse(xla.optimized_text(hooked))
+        same = [i.name for i in final.entry] == state["order"]
+        colls = sum(1 for i in final.entry if "all-" in i.opcode.value or "collective" in i.opcode.value)
+        t_xla = xla.memory_stats(plain).get("temp_size_in_bytes", 0)
+        t_ours = xla.memory_stats(hooked).get("temp_size_in_bytes", 0)
+        rows.append([e.name, colls, kb(state["bound"]), kb(state["xla_peak"]), kb(state["peak"]),
+                     f"{state['peak'] / state['xla_peak']:.3f}", state["chosen"], kb(t_xla), kb(t_ours),
+                     "yes" if same else "NO", f"{time.perf_counter() - t:.1f}s"])
+    print("## 1. XLA:CPU, 8 host devices: XLA's schedule vs ours (run by XLA through the post-scheduler hook)")
+    print(table(rows, ["module", "collectives", "lower bound KiB", "XLA peak KiB", "our peak KiB", "ours/XLA", "chosen",
+                       "XLA temp KiB (XLA)", "XLA temp KiB (ours)", "XLA ran our order", "time"]))
+
+
+def sharded_gpu():
+    rows = []
+    for e in corpus.load("*-dp2tp4"):
+        text = e.text("gpu_h100_after_optimizations")
+        m = parse(text)
+        p_xla, o_xla = profile(m.entry).peak_bytes, overlap(m.entry)
+        mm = parse(text)
+        MemoryScheduler().run(mm)
+        verify(mm)
+        lh = parse(text)
+        LatencyHidingScheduler().run(lh)
+        verify(lh)
+        o_lh = overlap(lh.entry)
+        bound = min(o_xla.async_s, o_xla.compute_s)
+        rows.append([e.name, len(o_xla.pairs), kb(p_xla), kb(profile(mm.entry).peak_bytes), kb(profile(lh.entry).peak_bytes),
+                     f"{o_xla.async_s * 1e6:.1f}", f"{bound * 1e6:.2f}", f"{o_xla.covered_s * 1e6:.2f}",
+                     f"{o_lh.covered_s * 1e6:.2f}"])
+    print("\n## 2. XLA:GPU H100 stored schedules (async pairs): peak and overlap under the cost model")
+    print(table(rows, ["module", "async pairs", "XLA peak KiB", "mem-sched KiB", "LHS peak KiB", "async us",
+                       "hideable us", "XLA hidden us", "LHS hidden us"]))
+
+
+def all_modules(quick: bool):
+    from hlo_tools.xla_compile import compile
+    from hlo_tools.xla_run import compare
+
+    rows = []
+    worse = 0
+    for e in corpus.load():
+        if quick and e.size == "full":
+            continue
+        m = e.module("cpu_after_optimizations")
+        p0 = profile(m.entry).peak_bytes
+        MemoryScheduler().run(m)
+        verify(m)
+        p1 = profile(m.entry).peak_bytes
+        worse += p1 > p0
+        xla.proto_from_text(m.to_text())  # XLA's parser accepts our schedule
+        verdict = "-"
+        if e.runnable and not e.sharded:
+            orig = e.module("before_optimizations")
+            verdict = compare(compile(orig), compile(orig, hook=(MemoryScheduler(), "post-scheduler"))).verdict
+        rows.append([e.name, len(m.entry), kb(lower_bound(m.entry)), kb(p0), kb(p1), f"{p1 / p0:.3f}" if p0 else "-", verdict])
+    print("\n## 3. Every module: XLA:CPU's stored schedule vs ours (model); outputs with XLA running ours")
+    print(table(rows, ["module", "entry instrs", "lower bound KiB", "XLA peak KiB", "our peak KiB", "ours/XLA", "outputs"]))
+    print(f"modules where ours exceeds XLA's: {worse}")
+
+
+if __name__ == "__main__":
+    quick = "--quick" in sys.argv
+    sharded_cpu()
+    sharded_gpu()
+    all_modules(quick)
