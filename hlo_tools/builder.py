@@ -32,32 +32,48 @@ class Builder:
         self.saw_operand_shapes = False
 
     def build(self, rec: ModuleRecord) -> Module:
-        module = Module(rec.name or "")
+        """A Module from a complete record (the grammar's path)."""
+        for crec in rec.computations:
+            self.add(rec, crec)
+        return self.finish(rec)
+
+    def add(self, rec: ModuleRecord, crec: CompRecord) -> None:
+        """Builds one computation as soon as it is scanned, so the scanner's
+        records never pile up for a whole module (they cost more than the IR)."""
+        if not hasattr(self, "module"):
+            self._start(rec)
+        if crec.name in self.comps:
+            raise self.loc.error(f"computation %{crec.name} is already defined", crec.pos)
+        if crec.is_entry:
+            if self.entry_name is not None:
+                raise self.loc.error(f"a module has one ENTRY computation; %{self.entry_name} is already the entry", crec.pos)
+            self.entry_name = crec.name
+        comp = self._computation(crec, self.pending_calls, self.comps)
+        self.comps[crec.name] = comp
+        comp.parent = self.module
+        self.module.computations.append(comp)
+
+    def _start(self, rec: ModuleRecord) -> None:
+        module = self.module = Module(rec.name or "")
         for key, value, pos in rec.attrs:
             if key in module.attributes:
                 raise self.loc.error(f"duplicate module attribute '{key}'", pos)
             module.attributes[key] = value
         module.stack_frames = rec.stack_frames
-        if not rec.computations:
+        self.comps: dict[str, Computation] = {}
+        self.pending_calls: list[tuple[Instruction, str, str, int]] = []
+        self.entry_name: str | None = None
+
+    def finish(self, rec: ModuleRecord) -> Module:
+        if not hasattr(self, "module"):
             raise self.loc.error("expected at least one computation in the module", len(self.loc.text))
-        comps: dict[str, Computation] = {}
-        pending_calls: list[tuple[Instruction, str, str, int]] = []
-        entry_recs = [c for c in rec.computations if c.is_entry]
-        if len(entry_recs) > 1:
-            raise self.loc.error(f"a module has one ENTRY computation; %{entry_recs[0].name} is already the entry", entry_recs[1].pos)
-        for crec in rec.computations:
-            if crec.name in comps:
-                raise self.loc.error(f"computation %{crec.name} is already defined", crec.pos)
-            comp = self._computation(crec, pending_calls, comps)
-            comps[crec.name] = comp
-            comp.parent = module
-            module.computations.append(comp)
-        entry = comps[entry_recs[0].name] if entry_recs else module.computations[-1]
+        module, comps = self.module, self.comps
+        entry = comps[self.entry_name] if self.entry_name is not None else module.computations[-1]
         entry.is_entry = True
         module.entry = entry
         if rec.name is None:
             module.name = "module_" + entry.name  # what XLA's parser does
-        for instr, key, text, pos in pending_calls:
+        for instr, key, text, pos in self.pending_calls:
             instr._called[key] = self._resolve_computations(text, pos, comps)
         module.print_operand_shapes = self.saw_operand_shapes
         return module

@@ -20,11 +20,9 @@ from .records import Locator, ModuleRecord
 from .scanner import Unsupported, scan_module
 
 
-def parse_records(text: str, source: str = "<string>", *, use_scanner: bool = True) -> ModuleRecord:
-    """The parser's records for ``text`` (``use_scanner=False``: grammar only)."""
-    loc = Locator(text, source)
-    if not use_scanner:
-        return grammar.parse_module_records(text, loc)
+def _fallback(text: str, loc: Locator):
+    """Parses a line the scanner does not understand with the grammar; a line the
+    grammar cannot read alone sends the whole module to the grammar."""
 
     def fallback(start: int, end: int):
         try:
@@ -32,8 +30,17 @@ def parse_records(text: str, source: str = "<string>", *, use_scanner: bool = Tr
         except HloParseError:
             raise Unsupported(start, whole_module=True) from None
 
+    return fallback
+
+
+def parse_records(text: str, source: str = "<string>", *, use_scanner: bool = True) -> ModuleRecord:
+    """The parser's records for ``text`` (``use_scanner=False``: grammar only)."""
+    loc = Locator(text, source)
+    if not use_scanner:
+        return grammar.parse_module_records(text, loc)
+
     try:
-        return scan_module(text, fallback)
+        return scan_module(text, _fallback(text, loc))
     except Unsupported:
         return grammar.parse_module_records(text, loc)
 
@@ -48,7 +55,14 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True) -> M
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        rec = parse_records(text, source, use_scanner=use_scanner)
+        if use_scanner:
+            builder = Builder(loc)
+            try:
+                rec = scan_module(text, _fallback(text, loc), sink=builder.add)
+                return builder.finish(rec)
+            except Unsupported:
+                pass  # not laid out as XLA prints: the grammar reads it whole
+        rec = grammar.parse_module_records(text, loc)
         return Builder(loc).build(rec)
     finally:
         if gc_was_enabled:

@@ -225,9 +225,11 @@ _LINE = re.compile(
 )
 
 
-def scan_module(text: str, fallback_line) -> ModuleRecord:
+def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
     """Scans a whole module.  ``fallback_line(start, end)`` parses a line the
-    scanner cannot (the lark grammar) and returns its InstrRecord."""
+    scanner cannot (the lark grammar) and returns its InstrRecord.  With
+    ``sink(module_record, computation_record)`` each computation is handed on as
+    soon as it is complete instead of being kept in the module record."""
     lines = text.split("\n")
     nlines = len(lines)
     i, off = 0, 0
@@ -253,6 +255,7 @@ def scan_module(text: str, fallback_line) -> ModuleRecord:
     attr_iter = _ATTR_FAST.finditer
     needs_resolution = NEEDS_RESOLUTION.search
     computations = rec.computations
+    seen_computation = False
     while i < nlines:
         line = lines[i]
         line_off = off
@@ -267,7 +270,7 @@ def scan_module(text: str, fallback_line) -> ModuleRecord:
         if section is not None and not stripped.endswith("{"):
             section.append(stripped)
             continue
-        if stripped in _SECTIONS and not computations:
+        if stripped in _SECTIONS and not seen_computation:
             section = []
             rec.stack_frames.append((stripped, section))
             continue
@@ -327,7 +330,11 @@ def scan_module(text: str, fallback_line) -> ModuleRecord:
                     if cattrs is None:
                         raise Unsupported(line_off + em.start(1), whole_module=True)
                     comp.attrs = [(k, v, line_off + p) for k, v, p in cattrs]
-                computations.append(comp)
+                seen_computation = True
+                if sink is None:
+                    computations.append(comp)
+                else:
+                    sink(rec, comp)
                 break
             end = line_off + len(line.rstrip("\r"))
             r = scan_instruction(text, line_off, end)
