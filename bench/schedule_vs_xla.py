@@ -9,7 +9,10 @@
 3. Every corpus module's stored XLA:CPU schedule vs our memory scheduler (model),
    and for runnable single-device modules, outputs of XLA running our order.
 
-    JAX_PLATFORMS=cpu .venv/bin/python bench/schedule_vs_xla.py [--quick]
+    JAX_PLATFORMS=cpu .venv/bin/python bench/schedule_vs_xla.py [--quick] [--sections=1,2,3]
+
+LHS columns: the latency-hiding scheduler keeping the incoming peak (default),
+and allowed 10% more.
 """
 
 from __future__ import annotations
@@ -110,13 +113,17 @@ def sharded_gpu():
         LatencyHidingScheduler().run(lh)
         verify(lh)
         o_lh = overlap(lh.entry)
+        lh10 = parse(text)
+        LatencyHidingScheduler(memory_slack=0.1).run(lh10)
+        verify(lh10)
         bound = min(o_xla.async_s, o_xla.compute_s)
         rows.append([e.name, len(o_xla.pairs), kb(p_xla), kb(profile(mm.entry).peak_bytes), kb(profile(lh.entry).peak_bytes),
                      f"{o_xla.async_s * 1e6:.1f}", f"{bound * 1e6:.2f}", f"{o_xla.covered_s * 1e6:.2f}",
-                     f"{o_lh.covered_s * 1e6:.2f}"])
+                     f"{o_lh.covered_s * 1e6:.2f}", kb(profile(lh10.entry).peak_bytes),
+                     f"{overlap(lh10.entry).covered_s * 1e6:.2f}"])
     print("\n## 2. XLA:GPU H100 stored schedules (async pairs): peak and overlap under the cost model")
     print(table(rows, ["module", "async pairs", "XLA peak KiB", "mem-sched KiB", "LHS peak KiB", "async us",
-                       "hideable us", "XLA hidden us", "LHS hidden us"]))
+                       "hideable us", "XLA hidden us", "LHS hidden us", "LHS+10% peak KiB", "LHS+10% hidden us"]))
 
 
 def all_modules(quick: bool):
@@ -147,6 +154,10 @@ def all_modules(quick: bool):
 
 if __name__ == "__main__":
     quick = "--quick" in sys.argv
-    sharded_cpu()
-    sharded_gpu()
-    all_modules(quick)
+    sections = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--sections=")), "1,2,3").split(",")
+    if "1" in sections:
+        sharded_cpu()
+    if "2" in sections:
+        sharded_gpu()
+    if "3" in sections:
+        all_modules(quick)

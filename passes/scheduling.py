@@ -326,14 +326,31 @@ class MemoryScheduler(Pass):
 @dataclass(frozen=True)
 class LatencyHidingScheduler(Pass):
     """Overlaps async pairs with independent compute (cost model in
-    ``fusion_analysis.overlap``); emits ``is_scheduled=true``."""
+    ``fusion_analysis.overlap``); emits ``is_scheduled=true``.
+
+    Like XLA's latency-hiding scheduler under its memory limit, it gives up
+    overlap rather than memory: of the schedules with 1..``max_in_flight`` pairs
+    in flight, it keeps the one hiding the most async time whose peak stays within
+    ``memory_slack`` of the incoming order's, else the incoming order."""
 
     name = "latency-hiding-scheduler"
     max_in_flight: int = 2
+    memory_slack: float = 0.0
 
     def run(self, module: Module) -> bool:
-        prio = LatencyHidingPriority(self.max_in_flight)
-        return run_scheduler(module, lambda c, m: {"lhs": list_schedule(c, prio, model=m)}, keep_input=False)[0]
+        return run_scheduler(module, self._choose, keep_input=False)[0]
+
+    def _choose(self, comp: Computation, model: BufferModel) -> dict[str, list[Instruction]]:
+        from fusion_analysis.overlap import overlap
+
+        limit = profile(comp, model=model).peak_bytes * (1.0 + self.memory_slack)
+        best_name, best, best_cov = "input", list(comp), overlap(comp).covered_s
+        for k in range(1, self.max_in_flight + 1):
+            order = list_schedule(comp, LatencyHidingPriority(k), model=model)
+            cov = overlap(comp, order).covered_s
+            if cov > best_cov and profile(comp, order, model=model).peak_bytes <= limit:
+                best_name, best, best_cov = f"lhs-{k}", order, cov
+        return {best_name: best}
 
 
 def run_scheduler(module: Module, candidates, *, keep_input: bool) -> tuple[bool, list[ScheduleChoice]]:

@@ -69,13 +69,16 @@ def test_post_scheduler_hook_makes_xla_run_exactly_our_order():
 def test_latency_hiding_on_a_sharded_gpu_module_parses_and_overlaps_at_least_as_much():
     e = next(iter(corpus.load("llama3-tiny-train-f32-dp2tp4")))
     m = e.module("gpu_h100_after_optimizations")
-    xla_overlap = overlap(m.entry)
+    xla_overlap, xla_peak = overlap(m.entry), profile(m.entry).peak_bytes
     assert len(xla_overlap.pairs) > 10
-    assert LatencyHidingScheduler().run(m)
+    # within its default memory limit (the incoming peak) no order here hides more
+    assert not LatencyHidingScheduler().run(m)
+    assert LatencyHidingScheduler(memory_slack=0.1).run(m)
     verify(m)
     ours = overlap(m.entry)
     assert len(ours.pairs) == len(xla_overlap.pairs)
-    assert ours.covered_s >= xla_overlap.covered_s
+    assert ours.covered_s > xla_overlap.covered_s
+    assert profile(m.entry).peak_bytes <= 1.1 * xla_peak
     # XLA:CPU's jaxlib parser rejects this XLA:GPU text even as XLA printed it, so
     # the check here is our own round trip: the schedule prints and re-parses.
     again = parse(m.to_text())
