@@ -168,7 +168,16 @@ def fusible(instr: Instruction) -> Decision:
         return Decision.forbid(f"is a {op.value}")
     if op is HloOpcode.FUSION:
         kind = instr.fusion_kind
-        return ALLOW if kind in ("kLoop", "kInput") else Decision.forbid(f"is a {kind} fusion")
+        if kind not in ("kLoop", "kInput"):
+            return Decision.forbid(f"is a {kind} fusion")
+        # XLA:CPU wraps lone ops (scatter, sort...) in kLoop fusions: look inside
+        for inner in instr.fused_computation:
+            if inner.opcode in (HloOpcode.PARAMETER, HloOpcode.TUPLE) or inner is instr.fused_computation.root and inner.opcode is HloOpcode.TUPLE:
+                continue
+            d = fusible(inner)
+            if not d:
+                return Decision.forbid(f"is a fusion whose %{inner.name} {d.reason}")
+        return ALLOW
     if op is HloOpcode.CONSTANT:
         return ALLOW if is_scalar_constant(instr) else Decision.forbid("is a non-scalar constant")
     if not instr.shape.is_array:

@@ -23,14 +23,18 @@ YNN_BACKEND_CONFIG = '{"fusion_config":{"kind":"__ynn_fusion"}}'
 
 
 def is_library_dot(instr: Instruction) -> bool:
-    """A dot YNNPACK takes in XLA:CPU: f32, rank-2 operands and result, no batch dims."""
+    """A dot YNNPACK takes in XLA:CPU: f32, [M,K] x [K,N], no batch dims (the form
+    XLA:CPU's stock pipeline hands it)."""
     if instr.opcode is not HloOpcode.DOT:
         return False
     dn = instr.dot_dimension_numbers
     shapes = [instr.shape, instr.operand(0).shape, instr.operand(1).shape]
+    # YNN refuses other contracting dims at run time ("Unsupported dot instruction")
     return (
         not dn.lhs_batch_dims
         and not dn.rhs_batch_dims
+        and tuple(dn.lhs_contracting_dims) == (1,)
+        and tuple(dn.rhs_contracting_dims) == (0,)
         and all(s.is_array and s.rank == 2 and s.element_type.value == "f32" for s in shapes)
     )
 

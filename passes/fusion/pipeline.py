@@ -1,0 +1,52 @@
+"""Fusion pipelines: named pass lists, and how to hand one to XLA.
+
+Two ways to measure a Python fusion pipeline against stock XLA:
+
+- ``hooked`` (the default of the bench): compile the original module with the
+  "as-written" pipeline (XLA's fusion passes off) and run our passes inside
+  XLA's pipeline at the pre-scheduler hook. Our passes then see XLA's
+  layout-assigned, simplified, unfused module (each op wrapped in a one-op
+  kLoop fusion) and decide all fusion; XLA only schedules and emits.
+- ``text``: run the passes on the pre-optimization module and compile the
+  result "as-written". On XLA:CPU this loses the layouts inside fusion bodies
+  (they travel through StableHLO), and XLA:CPU's emitter CHECK-fails on
+  transposes, bitcasts and multi-output fusions without layouts; so this route
+  is only safe for producer-consumer fusion without those ops (see
+  docs/fusion_passes.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from hlo_tools import HloOpcode, Module
+
+from ..base import Pass
+from ..manager import PassManager
+from ..registry import parse_pipeline
+
+#: The best pipeline found on the bundled corpus (XLA:CPU, hooked route).
+BEST = "producer-consumer-fusion,library-dot-fusion,dce"
+#: Cleanups before fusing the pre-optimization module (text route).
+TEXT_PREFIX = "call-inliner,simplify,cse,dce"
+
+
+@dataclass
+class FusionHook:
+    """A callable for ``compile(..., hook=(FusionHook(passes), "pre-scheduler"))``
+    that runs ``passes`` and remembers how many fusions it handed XLA."""
+
+    passes: Sequence[Pass]
+    fusions_out: int = -1
+    modules: list[Module] = field(default_factory=list)
+
+    def __call__(self, module: Module) -> bool:
+        changed = PassManager(list(self.passes)).run(module).changed
+        self.fusions_out = sum(1 for i in module.entry if i.opcode is HloOpcode.FUSION)
+        self.modules.append(module)
+        return changed
+
+
+def passes_of(spec: str | Sequence[Pass]) -> list[Pass]:
+    return parse_pipeline(spec) if isinstance(spec, str) else list(spec)

@@ -1,0 +1,180 @@
+"""Fusion passes: what each fuses and refuses on small modules, and equal outputs
+with XLA keeping our fusions on a small corpus module."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+import hlo_tools
+from hlo_tools import HloOpcode
+from passes import PassManager
+from passes.fusion.call_inliner import CallInliner
+from passes.fusion.legality import Decision
+from passes.fusion.library_dot import LibraryDotFusion
+from passes.fusion.pipeline import BEST, FusionHook, passes_of
+from passes.fusion.producer_consumer import FusionLog, ProducerConsumerFusion
+from passes.fusion.profitability import never_duplicate
+
+SRC = """HloModule m
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  x = f32[4,8]{1,0} parameter(0)
+  y = f32[4,8]{1,0} parameter(1)
+  m = f32[4,8]{1,0} multiply(x, y)
+  n = f32[4,8]{1,0} exponential(m)
+  z = f32[] constant(0)
+  r = f32[4]{0} reduce(n, z), dimensions={1}, to_apply=add
+  b = f32[4,8]{1,0} broadcast(r), dimensions={0}
+  k = f32[4,8]{1,0} subtract(n, b)
+  c = f32[4,8]{1,0} negate(m)
+  d = f32[4,4]{1,0} dot(k, c), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  ROOT t = (f32[4,4]{1,0}, f32[4,8]{1,0}) tuple(d, k)
+}
+"""
+
+
+def _fusions(module):
+    return {f.name: sorted(i.name for i in f.fused_computation if i.opcode is not HloOpcode.PARAMETER)
+            for f in module.entry if f.opcode is HloOpcode.FUSION}
+
+
+def test_producer_consumer_fuses_and_refuses_with_reasons():
+    module = hlo_tools.parse(SRC)
+    log = FusionLog()
+    assert PassManager([ProducerConsumerFusion(log=log)], check_changed=True).run(module).changed
+    hlo_tools.verify(module)
+    assert _fusions(module) == {
+        "loop_fusion": ["m", "n"],         # the multiply moves into its exponential
+        "loop_fusion.1": ["b", "k"],       # the broadcast of the reduction joins the subtract
+        "loop_fusion.2": ["c", "m.dup"],   # m also feeds c: cheap, so duplicated there
+    }
+    refused = log.refused()
+    assert refused[("r", "b")] == "expensive producer would be recomputed per reused element"
+    assert refused[("n", "k")] == "cost: expensive producer would be duplicated"
+    assert refused[("n", "r")] == "cost: expensive producer would be duplicated"
+    assert refused[("x", "m")] == "producer is a parameter"
+    # the reduce only gained its init constant, and a lone op plus a constant is no fusion (as in XLA:CPU)
+    assert ("z", "r") in log.fused() and module.entry.get_instruction("r").opcode is HloOpcode.REDUCE
+    assert module.entry.get_instruction("d").opcode is HloOpcode.DOT  # dots stay library calls
+
+
+def test_producer_consumer_duplicates_cheap_producers_only_when_allowed():
+    dup = hlo_tools.parse(SRC)
+    ProducerConsumerFusion().run(dup)
+    assert any(i.name.startswith("m.dup") for c in dup.computations for i in c)  # m feeds n and c
+    nodup = hlo_tools.parse(SRC)
+    log = FusionLog()
+    ProducerConsumerFusion(profitable=never_duplicate, log=log).run(nodup)
+    assert not any(".dup" in i.name for c in nodup.computations for i in c)
+    assert log.refused()[("m", "n")] == "cost: duplication disabled"
+
+
+def test_producer_consumer_reports_unchanged_when_nothing_fuses():
+    module = hlo_tools.parse("""HloModule m
+
+ENTRY e {
+  x = f32[4,4]{1,0} parameter(0)
+  ROOT d = f32[4,4]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""")
+    before = module.to_text()
+    assert not ProducerConsumerFusion().run(module)
+    assert module.to_text() == before
+
+
+def test_custom_profitability_is_a_callable():
+    module = hlo_tools.parse(SRC)
+    log = FusionLog()
+    ProducerConsumerFusion(profitable=lambda p, users, dup: Decision.forbid("cost: no"), log=log).run(module)
+    assert not _fusions(module)
+    assert set(log.refused().values()) <= {"cost: no", "producer is a parameter", "consumer is a dot", "producer is a dot",
+                                           "expensive producer would be recomputed per reused element",
+                                           "consumer is tuple-shaped"}
+
+
+def test_library_dot_fusion_wraps_canonical_2d_dots_only():
+    module = hlo_tools.parse("""HloModule m
+
+ENTRY e {
+  x = f32[4,8]{1,0} parameter(0)
+  y = f32[8,2]{1,0} parameter(1)
+  d = f32[4,2]{1,0} dot(x, y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[4,4]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  ROOT r = (f32[4,2]{1,0}, f32[4,4]{1,0}) tuple(d, t)
+}
+""")
+    assert LibraryDotFusion().run(module)
+    f = module.entry.get_instruction("ynn_fusion")
+    assert f.attribute("kind") == "kCustom" and "__ynn_fusion" in f.attribute("backend_config")
+    assert f.fused_computation.root.name == "d"
+    assert module.entry.get_instruction("t").opcode is HloOpcode.DOT  # YNN refuses rhs contracting dim 1
+
+
+def test_call_inliner():
+    module = hlo_tools.parse("""HloModule m
+
+neg {
+  a = f32[4]{0} parameter(0)
+  ROOT n = f32[4]{0} negate(a)
+}
+
+ENTRY e {
+  x = f32[4]{0} parameter(0)
+  c = f32[4]{0} call(x), to_apply=neg
+  ROOT e = f32[4]{0} exponential(c)
+}
+""")
+    assert CallInliner().run(module)
+    hlo_tools.verify(module)
+    assert [i.opcode_text for i in module.entry] == ["parameter", "negate", "exponential"]
+    assert len(module.computations) == 1
+
+
+@pytest.fixture(scope="module")
+def xla_cpu():
+    pytest.importorskip("jax")
+    from hlo_tools import xla
+
+    if not xla.hook_supported():
+        pytest.skip("needs jax.extend.xla pipeline hooks")
+    return xla
+
+
+def test_text_route_small_module_equal_and_kept(xla_cpu):
+    from hlo_tools.xla_compile import compile
+    from hlo_tools.xla_run import compare
+
+    module = hlo_tools.parse(SRC)
+    ProducerConsumerFusion().run(module)
+    res = compile(module, "cpu", "as-written")
+    assert len(res.fusions()) >= len(_fusions(module))
+    assert compare(hlo_tools.parse(SRC), module, pipeline_b="as-written").verdict in ("exact", "close")
+
+
+CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "modules"
+
+
+@pytest.mark.parametrize("name", ["llama3-tiny-decode-f32"])
+def test_best_pipeline_on_a_corpus_module_equal_outputs_and_fusions_kept(xla_cpu, name):
+    from hlo_tools.xla_compile import compile
+    from hlo_tools.xla_run import compare
+
+    path = CORPUS / name / "before_optimizations.hlo.txt.gz"
+    if not path.exists():
+        pytest.skip(f"{name} not in the corpus")
+    text = gzip.decompress(path.read_bytes()).decode()
+    hook = FusionHook(passes_of(BEST))
+    ours = compile(text, "cpu", "as-written", hook=(hook, "pre-scheduler"))
+    fused = sum(1 for i in ours.optimized_module.entry if i.opcode is HloOpcode.FUSION)
+    assert fused == hook.fusions_out > 0  # XLA kept the fusions as we wrote them
+    stock = compile(text, "cpu", "stock")
+    assert compare(stock, ours).verdict in ("exact", "close")
