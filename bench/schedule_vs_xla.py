@@ -9,7 +9,7 @@
 3. Every corpus module's stored XLA:CPU schedule vs our memory scheduler (model),
    and for runnable single-device modules, outputs of XLA running our order.
 
-    JAX_PLATFORMS=cpu .venv/bin/python bench/schedule_vs_xla.py [--quick] [--sections=1,2,3]
+    JAX_PLATFORMS=cpu .venv/bin/python bench/schedule_vs_xla.py [--quick] [--sections=1,2,3] [--xla-temp-full]
 
 LHS columns: the latency-hiding scheduler keeping the incoming peak (default),
 and allowed 10% more.
@@ -126,7 +126,7 @@ def sharded_gpu():
                        "hideable us", "XLA hidden us", "LHS hidden us", "LHS+10% peak KiB", "LHS+10% hidden us"]))
 
 
-def all_modules(quick: bool):
+def all_modules(quick: bool, xla_temp_for_full: bool = False):
     from hlo_tools.xla_compile import compile
     from hlo_tools.xla_run import compare
 
@@ -142,13 +142,18 @@ def all_modules(quick: bool):
         p1 = profile(m.entry).peak_bytes
         worse += p1 > p0
         xla.proto_from_text(m.to_text())  # XLA's parser accepts our schedule
-        verdict = "-"
-        if e.runnable and not e.sharded:
+        verdict, t_xla, t_ours = "-", "-", "-"
+        if not e.sharded and (e.runnable or xla_temp_for_full):
             orig = e.module("before_optimizations")
-            verdict = compare(compile(orig), compile(orig, hook=(MemoryScheduler(), "post-scheduler"))).verdict
-        rows.append([e.name, len(m.entry), kb(lower_bound(m.entry)), kb(p0), kb(p1), f"{p1 / p0:.3f}" if p0 else "-", verdict])
+            plain, hooked = compile(orig), compile(orig, hook=(MemoryScheduler(), "post-scheduler"))
+            t_xla, t_ours = kb(plain.memory.get("temp_size_in_bytes", 0)), kb(hooked.memory.get("temp_size_in_bytes", 0))
+            if e.runnable:
+                verdict = compare(plain, hooked).verdict
+        rows.append([e.name, len(m.entry), kb(lower_bound(m.entry)), kb(p0), kb(p1), f"{p1 / p0:.3f}" if p0 else "-",
+                     t_xla, t_ours, verdict])
     print("\n## 3. Every module: XLA:CPU's stored schedule vs ours (model); outputs with XLA running ours")
-    print(table(rows, ["module", "entry instrs", "lower bound KiB", "XLA peak KiB", "our peak KiB", "ours/XLA", "outputs"]))
+    print(table(rows, ["module", "entry instrs", "lower bound KiB", "XLA peak KiB", "our peak KiB", "ours/XLA",
+                       "XLA temp KiB (XLA)", "XLA temp KiB (ours)", "outputs"]))
     print(f"modules where ours exceeds XLA's: {worse}")
 
 
@@ -160,4 +165,4 @@ if __name__ == "__main__":
     if "2" in sections:
         sharded_gpu()
     if "3" in sections:
-        all_modules(quick)
+        all_modules(quick, "--xla-temp-full" in sys.argv)
