@@ -581,6 +581,23 @@ class Computation:
         if self.parent is not None:
             self.parent._count_name(name, 1)
 
+    def set_instruction_order(self, order: list[Instruction]) -> None:
+        """Reorders the instructions (a schedule's sequence, XLA's
+        HloSchedule::set_sequence); ``order`` must be a permutation of them."""
+        if len(order) != self._count or {id(i) for i in order} != {id(i) for i in self}:
+            raise IrError(f"the order for %{self.name} is not a permutation of its {self._count} instructions")
+        prev = None
+        for instr in order:
+            instr._prev = prev
+            if prev is None:
+                self._head = instr
+            else:
+                prev._next = instr
+            prev = instr
+        if prev is not None:
+            prev._next = None
+        self._tail = prev
+
     def set_root(self, instr: Instruction) -> None:
         if instr.parent is not self:
             raise IrError(f"%{instr.name} is not in computation %{self.name}")

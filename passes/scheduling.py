@@ -258,27 +258,13 @@ def set_sequence(comp: Computation, order: Sequence[Instruction]) -> bool:
     """Makes ``order`` the computation's instruction order (its sequence once the
     module is scheduled, XLA's HloSchedule::set_sequence); returns whether it changed.
 
-    The IR has no public reorder yet, so this relinks the order list directly;
-    it checks that ``order`` is a permutation of the computation first."""
+    Checks that ``order`` is a permutation of the computation first."""
     current = list(comp)
     if [id(i) for i in current] == [id(i) for i in order]:
         return False
     if len(order) != len(current) or {id(i) for i in order} != {id(i) for i in current}:
         raise ValueError(f"the order for %{comp.name} is not a permutation of its instructions")
-    setter = getattr(comp, "set_instruction_order", None)
-    if setter is not None:
-        setter(list(order))
-        return True
-    prev = None
-    for instr in order:
-        instr._prev = prev
-        if prev is None:
-            comp._head = instr
-        else:
-            prev._next = instr
-        prev = instr
-    prev._next = None
-    comp._tail = prev
+    comp.set_instruction_order(list(order))
     return True
 
 
