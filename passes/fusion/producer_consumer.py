@@ -56,7 +56,8 @@ def check_producer(clusters: Clusters, cluster: Cluster, producer: Instruction) 
     return Decision(True, "")
 
 
-def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: FusionLog | None) -> bool:
+def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: FusionLog | None,
+         max_operands: int = 0) -> bool:
     """Absorbs producers into ``cluster`` until none qualifies; True if it grew."""
     grew = False
     refused: set[int] = set()
@@ -68,6 +69,11 @@ def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: F
         for producer in candidates:
             consumer = next(m for m in cluster.members if producer in m.operands)
             decision = check_producer(clusters, cluster, producer)
+            if decision and max_operands:
+                after = {id(o) for o in clusters.external_operands(cluster) if o is not producer}
+                after |= {id(o) for o in producer.operands}
+                if len(after) > max_operands:
+                    decision = Decision.forbid(f"fusion would have {len(after)} operands > {max_operands}")
             duplicate = False
             if decision:
                 others = [u for u in producer.users if clusters.of(u) is not cluster]
@@ -91,7 +97,8 @@ def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: F
 
 
 def fuse_producers_into_consumers(
-    comp: Computation, profitable: Profitability = default_profitability, log: FusionLog | None = None
+    comp: Computation, profitable: Profitability = default_profitability, log: FusionLog | None = None,
+    max_operands: int = 0,
 ) -> Clusters:
     """The planning half of the pass: clusters of ``comp`` after loop fusion."""
     clusters = Clusters(comp)
@@ -100,7 +107,7 @@ def fuse_producers_into_consumers(
             continue
         if consumer.opcode is HloOpcode.CONSTANT:
             continue
-        grow(clusters, clusters.of(consumer), profitable, log)
+        grow(clusters, clusters.of(consumer), profitable, log, max_operands)
     return clusters
 
 
@@ -113,10 +120,11 @@ class ProducerConsumerFusion(Pass):
     profitable: Callable = default_profitability
     kind: Callable = loop_kind
     log: FusionLog | None = None
+    max_operands: int = 0  # 0: unbounded
 
     def run(self, module: Module) -> bool:
         changed = False
         for comp in fusible_computations(module):
-            clusters = fuse_producers_into_consumers(comp, self.profitable, self.log)
+            clusters = fuse_producers_into_consumers(comp, self.profitable, self.log, self.max_operands)
             changed |= bool(clusters.apply(kind=self.kind, name="loop_fusion"))
         return changed

@@ -48,15 +48,35 @@ def bytes_saved(producer: Instruction, consumers: Sequence[Instruction], duplica
     return out * len(consumers) - operand_bytes(producer) * (producer.opcode is not HloOpcode.BROADCAST)
 
 
+#: Producers that recompute bit-identically: pure data movement and constants.
+_MOVEMENT = frozenset(
+    {HloOpcode.BROADCAST, HloOpcode.IOTA, HloOpcode.CONSTANT, HloOpcode.BITCAST, HloOpcode.RESHAPE,
+     HloOpcode.SLICE, HloOpcode.TRANSPOSE, HloOpcode.PARAMETER, HloOpcode.CONVERT}
+)
+
+
+def is_data_movement(instr: Instruction) -> bool:
+    """Only moves or converts data (a fusion: only such ops inside)."""
+    body = instr.fused_computation
+    inner = list(body) if body is not None else [instr]
+    return all(i.opcode in _MOVEMENT for i in inner)
+
+
 def default_profitability(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> Decision:
-    """XLA:CPU-like: fuse whenever legal; duplicate only cheap producers
-    (instruction_fusion.cc: expensive ones are computed once), and not into too
-    many users."""
+    """XLA:CPU-like: fuse whenever legal; duplicate only producers that are cheap
+    (instruction_fusion.cc: expensive ones are computed once), not into too many
+    users, and only data movement: a duplicated multiply/add may be contracted
+    into an FMA differently in each copy, and values that must agree (a softmax's
+    max and the shift by it) then differ by an ulp, which exp() turns into
+    inf/NaN (cpu_instruction_fusion.cc, ComputeGloballyUnfusible). Measured:
+    duplicating arithmetic gave NaNs on the corpus train steps."""
     if duplicate:
         if is_expensive_producer(producer):
             return Decision.forbid("cost: expensive producer would be duplicated")
         if producer.user_count > MAX_DUPLICATED_USERS:
             return Decision.forbid(f"cost: producer has {producer.user_count} users, duplication too high")
+        if not is_data_movement(producer):
+            return Decision.forbid("cost: duplicated arithmetic may not recompute bit-identically")
     return ALLOW
 
 
