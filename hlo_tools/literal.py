@@ -160,8 +160,10 @@ def _array(r: _Reader, shape: Shape, level: int) -> None:
     n = shape.dims[level]
     count = 0
     while r.peek()[0] != "}":
-        if count:
+        if count and r.peek()[0] == ",":  # XLA's literal parser also reads elements without commas
             r.take(",")
+        if r.peek()[0] == "}":
+            break
         if count >= n:
             raise LiteralError(f"expects {n} elements in dimension {level}, but sees more", r.peek()[1])
         if level + 1 < shape.rank and r.peek()[0] != "{":
@@ -183,7 +185,9 @@ def check_literal(text: str, shape: Shape) -> None:
     if shape.is_tuple:
         return  # tuple literals: structure only checked by XLA; keep verbatim
     r = _Reader(text)
-    if shape.rank == 0:
+    if shape.rank > 0 and r.peek()[0] not in ("{", ""):  # one scalar fills the array, as XLA allows
+        _element(r, shape.element_type)
+    elif shape.rank == 0:
         if r.peek()[0] == "{":  # a rank-0 literal may be braced
             r.take("{")
             _element(r, shape.element_type)
