@@ -608,28 +608,7 @@ class Computation:
         """Operands (and control predecessors) before users, starting from the
         instructions nothing uses, in instruction order (XLA's
         MakeInstructionPostOrder)."""
-        visited: set[int] = set()
-        order: list[Instruction] = []
-        for start in self:
-            if start._users or start._control_successors:
-                continue
-            stack = [(start, False)]
-            while stack:
-                node, expanded = stack.pop()
-                if expanded:
-                    order.append(node)
-                    continue
-                if id(node) in visited:
-                    continue
-                visited.add(id(node))
-                stack.append((node, True))
-                deps = node._operands + node._control_predecessors
-                for dep in reversed(deps):
-                    if id(dep) not in visited:
-                        stack.append((dep, False))
-        if len(order) != self._count:  # a cycle: keep the stragglers, verifier reports it
-            order.extend(i for i in self if id(i) not in visited)
-        return order
+        return dfs_post_order(self, lambda node: node._operands + node._control_predecessors)
 
     def is_topologically_ordered(self) -> bool:
         seen: set[int] = set()
@@ -663,6 +642,33 @@ class Computation:
 
     def __repr__(self) -> str:
         return f"<Computation %{self.name}: {self._count} instructions>"
+
+
+def dfs_post_order(comp: "Computation", deps_of) -> list[Instruction]:
+    """Depth-first post order from the instructions nothing uses (in instruction
+    order), visiting ``deps_of(node)`` in the order given.  Instructions on a
+    cycle are appended at the end (the verifier reports the cycle)."""
+    visited: set[int] = set()
+    order: list[Instruction] = []
+    for start in comp:
+        if start._users or start._control_successors:
+            continue
+        stack = [(start, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            stack.append((node, True))
+            for dep in reversed(deps_of(node)):
+                if id(dep) not in visited:
+                    stack.append((dep, False))
+    if len(order) != comp._count:
+        order.extend(i for i in comp if id(i) not in visited)
+    return order
 
 
 class Module:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
+from hlo_tools.ir import dfs_post_order
 from hlo_tools.opcode import COLLECTIVES
 
 from fusion_analysis.memory import BufferModel, profile
@@ -232,26 +233,8 @@ def dfs_schedule(comp: Computation) -> list[Instruction]:
     size: dict[int, int] = {}
     for i in comp:  # instruction order is topological
         size[id(i)] = 1 + sum(size.get(id(d), 0) for d in deps[id(i)])
-    visited: set[int] = set()
-    order: list[Instruction] = []
-    roots = [i for i in comp if not i.users and not i.control_successors]
-    for start in roots:
-        stack = [(start, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                order.append(node)
-                continue
-            if id(node) in visited:
-                continue
-            visited.add(id(node))
-            stack.append((node, True))
-            for d in sorted(deps[id(node)], key=lambda x: size[id(x)]):  # largest last -> visited first
-                if id(d) not in visited:
-                    stack.append((d, False))
-    if len(order) != len(comp):
-        order.extend(i for i in comp if id(i) not in visited)
-    return order
+    # largest subtree visited first (pushed last)
+    return dfs_post_order(comp, lambda node: sorted(deps[id(node)], key=lambda x: size[id(x)])[::-1])
 
 
 def set_sequence(comp: Computation, order: Sequence[Instruction]) -> bool:
