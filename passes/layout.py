@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from hlo_tools import Computation, HloOpcode, Instruction, Module, Shape
 from hlo_tools.shape import Layout
 
-from .base import Pass, fused_computations
+from .base import ComputationPass, Pass, fused_computations
 from .registry import register_pass
 
 LAYOUT_OPS = frozenset({HloOpcode.TRANSPOSE, HloOpcode.COPY})
@@ -194,30 +194,26 @@ def _remove_dead(comp: Computation, candidates) -> None:
 
 @register_pass
 @dataclass(frozen=True)
-class TransposeFolding(Pass):
+class TransposeFolding(ComputationPass):
     """Folds transposes into dot dimension numbers and into each other."""
 
     name = "transpose-folding"
 
-    def run(self, module: Module) -> bool:
+    def run_on_computation(self, comp: Computation) -> bool:
         changed = False
-        fused = fused_computations(module)
-        for comp in module.computations:
-            if id(comp) in fused:
+        for instr in list(comp):
+            if instr.parent is not comp:
                 continue
-            for instr in list(comp):
-                if instr.parent is not comp:
-                    continue
-                if instr.opcode is HloOpcode.DOT:
-                    before = list(instr.operands)
-                    if _fold_into_dot(instr):
-                        changed = True
-                        _remove_dead(comp, before)
-                elif instr.opcode is HloOpcode.TRANSPOSE:
-                    inner = instr.operand(0)
-                    if _compose_transposes(instr):
-                        changed = True
-                        _remove_dead(comp, [inner])
+            if instr.opcode is HloOpcode.DOT:
+                before = list(instr.operands)
+                if _fold_into_dot(instr):
+                    changed = True
+                    _remove_dead(comp, before)
+            elif instr.opcode is HloOpcode.TRANSPOSE:
+                inner = instr.operand(0)
+                if _compose_transposes(instr):
+                    changed = True
+                    _remove_dead(comp, [inner])
         return changed
 
 
@@ -304,20 +300,16 @@ def _normalize(instr: Instruction) -> bool:
 
 @register_pass
 @dataclass(frozen=True)
-class LayoutNormalization(Pass):
+class LayoutNormalization(ComputationPass):
     """Makes physical transposes explicit on descending-layout shapes; meant for
     modules whose layouts are assigned (run it through the pre-scheduler hook)."""
 
     name = "layout-normalization"
 
-    def run(self, module: Module) -> bool:
+    def run_on_computation(self, comp: Computation) -> bool:
         changed = False
-        fused = fused_computations(module)
-        for comp in module.computations:
-            if id(comp) in fused:
-                continue
-            for instr in list(comp):
-                if instr.opcode in LAYOUT_OPS and instr.shape.is_array and not instr.control_predecessors \
-                        and not instr.control_successors and not instr.is_root:
-                    changed |= _normalize(instr)
+        for instr in list(comp):
+            if instr.opcode in LAYOUT_OPS and instr.shape.is_array and not instr.control_predecessors \
+                    and not instr.control_successors and not instr.is_root:
+                changed |= _normalize(instr)
         return changed
