@@ -282,27 +282,29 @@ def _as_set(x: Instruction | Iterable[Instruction]) -> list[Instruction]:
     return [x] if isinstance(x, Instruction) else list(x)
 
 
+def path_around(members: Iterable[Instruction]) -> tuple[Instruction, Instruction] | None:
+    """A path that leaves the group and comes back, as (the outside instruction
+    on it, the member it feeds), or None.  Fusing a group with such a path would
+    put the fusion both before and after that instruction."""
+    inside = {id(i) for i in members}
+    stack = [u for i in members for u in i.users if id(u) not in inside]
+    seen: set[int] = set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        for u in x.users:
+            if id(u) in inside:
+                return x, u
+            stack.append(u)
+    return None
+
+
 def creates_cycle(a: Instruction | Iterable[Instruction], b: Instruction | Iterable[Instruction]) -> bool:
     """Would merging ``a`` and ``b`` into one fusion create a cycle?
 
-    True when some instruction outside both groups is reachable from one group
-    and reaches the other (the merged node would then be both before and after
-    it). Direct edges between the groups are fine. A depth-first search over
-    users, starting at the users of each group that are outside both."""
-    ga, gb = _as_set(a), _as_set(b)
-    inside = {id(i) for i in ga} | {id(i) for i in gb}
-    for src, dst in ((ga, gb), (gb, ga)):
-        targets = {id(i) for i in dst}
-        stack = [u for i in src for u in i.users if id(u) not in inside]
-        seen: set[int] = set()
-        while stack:
-            x = stack.pop()
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
-            for u in x.users:
-                if id(u) in targets:
-                    return True
-                if id(u) not in inside:
-                    stack.append(u)
-    return False
+    True when some instruction outside both groups is reachable from the merged
+    group and reaches it again (the merged node would then be both before and
+    after it). Direct edges between the groups are fine."""
+    return path_around(_as_set(a) + _as_set(b)) is not None

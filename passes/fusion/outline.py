@@ -10,6 +10,7 @@ from typing import Iterable
 from hlo_tools import Computation, HloOpcode, Instruction, IrError, Module, Shape
 
 from ..base import Pass
+from .legality import path_around
 from ..registry import register_pass
 
 
@@ -28,7 +29,6 @@ def fusion_kind(region: list[Instruction], outputs: list[Instruction]) -> str:
 
 
 def _check_region(comp: Computation, region: list[Instruction]) -> None:
-    members = set(map(id, region))
     for instr in region:
         if instr.parent is not comp:
             raise FusionError(f"%{instr.name} is not in computation %{comp.name}")
@@ -37,17 +37,10 @@ def _check_region(comp: Computation, region: list[Instruction]) -> None:
         if instr.control_predecessors or instr.control_successors:
             raise FusionError(f"cannot fuse %{instr.name}: it has control dependencies")
     # convexity: nothing outside the region may lie on a path between two members
-    outside_reach: set[int] = set()
-    stack = [u for i in region for u in i.users if id(u) not in members]
-    while stack:
-        x = stack.pop()
-        if id(x) in outside_reach:
-            continue
-        outside_reach.add(id(x))
-        for u in x.users:
-            if id(u) in members:
-                raise FusionError(f"fusing would create a cycle: %{x.name} is outside the region but uses it and feeds %{u.name}")
-            stack.append(u)
+    around = path_around(region)
+    if around is not None:
+        x, u = around
+        raise FusionError(f"fusing would create a cycle: %{x.name} is outside the region but uses it and feeds %{u.name}")
 
 
 def outline_fusion(
