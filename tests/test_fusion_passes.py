@@ -113,22 +113,30 @@ def test_custom_profitability_is_a_callable():
                                            "consumer is tuple-shaped"}
 
 
-def test_library_dot_fusion_wraps_canonical_2d_dots_only():
+def test_library_dot_fusion_wraps_the_dots_ynn_takes_only():
     module = hlo_tools.parse("""HloModule m
 
 ENTRY e {
   x = f32[4,8]{1,0} parameter(0)
   y = f32[8,2]{1,0} parameter(1)
+  q = f32[2,3,4,8]{3,2,1,0} parameter(2)
+  k = f32[2,3,8,5]{3,2,1,0} parameter(3)
+  v = f32[8,1]{1,0} parameter(4)
   d = f32[4,2]{1,0} dot(x, y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   t = f32[4,4]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={1}
-  ROOT r = (f32[4,2]{1,0}, f32[4,4]{1,0}) tuple(d, t)
+  b = f32[2,3,4,5]{3,2,1,0} dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}
+  n = f32[4,1]{1,0} dot(x, v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  l = f32[2,8]{1,0} dot(y, x), lhs_contracting_dims={0}, rhs_contracting_dims={1}
+  ROOT r = (f32[4,2]{1,0}, f32[4,4]{1,0}, f32[2,3,4,5]{3,2,1,0}, f32[4,1]{1,0}, f32[2,8]{1,0}) tuple(d, t, b, n, l)
 }
 """)
     assert LibraryDotFusion().run(module)
+    wrapped = {f.fused_computation.root.name for f in module.entry if f.opcode is HloOpcode.FUSION}
+    assert wrapped == {"d", "t", "b"}  # [M,K]x[K,N], [M,K]x[N,K], leading batch dims
     f = module.entry.get_instruction("ynn_fusion")
     assert f.attribute("kind") == "kCustom" and "__ynn_fusion" in f.attribute("backend_config")
-    assert f.fused_computation.root.name == "d"
-    assert module.entry.get_instruction("t").opcode is HloOpcode.DOT  # YNN refuses rhs contracting dim 1
+    # YNN fails at run time on a degenerate N=1 matrix; the lhs must contract its last dim
+    assert module.entry.get_instruction("n").opcode is module.entry.get_instruction("l").opcode is HloOpcode.DOT
 
 
 def test_call_inliner():
@@ -190,3 +198,23 @@ def test_best_pipeline_on_a_corpus_module_equal_outputs_and_fusions_kept(xla_cpu
     assert fused == hook.fusions_out > 0  # XLA kept the fusions as we wrote them
     stock = compile(text, "cpu", "stock")
     assert compare(stock, ours).verdict in ("exact", "close")
+
+
+def test_expensive_producer_not_recomputed_through_a_bitcast_into_a_broadcast():
+    """rsqrt -> bitcast -> broadcast: the bitcast reads each element once, but the
+    broadcast behind it reuses them, so fusing rsqrt would recompute it per element."""
+    module = hlo_tools.parse("""HloModule m
+
+ENTRY e {
+  x = f32[4,1]{1,0} parameter(0)
+  y = f32[4,16]{1,0} parameter(1)
+  r = f32[4,1]{1,0} rsqrt(x)
+  c = f32[4]{0} bitcast(r)
+  b = f32[4,16]{1,0} broadcast(c), dimensions={0}
+  ROOT m = f32[4,16]{1,0} multiply(b, y)
+}
+""")
+    log = FusionLog()
+    ProducerConsumerFusion(log=log).run(module)
+    assert _fusions(module) == {"loop_fusion": ["b", "c", "m"]}
+    assert log.refused()[("r", "c")] == "expensive producer would be recomputed per reused element"

@@ -17,6 +17,8 @@ Public API (other packages, e.g. ``fusion_analysis``, import these):
   division-like ops that must not be recomputed per reused element.
 - ``reuses_operand_elements(consumer, index) -> bool``: the consumer reads some
   element of that operand more than once (broadcast, gather, reduce-window...).
+- ``reused_within(value, members) -> bool``: the same question for a whole
+  would-be fusion, following elements through the members that pass them on.
 - ``can_fuse(producer, consumer) -> Decision``: may ``producer`` (an operand of
   ``consumer``) be fused into it? Checks both sides, the reduce-as-root rule,
   costly concatenates, the cost rule, and cycles.
@@ -151,6 +153,26 @@ def reuses_operand_elements(consumer: Instruction, index: int) -> bool:
     if op in (HloOpcode.BROADCAST, HloOpcode.GATHER):
         return consumer.shape.num_elements > operand.shape.num_elements
     return op not in _NO_REUSE
+
+
+def reused_within(value: Instruction, members: Iterable[Instruction]) -> bool:
+    """Would a fusion of ``members`` read an element of ``value`` more than once?
+    Elements flow through members that read each element once (elementwise ops,
+    bitcasts, slices); the first member on such a path that reuses its operand
+    (a broadcast, a gather) makes the whole fusion recompute ``value`` per reuse.
+    Checking only the direct users misses ``broadcast(bitcast(rsqrt(x)))``."""
+    inside = {id(m) for m in members}
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        for u, index in v.uses():
+            if id(u) not in inside or (id(u), index) in seen:
+                continue
+            seen.add((id(u), index))
+            if reuses_operand_elements(u, index):
+                return True
+            stack.append(u)
+    return False
 
 
 def fusible(instr: Instruction) -> Decision:

@@ -23,19 +23,31 @@ YNN_BACKEND_CONFIG = '{"fusion_config":{"kind":"__ynn_fusion"}}'
 
 
 def is_library_dot(instr: Instruction) -> bool:
-    """A dot YNNPACK takes in XLA:CPU: f32, [M,K] x [K,N], no batch dims (the form
-    XLA:CPU's stock pipeline hands it)."""
+    """A dot YNNPACK takes in XLA:CPU, in the forms XLA:CPU's stock pipeline hands
+    it on the corpus: f32, leading batch dims (the same on both sides, in order),
+    the lhs contracting its last dim and the rhs its first or last non-batch dim
+    ([M,K]x[K,N] or [M,K]x[N,K]), default layouts, no matrix dimension of size 1."""
     if instr.opcode is not HloOpcode.DOT:
         return False
     dn = instr.dot_dimension_numbers
-    shapes = [instr.shape, instr.operand(0).shape, instr.operand(1).shape]
-    # YNN refuses other contracting dims at run time ("Unsupported dot instruction")
+    lhs, rhs = instr.operand(0).shape, instr.operand(1).shape
+    shapes = [instr.shape, lhs, rhs]
+    if not all(s.is_array and s.element_type.value == "f32" and s.rank >= 2 for s in shapes):
+        return False
+    if any(s.layout is not None and s.layout.minor_to_major and tuple(s.layout.minor_to_major) != tuple(range(s.rank - 1, -1, -1))
+           for s in shapes):
+        return False
+    nb = len(dn.lhs_batch_dims)
+    batch = tuple(range(nb))
     return (
-        not dn.lhs_batch_dims
-        and not dn.rhs_batch_dims
-        and tuple(dn.lhs_contracting_dims) == (1,)
-        and tuple(dn.rhs_contracting_dims) == (0,)
-        and all(s.is_array and s.rank == 2 and s.element_type.value == "f32" for s in shapes)
+        tuple(dn.lhs_batch_dims) == batch
+        and tuple(dn.rhs_batch_dims) == batch
+        and lhs.rank == nb + 2
+        and rhs.rank == nb + 2
+        and tuple(dn.lhs_contracting_dims) == (nb + 1,)
+        and tuple(dn.rhs_contracting_dims) in ((nb,), (nb + 1,))
+        # YNN fails at run time on degenerate matrices ("Unsupported dot instruction")
+        and all(d > 1 for s in (lhs, rhs) for d in s.dims[nb:])
     )
 
 

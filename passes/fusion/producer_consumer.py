@@ -21,7 +21,7 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from ..registry import register_pass
 from ..base import Pass
 from .clusters import Cluster, Clusters, fusible_computations
-from .legality import Decision, can_fuse, fusible
+from .legality import Decision, can_fuse, fusible, is_expensive_producer, reused_within
 from .profitability import Profitability, default_profitability
 
 
@@ -53,6 +53,8 @@ def check_producer(clusters: Clusters, cluster: Cluster, producer: Instruction) 
         d = can_fuse(producer, u, check_cycle=False)
         if not d:
             return d
+    if is_expensive_producer(producer) and reused_within(producer, cluster.members):
+        return Decision.forbid("expensive producer would be recomputed per reused element")
     return Decision(True, "")
 
 
