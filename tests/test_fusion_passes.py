@@ -218,3 +218,96 @@ ENTRY e {
     ProducerConsumerFusion(log=log).run(module)
     assert _fusions(module) == {"loop_fusion": ["b", "c", "m"]}
     assert log.refused()[("r", "c")] == "expensive producer would be recomputed per reused element"
+
+
+SIBLINGS = """HloModule m
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+ENTRY e {
+  x = f32[4,8]{1,0} parameter(0)
+  y = f32[4,8]{1,0} parameter(1)
+  p = f32[4,8]{1,0} multiply(x, y)
+  n = f32[4,8]{1,0} exponential(p)
+  c = f32[4,8]{1,0} negate(p)
+  z = f32[] constant(0)
+  r = f32[4]{0} reduce(p, z), dimensions={1}, to_apply=add
+  g = f32[4,8]{1,0} rng(x, y), distribution=rng_uniform
+  w = f32[4,8]{1,0} add(p, g)
+  u = f32[4,8]{1,0} sqrt(x)
+  v = f32[4,8]{1,0} add(u, n)
+  q = f32[4,8]{1,0} tanh(x)
+  ROOT t = (f32[4,8]{1,0}, f32[4,8]{1,0}, f32[4]{0}, f32[4,8]{1,0}, f32[4,8]{1,0}, f32[4,8]{1,0}) tuple(n, c, r, w, v, q)
+}
+"""
+
+
+def test_multi_output_fuses_siblings_and_refuses_with_reasons():
+    from passes.fusion.multi_output import MultiOutputFusion
+
+    module = hlo_tools.parse(SIBLINGS)
+    log = FusionLog()
+    assert MultiOutputFusion(log=log).run(module)
+    hlo_tools.verify(module)
+    # readers of x: p, u, q merge (no path between them); the rng g is refused.
+    # readers of p: n, c and w merge; the reduce r has another output shape.
+    assert _fusions(module) == {"multi_output_fusion": ["p", "q", "tuple", "u"],
+                                "multi_output_fusion.1": ["c", "n", "tuple", "w"]}
+    decisions = [(p, c, d.reason) for p, c, d in log.entries]
+    assert ("p", "g", "second sibling: %g has a side effect") in decisions
+    assert ("n", "r", "outputs have different shapes: [4,8], [4]") in decisions
+    assert ("n", "c", "") in decisions and ("n", "w", "") in decisions
+
+
+def test_multi_output_refuses_a_cycle_and_a_user():
+    from passes.fusion.multi_output import MultiOutputFusion
+
+    module = hlo_tools.parse("""HloModule m
+
+ENTRY e {
+  x = f32[8]{0} parameter(0)
+  a = f32[8]{0} exponential(x)
+  b = f32[8]{0} log(a)
+  c = f32[8]{0} sqrt(x)
+  d = f32[8]{0} add(b, c)
+  k = f32[8]{0} tanh(x)
+  ROOT t = (f32[8]{0}, f32[8]{0}) tuple(d, k)
+}
+""")
+    log = FusionLog()
+    MultiOutputFusion(log=log).run(module)
+    reasons = {(p, c): d.reason for p, c, d in log.entries}
+    # a, c, k read x. a+c+k is legal (a -> b -> d <- c is no path between a and c)
+    assert reasons[("a", "c")] == "" and reasons[("a", "k")] == ""
+    module = hlo_tools.parse("""HloModule m
+
+ENTRY e {
+  x = f32[8]{0} parameter(0)
+  a = f32[8]{0} exponential(x)
+  b = f32[8]{0} dot(a, a), lhs_batch_dims={0}, rhs_batch_dims={0}
+  c = f32[8]{0} add(x, b)
+  u = f32[8]{0} multiply(x, a)
+  ROOT t = (f32[8]{0}, f32[8]{0}) tuple(c, u)
+}
+""")
+    hlo_tools.verify(module)
+    log = FusionLog()
+    MultiOutputFusion(log=log).run(module)
+    hlo_tools.verify(module)
+    reasons = {(p, c): d.reason for p, c, d in log.entries}
+    # readers of x: a, c, u. a feeds u directly (a user), and a reaches c through the dot
+    assert reasons[("a", "c")] == "would create a cycle"
+    assert reasons[("a", "u")] == "one sibling uses the other (producer-consumer fusion decides that)"
+
+
+def test_multi_output_then_producer_consumer_absorbs_the_shared_value():
+    module = hlo_tools.parse(SRC)
+    PassManager(passes_of("producer-consumer-fusion,multi-output-fusion,producer-consumer-fusion,dce")).run(module)
+    hlo_tools.verify(module)
+    # m fed n and c and could not be duplicated (arithmetic); once its users share a
+    # fusion it moves in, and is computed once and never written to memory
+    assert ["c", "m", "n", "tuple"] in _fusions(module).values()

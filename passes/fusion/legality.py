@@ -149,7 +149,7 @@ def reuses_operand_elements(consumer: Instruction, index: int) -> bool:
         param = next((p for p in body.parameters if p.parameter_number == index), None)
         if param is None:
             return False
-        return any(reuses_operand_elements(u, i) for u, i in param.uses())
+        return reused_within(param, body)
     if op in (HloOpcode.BROADCAST, HloOpcode.GATHER):
         return consumer.shape.num_elements > operand.shape.num_elements
     return op not in _NO_REUSE

@@ -98,6 +98,12 @@ def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: F
             return grew
 
 
+def _alone(cluster: Cluster, instr: Instruction) -> bool:
+    """``instr`` has not joined a fusion yet (a multi-output fusion's
+    get-tuple-elements belong to it and do not count)."""
+    return all(m is instr or m.opcode is HloOpcode.GET_TUPLE_ELEMENT for m in cluster.members)
+
+
 def fuse_producers_into_consumers(
     comp: Computation, profitable: Profitability = default_profitability, log: FusionLog | None = None,
     max_operands: int = 0,
@@ -105,7 +111,7 @@ def fuse_producers_into_consumers(
     """The planning half of the pass: clusters of ``comp`` after loop fusion."""
     clusters = Clusters(comp)
     for consumer in reversed(comp.post_order()):
-        if consumer.parent is not comp or len(clusters.of(consumer)) != 1 or not fusible(consumer):
+        if consumer.parent is not comp or not _alone(clusters.of(consumer), consumer) or not fusible(consumer):
             continue
         if consumer.opcode is HloOpcode.CONSTANT:
             continue

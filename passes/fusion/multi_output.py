@@ -1,0 +1,153 @@
+"""Sibling (multi-output) fusion: consumers that read the same value become one
+fusion, so the value is read once and one kernel runs instead of two, like the
+sibling half of XLA's multi-output fusion (xla/service/gpu/transforms/multi_output_fusion.cc).
+
+For each value with two or more consumer clusters, the consumers are merged
+greedily when every rule holds:
+
+- both are loop-fusible (no dots, side effects, non-loop fusions);
+- neither uses the other (that is producer-consumer fusion's job) and no path
+  runs from one to the other through a third cluster (a cycle after merging);
+- the outputs are loop-emittable together: XLA:CPU's loop emitter walks one index
+  space, so every output must have the same dimensions (measured: a kLoop
+  fusion with an [N,M] and an [N] output crashes XLA:CPU; two equal-shaped
+  outputs compile and run exactly);
+- no in-place ``dynamic-update-slice`` is involved (merged, it would no longer
+  be its fusion's root and would copy its whole buffer);
+- the pluggable ``profitable(shared, a, b)`` agrees (default: the shared value's
+  bytes are worth a kernel and the fusion stays under ``max_operands``).
+
+A value whose users all end up in one fusion can then be fused into it by
+producer-consumer fusion, run after this pass (see ``pipeline.BEST``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from hlo_tools import HloOpcode, Instruction, Module
+
+from ..base import Pass
+from ..registry import register_pass
+from .clusters import Cluster, Clusters, fusible_computations
+from .legality import ALLOW, Decision, fusible
+from .producer_consumer import FusionLog, loop_kind
+
+#: A sibling profitability: (shared value, cluster a, cluster b, clusters) -> Decision.
+SiblingProfitability = Callable[[Instruction, Cluster, Cluster, Clusters], Decision]
+
+#: XLA's fusions stop growing at a bounded operand count (kMaxOperandsAndOutputsPerFusion
+#: on GPU); more parameters than this costs more than the kernel saved.
+MAX_OPERANDS = 16
+
+
+def default_sibling_profitability(shared: Instruction, a: Cluster, b: Cluster, clusters: Clusters) -> Decision:
+    """Merge when the fusion stays small enough to emit well."""
+    operands = {id(o) for c in (a, b) for o in clusters.external_operands(c)}
+    if len(operands) > MAX_OPERANDS:
+        return Decision.forbid(f"cost: fusion would have {len(operands)} operands > {MAX_OPERANDS}")
+    return ALLOW
+
+
+def _members_fusible(c: Cluster) -> Decision:
+    for m in c.members:
+        if m.opcode is HloOpcode.GET_TUPLE_ELEMENT:
+            continue
+        d = fusible(m)
+        if not d:
+            return Decision.forbid(f"%{m.name} {d.reason}")
+        if _has_dus(m):
+            return Decision.forbid(f"%{m.name} is an in-place dynamic-update-slice")
+    return ALLOW
+
+
+def _has_dus(instr: Instruction) -> bool:
+    body = instr.fused_computation
+    inner = list(body) if body is not None else [instr]
+    return any(i.opcode is HloOpcode.DYNAMIC_UPDATE_SLICE for i in inner)
+
+
+def _output_dims(clusters: Clusters, c: Cluster) -> set[tuple[int, ...]]:
+    return {tuple(o.shape.dims) if o.shape.is_array else ("tuple",) for o in clusters.outputs(c)
+            if not (o.opcode is HloOpcode.FUSION and not o.shape.is_array)}
+
+
+def can_fuse_siblings(clusters: Clusters, a: Cluster, b: Cluster, *, same_output_dims: bool = True) -> Decision:
+    """The legality half: may clusters ``a`` and ``b`` become one multi-output fusion?"""
+    for side, c in (("first", a), ("second", b)):
+        d = _members_fusible(c)
+        if not d:
+            return Decision.forbid(f"{side} sibling: {d.reason}")
+    if b in clusters.users(a) or a in clusters.users(b):
+        return Decision.forbid("one sibling uses the other (producer-consumer fusion decides that)")
+    if same_output_dims:
+        dims = _output_dims(clusters, a) | _output_dims(clusters, b)
+        if len(dims) > 1:
+            return Decision.forbid("outputs have different shapes: "
+                                   + ", ".join(sorted("[" + ",".join(map(str, d)) + "]" for d in dims)))
+    if clusters.would_cycle(a, b):
+        return Decision.forbid("would create a cycle")
+    return ALLOW
+
+
+def _loop_users(clusters: Clusters, value: Instruction) -> list[Cluster]:
+    """The clusters reading ``value`` (tuples and get-tuple-elements are plumbing)."""
+    out: dict[int, Cluster] = {}
+    for u in value.users:
+        if u.opcode in (HloOpcode.GET_TUPLE_ELEMENT, HloOpcode.TUPLE):
+            continue
+        c = clusters.of(u)
+        out.setdefault(id(c), c)
+    return list(out.values())
+
+
+def fuse_siblings(clusters: Clusters, profitable: SiblingProfitability = default_sibling_profitability,
+                  log: FusionLog | None = None, same_output_dims: bool = True) -> int:
+    """Merges sibling clusters of ``clusters.comp`` in place; returns the merges done.
+    Per shared value, the first consumer takes every sibling it may; the ones it
+    refused try again among themselves."""
+    merges = 0
+    for value in clusters.comp.post_order():
+        if value.opcode is HloOpcode.CONSTANT and value.shape.is_array and value.shape.num_elements == 1:
+            continue
+        pending = _loop_users(clusters, value)
+        while len(pending) >= 2:
+            base, refused = pending[0], []
+            for other in pending[1:]:
+                d = can_fuse_siblings(clusters, base, other, same_output_dims=same_output_dims)
+                if d:
+                    d = profitable(value, base, other, clusters)
+                if log is not None:
+                    log.record(_head(clusters, base), _head(clusters, other), d)
+                if d:
+                    base = clusters.merge(base, other)
+                    merges += 1
+                else:
+                    refused.append(other)
+            pending = refused
+    return merges
+
+
+def _head(clusters: Clusters, c: Cluster) -> Instruction:
+    outs = clusters.outputs(c)
+    return outs[0] if outs else c.members[0]
+
+
+@register_pass
+@dataclass(frozen=True)
+class MultiOutputFusion(Pass):
+    """Sibling fusion: consumers of a shared value fused into one multi-output loop fusion."""
+
+    name = "multi-output-fusion"
+    profitable: SiblingProfitability = default_sibling_profitability
+    log: FusionLog | None = None
+    same_output_dims: bool = True  # XLA:CPU's loop emitter needs it; XLA:GPU's reduction emitter does not
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in fusible_computations(module):
+            clusters = Clusters(comp)
+            if fuse_siblings(clusters, self.profitable, self.log, self.same_output_dims):
+                changed |= bool(clusters.apply(kind=loop_kind, name="multi_output_fusion"))
+        return changed
