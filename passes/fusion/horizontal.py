@@ -1,0 +1,223 @@
+"""Horizontal fusion: batch small independent kernels into one multi-output loop
+fusion, like XLA:GPU's HorizontalLoopFusion
+(xla/service/gpu/transforms/horizontal_loop_fusion.cc).
+
+Why: a train step ends with one small optimizer update per parameter (scale,
+add, sqrt, divide over each weight), each its own kernel after loop fusion. On
+XLA:CPU every kernel is a separate thunk with its own dispatch and loop setup;
+when the kernels are tiny that overhead, not memory traffic, is their cost, and
+running many of them as one kernel saves it (the GPU pass exists to save kernel
+launches for the same reason).
+
+What is batched, and why those limits:
+
+- Candidates: loop fusions and fusible single ops (``legality.fusible``) of one
+  computation (``fusible_computations``), with one array output, not the root.
+- Independent: no path between any two members, direct or through other
+  kernels; otherwise the batch would have to run both before and after the
+  kernels on the path (``Clusters.would_cycle`` on the contracted graph, plus
+  the direct edges, which it allows).
+- Loop-emittable together: XLA:CPU emits a multi-output kLoop fusion as one loop
+  over the output index space, so all outputs need the same dimensions and
+  layout; candidates are grouped by (dimensions, layout). (XLA:GPU concatenates
+  differently shaped outputs instead; XLA:CPU has no such emitter.)
+- Small: each member's output is at most ``max_bytes``; large kernels are
+  bound by memory bandwidth and gain nothing from sharing a dispatch.
+- Capped: at most ``max_members`` members and ``max_operands`` operands per
+  batch, bounding the kernel's argument list and code size.
+- Profitable: a pluggable ``profitable(members, operands) -> Decision`` (by
+  default: a kernel must be saved, and the operands per member stay bounded).
+
+Every decision is logged in ``log`` (a ``HorizontalLog``): which group each
+candidate joined, and each refusal with its reason (cycle, shape mismatch,
+too large, cap, not fusible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+from hlo_tools import Computation, HloOpcode, Instruction, Module
+
+from ..base import Pass
+from ..registry import register_pass
+from .clusters import Cluster, Clusters, fusible_computations
+from .legality import ALLOW, Decision, fusible
+from .producer_consumer import loop_kind
+
+#: Default bound on a member's output size: 64 KiB (16K f32 elements), about
+#: where a loop's run time stops being dominated by its dispatch on XLA:CPU.
+MAX_BYTES = 64 * 1024
+MAX_MEMBERS = 16
+MAX_OPERANDS = 64
+
+
+class HorizontalProfitability(Protocol):
+    def __call__(self, members: Sequence[Instruction], operands: int) -> Decision: ...
+
+
+def default_horizontal_profitability(members: Sequence[Instruction], operands: int) -> Decision:
+    """Kernels saved vs. operands: batching ``len(members)`` kernels saves
+    ``len(members) - 1`` dispatches; refuse when the batch would read more than
+    4 operands per member on average (a wide argument list costs more per call
+    than the dispatch it saves)."""
+    if len(members) < 2:
+        return Decision.forbid("cost: a batch of one saves no kernel")
+    if operands > 4 * len(members):
+        return Decision.forbid(f"cost: {operands} operands for {len(members)} kernels")
+    return ALLOW
+
+
+@dataclass(frozen=True)
+class HorizontalLog:
+    """What the pass decided. ``entries``: (candidate, group leader, decision), the
+    leader being the group's first member ("" when the instruction was no
+    candidate at all); ``batches``: the member names of each batch formed."""
+
+    entries: list[tuple[str, str, Decision]] = field(default_factory=list)
+    batches: list[list[str]] = field(default_factory=list)
+
+    def record(self, candidate: Instruction, group: str, decision: Decision) -> None:
+        self.entries.append((candidate.name, group, decision))
+
+    def refused(self) -> dict[tuple[str, str], str]:
+        return {(c, g): d.reason for c, g, d in self.entries if not d}
+
+
+def shape_key(instr: Instruction) -> tuple:
+    """What must agree for outputs to share one loop on XLA:CPU: dimensions and layout."""
+    s = instr.shape
+    layout = s.layout.minor_to_major if s.layout is not None else None
+    return (tuple(s.dims), tuple(layout) if layout is not None else None)
+
+
+def _candidate(clusters: Clusters, instr: Instruction, max_bytes: int) -> Decision:
+    if instr.opcode in (HloOpcode.PARAMETER, HloOpcode.CONSTANT, HloOpcode.TUPLE, HloOpcode.GET_TUPLE_ELEMENT,
+                        HloOpcode.BITCAST):
+        return Decision.forbid(f"is a {instr.opcode.value}")  # no kernel to save
+    if instr is clusters.comp.root:
+        return Decision.forbid("is the root")
+    if instr.opcode is HloOpcode.FUSION and instr.fusion_kind != "kLoop":
+        return Decision.forbid(f"is a {instr.fusion_kind} fusion")
+    d = fusible(instr)
+    if not d:
+        return d
+    if not instr.shape.is_array:
+        return Decision.forbid("is tuple-shaped (a multi-output fusion)")
+    if not instr.users:
+        return Decision.forbid("is dead")
+    if instr.shape.byte_size > max_bytes:
+        return Decision.forbid(f"too large: {instr.shape.byte_size} bytes > {max_bytes}")
+    return ALLOW
+
+
+class _Group:
+    __slots__ = ("cluster", "leader", "key", "members")
+
+    def __init__(self, cluster: Cluster, leader: Instruction, key: tuple):
+        self.cluster = cluster
+        self.leader = leader
+        self.key = key
+        self.members = [leader]
+
+
+def plan_horizontal(comp: Computation, *, max_bytes: int = MAX_BYTES, max_members: int = MAX_MEMBERS,
+                    max_operands: int = MAX_OPERANDS,
+                    profitable: HorizontalProfitability = default_horizontal_profitability,
+                    log: HorizontalLog | None = None) -> tuple[Clusters, list[list[Instruction]]]:
+    """The planning half of the pass: clusters of ``comp`` with the batches
+    merged, and the batches (first fit, in post order, into open groups)."""
+    clusters = Clusters(comp)
+    groups: list[_Group] = []
+    open_by_key: dict[tuple, list[_Group]] = {}
+    full_by_key: dict[tuple, _Group] = {}
+    for instr in comp.post_order():
+        if len(clusters.of(instr)) != 1:
+            continue
+        d = _candidate(clusters, instr, max_bytes)
+        if not d:
+            if log is not None and instr.opcode not in (HloOpcode.PARAMETER, HloOpcode.CONSTANT,
+                                                         HloOpcode.TUPLE, HloOpcode.GET_TUPLE_ELEMENT,
+                                                         HloOpcode.BITCAST):
+                log.record(instr, "", d)
+            continue
+        key = shape_key(instr)
+        joined = None
+        for g in open_by_key.get(key, ()):
+            d = _try_join(clusters, g, instr, max_members, max_operands, profitable)
+            if log is not None:
+                log.record(instr, g.leader.name, d)
+            if d:
+                joined = g
+                break
+        if joined is None:
+            if log is not None and key in full_by_key:  # why it did not join the latest full group
+                log.record(instr, full_by_key[key].leader.name,
+                           Decision.forbid(f"cap: group has {max_members} members"))
+            elif log is not None:
+                other = next((g for g in reversed(groups) if g.key != key and len(g.members) < max_members), None)
+                if other is not None:  # why it did not join the latest group of another shape
+                    log.record(instr, other.leader.name, Decision.forbid(
+                        f"shape mismatch: {_shape_text(instr)} vs {_shape_text(other.leader)}"))
+            g = _Group(clusters.of(instr), instr, key)
+            groups.append(g)
+            open_by_key.setdefault(key, []).append(g)
+            if log is not None:
+                log.record(instr, instr.name, ALLOW)
+        elif len(joined.members) >= max_members:
+            open_by_key[key].remove(joined)
+            full_by_key[key] = joined
+    batches = [g.members for g in groups if len(g.members) > 1]
+    if log is not None:
+        log.batches.extend([m.name for m in b] for b in batches)
+    return clusters, batches
+
+
+def _shape_text(instr: Instruction) -> str:
+    key = shape_key(instr)
+    return f"{list(key[0])}" + (f"{{{','.join(map(str, key[1]))}}}" if key[1] is not None else "")
+
+
+def _try_join(clusters: Clusters, g: _Group, instr: Instruction, max_members: int, max_operands: int,
+              profitable: HorizontalProfitability) -> Decision:
+    c = clusters.of(instr)
+    if len(g.members) >= max_members:
+        return Decision.forbid(f"cap: group has {max_members} members")
+    if c in clusters.users(g.cluster) or g.cluster in clusters.users(c):
+        return Decision.forbid("dependent: uses or feeds a member")
+    members = {id(m) for m in g.cluster.members} | {id(instr)}
+    ops = {id(o) for m in (*g.cluster.members, instr) for o in m.operands if id(o) not in members}
+    if len(ops) > max_operands:
+        return Decision.forbid(f"cap: {len(ops)} operands > {max_operands}")
+    d = profitable([*g.members, instr], len(ops))
+    if not d:
+        return d
+    if clusters.would_cycle(g.cluster, c):
+        return Decision.forbid("would create a cycle: a path leads from one member to another")
+    g.cluster = clusters.merge(g.cluster, c)
+    g.members.append(instr)
+    return ALLOW
+
+
+@register_pass
+@dataclass(frozen=True)
+class HorizontalFusion(Pass):
+    """Batches small independent same-shape kernels into multi-output kLoop fusions."""
+
+    name = "horizontal-fusion"
+    max_bytes: int = MAX_BYTES
+    max_members: int = MAX_MEMBERS
+    max_operands: int = MAX_OPERANDS
+    profitable: Callable = default_horizontal_profitability
+    log: HorizontalLog | None = None
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in fusible_computations(module):
+            clusters, batches = plan_horizontal(
+                comp, max_bytes=self.max_bytes, max_members=self.max_members, max_operands=self.max_operands,
+                profitable=self.profitable, log=self.log)
+            if batches:
+                changed |= bool(clusters.apply(kind=loop_kind, name="horizontal_fusion"))
+        return changed

@@ -1,0 +1,324 @@
+"""Priority fusion: a greedy max-benefit fusion queue, a Python prototype of
+XLA:GPU's PriorityFusion (xla/service/gpu/transforms/priority_fusion.cc).
+
+Why a queue instead of producer-consumer's fixed visiting order: the order in
+which fusions are made decides which later ones stay possible (a producer that
+joins one consumer is no longer free for another; a bounded fusion that grows in
+one direction cannot grow in the other). Taking the fusion that saves the most
+first spends those choices where they pay most, the way XLA:GPU does with its
+performance model.
+
+How it decides, like XLA's pass but on ``Clusters`` (planned fusions), not on
+rewritten fusion instructions:
+
+- The queue holds *producer clusters*. A producer's priority is the benefit of
+  fusing it into all the clusters that use it (XLA: "the benefit in performance
+  when fusing it to all of its fusible users"). One user cluster: the producer
+  merges into it. Several (or the producer is the root): it is duplicated into
+  each fusible one (only a one-instruction producer, and only when the pluggable
+  ``profitable`` allows: by default only cheap data movement, never arithmetic,
+  see ``default_profitability``); the original disappears once nothing else uses
+  it.
+- Legality: ``can_fuse`` for every (producer output, consumer member) pair, an
+  extra rule for grown producer clusters (an expensive member must not be
+  recomputed per reused element), and ``Clusters.would_cycle`` for merges.
+- Benefit: a pluggable ``cost(candidate) -> float`` (bytes of memory traffic by
+  default: ``bytes_saved`` minus the operand re-reads of each extra copy; pass a
+  roofline-based one to model time). Only positive benefits are queued.
+- After a fusion, the priorities of the fused cluster and of its operand
+  clusters are recomputed; stale queue entries are skipped by version counters
+  (lazy invalidation). The pass stops when no positive-benefit producer is left.
+
+Every final decision is recorded in ``log`` (a ``PriorityLog``): fused
+(producer, consumer) pairs, refusals with their reason, and the fusion steps in
+the order taken, with their benefit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from hlo_tools import Computation, HloOpcode, Instruction, Module
+
+from ..base import Pass
+from ..registry import register_pass
+from .clusters import Cluster, Clusters, fusible_computations
+from .legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reuses_operand_elements
+from .producer_consumer import FusionLog, loop_kind
+from .profitability import Profitability, bytes_saved, default_profitability
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One queued fusion: ``producer`` (the value the producer cluster defines)
+    fused into ``groups`` (per consumer cluster, the members that read it).
+    ``duplicate``: the producer is copied into each group instead of moved;
+    ``keeps_original``: some users (or the root) still need the original;
+    ``multi_output``: the producer cluster moves into the one consumer cluster
+    and stays an output of it (a multi-output fusion, nothing duplicated)."""
+
+    producer: Instruction
+    members: tuple[Instruction, ...]
+    groups: tuple[tuple[Instruction, ...], ...]
+    duplicate: bool
+    keeps_original: bool
+    multi_output: bool = False
+
+    @property
+    def consumers(self) -> tuple[Instruction, ...]:
+        return tuple(m for g in self.groups for m in g)
+
+
+#: A cost function: the benefit of a candidate (positive means worth fusing).
+Cost = Callable[[Candidate], float]
+
+
+def _operand_bytes(instr: Instruction) -> int:
+    if instr.opcode is HloOpcode.BROADCAST:
+        return 0  # as ``bytes_saved``: a broadcast's small input stays in cache
+    body = instr.fused_computation
+    if body is not None and body.root.opcode is HloOpcode.BROADCAST and len(body.parameters) <= 1:
+        return 0  # XLA:CPU's one-op wrapper around a broadcast
+    return sum(o.shape.byte_size for o in instr.operands)
+
+
+def default_cost(c: Candidate) -> float:
+    """Bytes of memory traffic saved: ``bytes_saved`` (the producer's result is
+    no longer written and read back), minus the duplication cost: every copy
+    beyond the first reads the producer's operands again. When the last user is
+    covered the original is gone, so a full duplication saves its write too.
+    A multi-output merge saves the reads of the consumers it joins; the result
+    is still written for the other users."""
+    if c.multi_output:
+        return c.producer.shape.byte_size * len(c.consumers)
+    saved = bytes_saved(c.producer, c.consumers, c.keeps_original)
+    if c.duplicate:
+        # bytes_saved charged (or, moving the producer, did not need to charge)
+        # one copy's operand reads; each further copy reads them again
+        saved -= (len(c.groups) - 1) * _operand_bytes(c.producer)
+    return saved
+
+
+@dataclass(frozen=True)
+class PriorityLog(FusionLog):
+    """``FusionLog`` (final decision per (producer, consumer) pair) plus the
+    fusion steps in the order the queue took them: (producer, consumers, benefit,
+    "merge" or "duplicate")."""
+
+    steps: list[tuple[str, tuple[str, ...], float, str]] = field(default_factory=list)
+
+
+def _reuses(consumer: Instruction, producer: Instruction) -> bool:
+    return any(reuses_operand_elements(consumer, i) for i, o in enumerate(consumer.operands) if o is producer)
+
+
+class PriorityQueueFusion:
+    """The planning half of the pass on one computation: fills ``clusters``."""
+
+    def __init__(self, comp: Computation, cost: Cost = default_cost, profitable: Profitability = default_profitability,
+                 max_operands: int = 0, multi_output: bool = False):
+        self.comp = comp
+        self.clusters = Clusters(comp)
+        self.cost = cost
+        self.profitable = profitable
+        self.max_operands = max_operands
+        self.multi_output = multi_output
+        self._version: dict[int, int] = {}
+        self._heap: list[tuple[float, int, int, int, Cluster]] = []
+        self._tie = 0
+        # final decision per (producer, consumer) names; fused pairs never revert
+        self.decisions: dict[tuple[str, str], Decision] = {}
+        self.steps: list[tuple[str, tuple[str, ...], float, str]] = []
+
+    # -- evaluating a producer -------------------------------------------------------
+    def _refuse(self, producer: Instruction, consumer: Instruction, reason: str) -> None:
+        key = (producer.name, consumer.name)
+        if self.decisions.get(key, Decision.forbid("")).ok:
+            return
+        self.decisions[key] = Decision.forbid(reason)
+
+    def _alive(self, c: Cluster) -> bool:
+        return bool(c.members) and self.clusters.of(c.members[0]) is c
+
+    def candidate(self, pc: Cluster) -> Candidate | None:
+        """The fusion of ``pc`` into its user clusters, or None (refusals logged)."""
+        clusters = self.clusters
+        outputs = clusters.outputs(pc)
+        if len(outputs) != 1:
+            return None  # multi-output producers (and dead code) are not moved
+        prod = outputs[0]
+        if prod.opcode in (HloOpcode.PARAMETER, HloOpcode.TUPLE, HloOpcode.GET_TUPLE_ELEMENT):
+            return None
+        d = fusible(prod)
+        if not d:
+            for u in prod.users:
+                self._refuse(prod, u, f"producer {d.reason}")
+            return None
+        groups: list[tuple[Instruction, ...]] = []
+        blocked = False
+        grown = len(pc.members) > 1
+        expensive_inside = grown and any(is_expensive_producer(m) for m in pc.members if m is not prod)
+        for uc in clusters.users(pc):
+            group = tuple(m for m in uc.members if prod in m.operands)
+            d = self._group_legal(pc, prod, uc, group, expensive_inside)
+            if d:
+                groups.append(group)
+            else:
+                blocked = True
+        if not groups:
+            return None
+        keeps = blocked or prod is self.comp.root
+        duplicate = keeps or len(groups) > 1
+        consumers = tuple(m for g in groups for m in g)
+        if duplicate:
+            if grown:
+                d = Decision.forbid("producer cluster has several users: only single instructions are duplicated")
+            else:
+                d = self.profitable(prod, consumers, True)
+            if not d and self.multi_output and prod is not self.comp.root:
+                for m in consumers:
+                    self._refuse(prod, m, d.reason)
+                return self._multi_output_candidate(pc, prod, groups)
+        else:
+            uc = clusters.of(groups[0][0])
+            d = Decision.forbid("would create a cycle") if clusters.would_cycle(pc, uc) else self.profitable(prod, consumers, False)
+        if not d:
+            for m in consumers:
+                self._refuse(prod, m, d.reason)
+            return None
+        return Candidate(prod, tuple(pc.members), tuple(groups), duplicate, keeps)
+
+    def _multi_output_candidate(self, pc: Cluster, prod: Instruction,
+                                groups: list[tuple[Instruction, ...]]) -> Candidate | None:
+        """Instead of duplicating, move ``pc`` into the consumer cluster that reads
+        ``prod`` most and keep ``prod`` as an extra output (XLA:CPU's multi-output
+        loop fusion needs every output with the same dimensions and layout)."""
+        from .horizontal import shape_key
+
+        key = shape_key(prod)
+        for group in sorted(groups, key=len, reverse=True):  # the most reads saved first
+            uc = self.clusters.of(group[0])
+            other = next((o for o in self.clusters.outputs(uc) if shape_key(o) != key), None)
+            if other is not None:
+                d = Decision.forbid(f"shape mismatch: multi-output with %{other.name} needs equal dimensions")
+            elif self.clusters.would_cycle(pc, uc):
+                d = Decision.forbid("would create a cycle")
+            else:
+                return Candidate(prod, tuple(pc.members), (group,), False, True, multi_output=True)
+            for m in group:
+                self._refuse(prod, m, d.reason)
+        return None
+
+    def _group_legal(self, pc: Cluster, prod: Instruction, uc: Cluster, group: tuple[Instruction, ...],
+                     expensive_inside: bool) -> Decision:
+        """May ``prod`` join every member of ``uc`` that reads it? (refusal logged)"""
+        for m in group:
+            d = can_fuse(prod, m, check_cycle=False)
+            if d and expensive_inside and _reuses(m, prod):
+                d = Decision.forbid("expensive producer would be recomputed per reused element")
+            if not d:
+                self._refuse(prod, m, d.reason)
+                return d
+        if self.max_operands:
+            n = self._operands_after(pc, uc)
+            if n > self.max_operands:
+                d = Decision.forbid(f"fusion would have {n} operands > {self.max_operands}")
+                self._refuse(prod, group[0], d.reason)
+                return d
+        return ALLOW
+
+    def _operands_after(self, pc: Cluster, uc: Cluster) -> int:
+        members = {id(m) for m in pc.members} | {id(m) for m in uc.members}
+        ops = {id(o) for c in (pc, uc) for o in self.clusters.external_operands(c) if id(o) not in members}
+        return len(ops)
+
+    def _push(self, pc: Cluster) -> None:
+        v = self._version.get(id(pc), 0) + 1
+        self._version[id(pc)] = v
+        cand = self.candidate(pc)
+        if cand is None:
+            return
+        benefit = self.cost(cand)
+        if benefit <= 0:
+            for m in cand.consumers:
+                self._refuse(cand.producer, m, f"cost: benefit {benefit:g} <= 0")
+            return
+        self._tie += 1
+        # max-benefit first; ties: earlier clusters first (deterministic)
+        heapq.heappush(self._heap, (-benefit, pc.index, self._tie, v, pc))
+
+    # -- the loop ----------------------------------------------------------------
+    def run(self) -> Clusters:
+        clusters = self.clusters
+        for c in sorted(clusters, key=lambda c: c.index):
+            self._push(c)
+        while self._heap:
+            neg, _, _, v, pc = heapq.heappop(self._heap)
+            if not self._alive(pc) or self._version.get(id(pc)) != v:
+                continue  # stale: recomputed or merged since it was queued
+            cand = self.candidate(pc)
+            if cand is None:
+                continue
+            benefit = self.cost(cand)
+            if benefit <= 0:
+                continue
+            touched = self._fuse(pc, cand, benefit)
+            for c in touched:
+                if self._alive(c):
+                    self._push(c)
+        return clusters
+
+    def _fuse(self, pc: Cluster, cand: Candidate, benefit: float) -> list[Cluster]:
+        clusters = self.clusters
+        prod = cand.producer
+        for m in cand.consumers:
+            self.decisions[(prod.name, m.name)] = ALLOW
+        self.steps.append((prod.name, tuple(m.name for m in cand.consumers), benefit,
+                           "duplicate" if cand.duplicate else "multi-output" if cand.multi_output else "merge"))
+        if not cand.duplicate:
+            merged = clusters.merge(clusters.of(cand.groups[0][0]), pc)
+            touched = [merged, *clusters.operands(merged)]
+            if cand.multi_output:  # the producer's other users now read the merged cluster
+                touched.extend(clusters.users(merged))
+            return touched
+        touched: list[Cluster] = [pc]
+        for group in cand.groups:
+            uc = clusters.of(group[0])
+            clusters.duplicate_into(prod, uc)
+            touched.append(uc)
+            touched.extend(clusters.operands(uc))
+        return touched
+
+    def log_into(self, log: FusionLog) -> None:
+        for (p, c), d in self.decisions.items():
+            log.entries.append((p, c, d))
+        if isinstance(log, PriorityLog):
+            log.steps.extend(self.steps)
+
+
+@register_pass
+@dataclass(frozen=True)
+class PriorityFusion(Pass):
+    """Greedy max-benefit producer-into-consumers fusion (XLA:GPU's PriorityFusion),
+    with a pluggable cost (``cost``) and duplication rule (``profitable``)."""
+
+    name = "priority-fusion"
+    cost: Callable = default_cost
+    profitable: Callable = default_profitability
+    kind: Callable = loop_kind
+    log: FusionLog | None = None
+    max_operands: int = 0  # 0: unbounded
+    #: merge producers that may not be duplicated into one consumer as an extra output
+    multi_output: bool = False
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in fusible_computations(module):
+            planner = PriorityQueueFusion(comp, self.cost, self.profitable, self.max_operands, self.multi_output)
+            clusters = planner.run()
+            if self.log is not None:
+                planner.log_into(self.log)
+            changed |= bool(clusters.apply(kind=self.kind, name="priority_fusion"))
+        return changed
