@@ -311,3 +311,61 @@ def test_multi_output_then_producer_consumer_absorbs_the_shared_value():
     # m fed n and c and could not be duplicated (arithmetic); once its users share a
     # fusion it moves in, and is computed once and never written to memory
     assert ["c", "m", "n", "tuple"] in _fusions(module).values()
+
+
+SOFTMAX = """HloModule m
+
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+
+max {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] maximum(a, b)
+}
+
+ENTRY e {
+  x = f32[4,8]{1,0} parameter(0)
+  ninf = f32[] constant(-inf)
+  m = f32[4]{0} reduce(x, ninf), dimensions={1}, to_apply=max
+  mb = f32[4,8]{1,0} broadcast(m), dimensions={0}
+  s = f32[4,8]{1,0} subtract(x, mb)
+  ex = f32[4,8]{1,0} exponential(s)
+  z = f32[] constant(0)
+  r = f32[4]{0} reduce(ex, z), dimensions={1}, to_apply=add
+  rb = f32[4,8]{1,0} broadcast(r), dimensions={0}
+  ROOT d = f32[4,8]{1,0} divide(ex, rb)
+}
+"""
+
+
+def test_reduction_epilogue_recomputes_the_softmax_chain_in_the_sum():
+    from passes.fusion.reduction_epilogue import ReductionEpilogueFusion
+
+    module = hlo_tools.parse(SOFTMAX)
+    log = FusionLog()
+    PassManager([ReductionEpilogueFusion(log=log)] + passes_of("producer-consumer-fusion,dce")).run(module)
+    hlo_tools.verify(module)
+    fused = _fusions(module)
+    # the sum recomputes exp(x - max); exp is then only read by the divide, which
+    # takes the chain too: exp is never written to memory
+    assert fused == {"reduction_fusion": ["ex.dup", "mb.dup", "r", "s.dup", "z"],
+                     "loop_fusion": ["d", "ex", "mb", "rb", "s"]}
+    refused = log.refused()
+    assert refused[("m", "mb.dup")] == "expensive producer would be recomputed per reused element"
+    assert refused[("x", "s.dup")] == "producer is a parameter"
+    assert module.entry.get_instruction("m").opcode is HloOpcode.REDUCE  # the max stays alone
+
+
+def test_reduction_epilogue_leaves_max_reductions_and_respects_its_budget():
+    from passes.fusion.reduction_epilogue import ReductionEpilogueFusion
+
+    module = hlo_tools.parse(SOFTMAX.replace("to_apply=add", "to_apply=max"))
+    assert not ReductionEpilogueFusion().run(module)  # no sum: a max compares its inputs
+    module = hlo_tools.parse(SOFTMAX)
+    log = FusionLog()
+    ReductionEpilogueFusion(max_duplicated=1, log=log).run(module)
+    assert log.refused()[("s", "ex.dup")] == "cost: recomputation budget of this reduction spent"
