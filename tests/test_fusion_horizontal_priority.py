@@ -313,3 +313,34 @@ def test_on_a_corpus_module_equal_outputs_and_fusions_kept(xla_cpu, pipeline):
         assert any(i.opcode is HloOpcode.FUSION and i.shape.is_tuple and i.attribute("kind") == "kLoop" for i in entry)
     stock = compile(text, "cpu", "stock")
     assert compare(stock, ours).verdict in ("exact", "close")
+
+
+_PASS_THROUGH = """HloModule m
+
+ENTRY e {
+  x = f32[4]{0} parameter(0)
+  y = f32[4,8]{1,0} parameter(1)
+  r = f32[4]{0} rsqrt(x)
+  n = f32[4]{0} negate(r)
+  c = f32[4]{0} bitcast(n)
+  b = f32[4,8]{1,0} broadcast(c), dimensions={0}
+  ROOT m = f32[4,8]{1,0} multiply(b, y)
+}
+"""
+
+
+def test_priority_never_recomputes_an_expensive_cluster_through_pass_through_members():
+    module = hlo_tools.parse(_PASS_THROUGH)
+    log = PriorityLog()
+    PriorityFusion(log=log).run(module)
+    hlo_tools.verify(module)
+    # the broadcast reads each element of the {rsqrt, negate, bitcast} chain 8 times
+    assert sorted(_fusions(module).values()) == [["b", "m"], ["c", "n", "r"]]
+    assert log.refused()[("c", "b")] == "expensive producer would be recomputed per reused element"
+    # a cost that takes the bitcast first: {c, b, m} forms, and the rsqrt chain
+    # may still not join it, the broadcast reusing what flows through the bitcast
+    module = hlo_tools.parse(_PASS_THROUGH)
+    log = PriorityLog()
+    PriorityFusion(cost=lambda c: default_cost(c) + 1000 * (c.producer.name == "c"), log=log).run(module)
+    assert sorted(_fusions(module).values()) == [["b", "c", "m"], ["n", "r"]]
+    assert log.refused()[("n", "c")] == "expensive producer would be recomputed per reused element"

@@ -45,7 +45,7 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from ..base import Pass
 from ..registry import register_pass
 from .clusters import Cluster, Clusters, fusible_computations
-from .legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reuses_operand_elements
+from .legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reused_within
 from .producer_consumer import FusionLog, loop_kind
 from .profitability import Profitability, bytes_saved, default_profitability
 
@@ -110,10 +110,6 @@ class PriorityLog(FusionLog):
     steps: list[tuple[str, tuple[str, ...], float, str]] = field(default_factory=list)
 
 
-def _reuses(consumer: Instruction, producer: Instruction) -> bool:
-    return any(reuses_operand_elements(consumer, i) for i, o in enumerate(consumer.operands) if o is producer)
-
-
 class PriorityQueueFusion:
     """The planning half of the pass on one computation: fills ``clusters``."""
 
@@ -159,10 +155,12 @@ class PriorityQueueFusion:
         groups: list[tuple[Instruction, ...]] = []
         blocked = False
         grown = len(pc.members) > 1
-        expensive_inside = grown and any(is_expensive_producer(m) for m in pc.members if m is not prod)
+        # an expensive member anywhere in the producer cluster would be recomputed
+        # wherever the consumer cluster reuses elements of ``prod``
+        expensive = any(is_expensive_producer(m) for m in pc.members)
         for uc in clusters.users(pc):
             group = tuple(m for m in uc.members if prod in m.operands)
-            d = self._group_legal(pc, prod, uc, group, expensive_inside)
+            d = self._group_legal(pc, prod, uc, group, expensive)
             if d:
                 groups.append(group)
             else:
@@ -212,15 +210,18 @@ class PriorityQueueFusion:
         return None
 
     def _group_legal(self, pc: Cluster, prod: Instruction, uc: Cluster, group: tuple[Instruction, ...],
-                     expensive_inside: bool) -> Decision:
+                     expensive: bool) -> Decision:
         """May ``prod`` join every member of ``uc`` that reads it? (refusal logged)"""
         for m in group:
             d = can_fuse(prod, m, check_cycle=False)
-            if d and expensive_inside and _reuses(m, prod):
-                d = Decision.forbid("expensive producer would be recomputed per reused element")
             if not d:
                 self._refuse(prod, m, d.reason)
                 return d
+        # through pass-through members too: broadcast(bitcast(rsqrt(x)))
+        if expensive and reused_within(prod, uc.members):
+            d = Decision.forbid("expensive producer would be recomputed per reused element")
+            self._refuse(prod, group[0], d.reason)
+            return d
         if self.max_operands:
             n = self._operands_after(pc, uc)
             if n > self.max_operands:
