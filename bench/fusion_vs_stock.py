@@ -5,10 +5,12 @@ passes off) with our pipeline deciding every fusion (``--route hooked``, the
 default: our passes run at XLA's pre-scheduler hook; ``--route text``: our passes
 on the pre-optimization module, compiled as written). Prints one row per module
 (kernels, XLA's bytes accessed, median ms, ratio with p10-p90, outputs equal,
-fusions kept) and ``geomean_speedup_vs_stock=...`` last. Timings are A/B
+fusions kept) and ``geomean_speedup_vs_stock=...`` last. ``--gpu [h100]`` adds the
+XLA:GPU columns compiled here without a GPU (kernels, bytes, roofline-predicted
+time; see passes/fusion/study.py). Timings are A/B
 interleaved (ABBA) medians; the machine is shared, so expect a few % of noise.
 
-    JAX_PLATFORMS=cpu .venv/bin/python bench/fusion_vs_stock.py [--passes P1,P2] [--only GLOB] [--reps N]
+    JAX_PLATFORMS=cpu .venv/bin/python bench/fusion_vs_stock.py [--passes P1,P2] [--only GLOB] [--reps N] [--gpu h100]
 """
 
 from __future__ import annotations
@@ -26,16 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import hlo_tools  # noqa: E402
-from hlo_tools import HloOpcode  # noqa: E402
 from hlo_tools.xla_bench import benchmark  # noqa: E402
 from hlo_tools.xla import XlaCompileError  # noqa: E402
 from hlo_tools.xla_compile import compile  # noqa: E402
 from passes import PassManager  # noqa: E402
-from passes.fusion.pipeline import BEST, TEXT_PREFIX, FusionHook, passes_of  # noqa: E402
-
-#: Not kernels: no code runs for them.
-FREE = {HloOpcode.PARAMETER, HloOpcode.CONSTANT, HloOpcode.BITCAST, HloOpcode.TUPLE, HloOpcode.GET_TUPLE_ELEMENT}
-
+from passes.fusion.pipeline import BEST, TEXT_PREFIX, passes_of  # noqa: E402
+from passes.fusion.study import cpu_study, fusions, gpu_pipeline, gpu_study, kernels  # noqa: E402
 
 def runnable_modules(pattern: str | None) -> list[tuple[str, str]]:
     """(name, before_optimizations text) of the runnable, unsharded corpus modules."""
@@ -56,25 +54,12 @@ def runnable_modules(pattern: str | None) -> list[tuple[str, str]]:
     return out
 
 
-def kernels(result) -> int:
-    """Instructions of XLA's optimized entry that run code (fusions, dots, copies...)."""
-    return sum(1 for i in result.optimized_module.entry if i.opcode not in FREE)
-
-
-def fusions(result) -> int:
-    return sum(1 for i in result.optimized_module.entry if i.opcode is HloOpcode.FUSION)
-
-
-def ours(text: str, spec: str, route: str):
-    """Compiles our pipeline's module; returns (CompileResult, fusions we wrote)."""
-    if route == "hooked":
-        hook = FusionHook(passes_of(spec))
-        res = compile(text, "cpu", "as-written", hook=(hook, "pre-scheduler"))
-        return res, hook.fusions_out
+def ours_text_route(text: str, spec: str):
+    """Our passes on the pre-optimization module, compiled as written (XLA:CPU
+    aborts on some fusions this way: see docs/fusion_passes.md)."""
     module = hlo_tools.parse(text)
     PassManager(passes_of(TEXT_PREFIX + "," + spec)).run(module)
-    written = sum(1 for i in module.entry if i.opcode is HloOpcode.FUSION)
-    return compile(module, "cpu", "as-written"), written
+    return compile(module, "cpu", "as-written"), fusions(module)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,45 +68,69 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--route", choices=("hooked", "text"), default="hooked")
     ap.add_argument("--only", default=None, help="fnmatch pattern of module names")
     ap.add_argument("--reps", type=int, default=60)
+    ap.add_argument("--gpu", metavar="TARGET", nargs="?", const="h100", default=None,
+                    help="add XLA:GPU columns for TARGET (default h100), compiled without a GPU")
     args = ap.parse_args(argv)
 
-    rows = []
-    header = ("module", "kernels s/o", "MB s/o", "ms stock", "ms ours", "speedup (p10-p90)", "outputs", "kept")
+    rows, ratios, t0 = [], [], time.time()
     print(f"pipeline: {args.passes} (route {args.route}); XLA:CPU, {args.reps} ABBA reps per module")
-    print("  ".join(header))
-    ratios = []
-    t0 = time.time()
-    for name, text in runnable_modules(args.only):
-        stock = compile(text, "cpu", "stock")
+    print("  ".join(("module", "kernels s/o", "MB s/o", "ms stock", "ms ours", "speedup (p10-p90)", "outputs", "kept")))
+    modules = runnable_modules(args.only)
+    for name, text in modules:
         try:
-            mine, written = ours(text, args.passes, args.route)
-            b = benchmark(stock, mine, reps=args.reps, warmup=5)
+            if args.route == "hooked":
+                r = cpu_study(name, text, args.passes, reps=args.reps)
+                kept = "yes" if r.kept else f"no ({r.fusions_written} written, {r.fusions_compiled} compiled)"
+                row = (name, f"{r.kernels_stock}/{r.kernels_ours}", f"{r.bytes_stock / 1e6:.2f}/{r.bytes_ours / 1e6:.2f}",
+                       f"{r.ms_stock:.3f}", f"{r.ms_ours:.3f}", f"{r.speedup:.3f} ({r.speedup_p10:.2f}-{r.speedup_p90:.2f})",
+                       r.outputs, kept)
+                speedup = r.speedup
+            else:
+                stock = compile(text, "cpu", "stock")
+                mine, written = ours_text_route(text, args.passes)
+                b = benchmark(stock, mine, reps=args.reps, warmup=5)
+                got = fusions(mine.optimized_module)
+                row = (name, f"{kernels(stock.optimized_module)}/{kernels(mine.optimized_module)}",
+                       f"{stock.cost.get('bytes accessed', 0) / 1e6:.2f}/{mine.cost.get('bytes accessed', 0) / 1e6:.2f}",
+                       f"{b.a.median_us / 1e3:.3f}", f"{b.b.median_us / 1e3:.3f}",
+                       f"{b.speedup:.3f} ({b.speedup_p10:.2f}-{b.speedup_p90:.2f})", b.verdict,
+                       "yes" if got == written else f"no ({written} written, {got} compiled)")
+                speedup = b.speedup
         except XlaCompileError as e:  # a failure is a row, never a silent skip
             rows.append((name, "-", "-", "-", "-", "-", "ERROR", str(e)[:120]))
             print("  ".join(rows[-1]), flush=True)
             continue
-        kept = "yes" if fusions(mine) == written else f"no ({written} written, {fusions(mine)} compiled)"
-        ratios.append((b.speedup, name))
-        row = (
-            name,
-            f"{kernels(stock)}/{kernels(mine)}",
-            f"{stock.cost.get('bytes accessed', 0) / 1e6:.2f}/{mine.cost.get('bytes accessed', 0) / 1e6:.2f}",
-            f"{b.a.median_us / 1e3:.3f}",
-            f"{b.b.median_us / 1e3:.3f}",
-            f"{b.speedup:.3f} ({b.speedup_p10:.2f}-{b.speedup_p90:.2f})",
-            b.verdict,
-            kept,
-        )
+        ratios.append((speedup, name))
         rows.append(row)
         print("  ".join(row), flush=True)
     if not ratios:
         print("no runnable modules found")
         return 1
+    gpu_rows = []
+    if args.gpu:
+        from hlo_tools import xla
+
+        if not xla.cuda_plugin_available():
+            print(f"\nGPU columns skipped: no XLA:GPU compiler here (the CUDA plugin is not installed)")
+        else:
+            print(f"\nXLA:GPU {args.gpu} without a GPU (stock compiled; ours = {gpu_pipeline(args.passes)} on the module "
+                  "XLA's fusion passes would see; predicted by our roofline, not compiled as written)")
+            print("  ".join(("module", "kernels s/o", "MB s/o", "pred us stock", "pred us ours", "pred speedup", "bytes from")))
+            for name, text in modules:
+                g = gpu_study(name, text, args.passes, args.gpu)
+                gpu_rows.append(g)
+                print("  ".join((name, f"{g.kernels_stock}/{g.kernels_ours}",
+                                 f"{g.bytes_stock / 1e6:.2f}/{g.bytes_ours / 1e6:.2f}", f"{g.predicted_us_stock:.1f}",
+                                 f"{g.predicted_us_ours:.1f}", f"{g.predicted_speedup:.3f}", g.bytes_source)), flush=True)
+            pgeo = math.exp(sum(math.log(g.predicted_speedup) for g in gpu_rows) / len(gpu_rows))
+            print(f"predicted_geomean_speedup_vs_stock_{args.gpu}={pgeo:.3f}")
     geo = math.exp(sum(math.log(r) for r, _ in ratios) / len(ratios))
     worst = min(ratios)
     errors = sum(1 for r in rows if r[6] == "ERROR")
-    print(f"{len(rows)} modules in {time.time() - t0:.0f} s; slowest vs stock: {worst[1]} {worst[0]:.3f}; "
-          f"all outputs equal: {all(r[6] in ('exact', 'close') for r in rows)}; all fusions kept: {all(r[7] == 'yes' for r in rows)}; errors: {errors}")
+    beats = [n for r, n in sorted(ratios, reverse=True) if r > 1.0]
+    print(f"\n{len(rows)} modules in {time.time() - t0:.0f} s; slowest vs stock: {worst[1]} {worst[0]:.3f}; "
+          f"faster than stock: {len(beats)}; all outputs equal: {all(r[6] in ('exact', 'close') for r in rows)}; "
+          f"all fusions kept: {all(r[7] == 'yes' for r in rows)}; errors: {errors}")
     print(f"geomean_speedup_vs_stock={geo:.3f}")
     return 0
 
