@@ -1,0 +1,67 @@
+"""Every fusion pass on every runnable corpus module (XLA:CPU, through the
+pre-scheduler hook): outputs equal to stock XLA, and XLA compiles exactly the
+fusions our passes wrote. ``BEST`` chains every pass but priority; ``PRIORITY``
+covers the priority pass (on the decode steps, to keep the suite short; the
+bench runs it everywhere)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hlo_tools import HloOpcode
+
+pytest.importorskip("jax")
+
+from hlo_tools import xla  # noqa: E402
+
+if not xla.hook_supported():
+    pytest.skip("needs jax.extend.xla pipeline hooks", allow_module_level=True)
+
+import corpus  # noqa: E402
+from passes.fusion.pipeline import BEST, PRIORITY, FusionHook, passes_of  # noqa: E402
+
+RUNNABLE = sorted(e.name for e in corpus.load() if e.meta.get("runnable") and not e.meta.get("sharded"))
+
+
+def _text(name: str) -> str:
+    return next(e for e in corpus.load() if e.name == name).text("before_optimizations")
+
+
+@pytest.fixture(scope="module")
+def stock():
+    from hlo_tools.xla_compile import compile
+
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = compile(_text(name), "cpu", "stock")
+        return cache[name]
+
+    return get
+
+
+def _check(name: str, spec: str, stock) -> None:
+    from hlo_tools.xla_compile import compile
+    from hlo_tools.xla_run import compare
+
+    hook = FusionHook(passes_of(spec))
+    ours = compile(_text(name), "cpu", "as-written", hook=(hook, "pre-scheduler"))
+    compiled = sum(1 for i in ours.optimized_module.entry if i.opcode is HloOpcode.FUSION)
+    assert compiled == hook.fusions_out > 0, "XLA changed our fusions"
+    verdict = compare(stock(name), ours)
+    assert verdict.verdict in ("exact", "close"), str(verdict)
+
+
+def test_the_corpus_has_runnable_modules():
+    assert len(RUNNABLE) >= 15
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_best_pipeline_equal_and_kept(name, stock):
+    _check(name, BEST, stock)
+
+
+@pytest.mark.parametrize("name", [n for n in RUNNABLE if "decode" in n])
+def test_priority_pipeline_equal_and_kept(name, stock):
+    _check(name, PRIORITY, stock)
