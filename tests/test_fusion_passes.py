@@ -3,8 +3,6 @@ with XLA keeping our fusions on a small corpus module."""
 
 from __future__ import annotations
 
-import gzip
-from pathlib import Path
 
 import pytest
 
