@@ -43,7 +43,7 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from ..base import Pass
 from ..registry import register_pass
 from .clusters import Cluster, Clusters, fusible_computations
-from .legality import ALLOW, Decision, fusible
+from .legality import ALLOW, Decision, fusible, shape_key
 from .producer_consumer import loop_kind
 
 #: Default bound on a member's output size: 64 KiB (16K f32 elements), about
@@ -83,13 +83,6 @@ class HorizontalLog:
 
     def refused(self) -> dict[tuple[str, str], str]:
         return {(c, g): d.reason for c, g, d in self.entries if not d}
-
-
-def shape_key(instr: Instruction) -> tuple:
-    """What must agree for outputs to share one loop on XLA:CPU: dimensions and layout."""
-    s = instr.shape
-    layout = s.layout.minor_to_major if s.layout is not None else None
-    return (tuple(s.dims), tuple(layout) if layout is not None else None)
 
 
 def _candidate(clusters: Clusters, instr: Instruction, max_bytes: int) -> Decision:

@@ -19,6 +19,7 @@ Public API (other packages, e.g. ``fusion_analysis``, import these):
   element of that operand more than once (broadcast, gather, reduce-window...).
 - ``reused_within(value, members) -> bool``: the same question for a whole
   would-be fusion, following elements through the members that pass them on.
+- ``shape_key(instr)``: dimensions and layout, what outputs of one loop fusion share.
 - ``can_fuse(producer, consumer) -> Decision``: may ``producer`` (an operand of
   ``consumer``) be fused into it? Checks both sides, the reduce-as-root rule,
   costly concatenates, the cost rule, and cycles.
@@ -173,6 +174,15 @@ def reused_within(value: Instruction, members: Iterable[Instruction]) -> bool:
                 return True
             stack.append(u)
     return False
+
+
+def shape_key(instr: Instruction) -> tuple:
+    """What must agree for outputs to share one loop on XLA:CPU: dimensions and
+    layout (a kLoop fusion walks one index space; measured: outputs of another
+    shape crash XLA:CPU). Multi-output, horizontal and priority fusion use it."""
+    s = instr.shape
+    layout = s.layout.minor_to_major if s.layout is not None else None
+    return (tuple(s.dims), tuple(layout) if layout is not None else None)
 
 
 def fusible(instr: Instruction) -> Decision:

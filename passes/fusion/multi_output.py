@@ -9,7 +9,7 @@ greedily when every rule holds:
 - neither uses the other (that is producer-consumer fusion's job) and no path
   runs from one to the other through a third cluster (a cycle after merging);
 - the outputs are loop-emittable together: XLA:CPU's loop emitter walks one index
-  space, so every output must have the same dimensions (measured: a kLoop
+  space, so every output must have the same dimensions and layout (``shape_key``) (measured: a kLoop
   fusion with an [N,M] and an [N] output crashes XLA:CPU; two equal-shaped
   outputs compile and run exactly);
 - no in-place ``dynamic-update-slice`` is involved (merged, it would no longer
@@ -31,7 +31,7 @@ from hlo_tools import HloOpcode, Instruction, Module
 from ..base import Pass
 from ..registry import register_pass
 from .clusters import Cluster, Clusters, fusible_computations
-from .legality import ALLOW, Decision, fusible
+from .legality import ALLOW, Decision, fusible, shape_key
 from .producer_consumer import FusionLog, loop_kind
 
 #: A sibling profitability: (shared value, cluster a, cluster b, clusters) -> Decision.
@@ -68,9 +68,8 @@ def _has_dus(instr: Instruction) -> bool:
     return any(i.opcode is HloOpcode.DYNAMIC_UPDATE_SLICE for i in inner)
 
 
-def _output_dims(clusters: Clusters, c: Cluster) -> set[tuple[int, ...]]:
-    return {tuple(o.shape.dims) if o.shape.is_array else ("tuple",) for o in clusters.outputs(c)
-            if not (o.opcode is HloOpcode.FUSION and not o.shape.is_array)}
+def _output_keys(clusters: Clusters, c: Cluster) -> set[tuple]:
+    return {shape_key(o) for o in clusters.outputs(c) if o.shape.is_array}
 
 
 def can_fuse_siblings(clusters: Clusters, a: Cluster, b: Cluster, *, same_output_dims: bool = True) -> Decision:
@@ -82,10 +81,11 @@ def can_fuse_siblings(clusters: Clusters, a: Cluster, b: Cluster, *, same_output
     if b in clusters.users(a) or a in clusters.users(b):
         return Decision.forbid("one sibling uses the other (producer-consumer fusion decides that)")
     if same_output_dims:
-        dims = _output_dims(clusters, a) | _output_dims(clusters, b)
-        if len(dims) > 1:
+        keys = _output_keys(clusters, a) | _output_keys(clusters, b)
+        if len(keys) > 1:
             return Decision.forbid("outputs have different shapes: "
-                                   + ", ".join(sorted("[" + ",".join(map(str, d)) + "]" for d in dims)))
+                                   + ", ".join(sorted("[" + ",".join(map(str, d)) + "]" + ("{" + ",".join(map(str, l)) + "}" if l else "")
+                                                      for d, l in keys)))
     if clusters.would_cycle(a, b):
         return Decision.forbid("would create a cycle")
     return ALLOW

@@ -45,7 +45,7 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from ..base import Pass
 from ..registry import register_pass
 from .clusters import Cluster, Clusters, fusible_computations
-from .legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reused_within
+from .legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reused_within, shape_key
 from .producer_consumer import FusionLog, loop_kind
 from .profitability import Profitability, bytes_saved, default_profitability
 
@@ -193,7 +193,6 @@ class PriorityQueueFusion:
         """Instead of duplicating, move ``pc`` into the consumer cluster that reads
         ``prod`` most and keep ``prod`` as an extra output (XLA:CPU's multi-output
         loop fusion needs every output with the same dimensions and layout)."""
-        from .horizontal import shape_key
 
         key = shape_key(prod)
         for group in sorted(groups, key=len, reverse=True):  # the most reads saved first
