@@ -104,6 +104,28 @@ def _apply_passes(module, spec: str):
     return rewritten
 
 
+def _bench_hooked(original, args):
+    """The original under ``--pipeline-a`` against the original under
+    ``--pipeline-b`` with ``--passes`` run at XLA's ``--hook`` stage (how fusion
+    pipelines are measured: they then see XLA's layout-assigned, unfused module)."""
+    from passes import PassManager, parse_pipeline  # lazy, as in _apply_passes
+
+    from .xla_bench import benchmark
+    from .xla_compile import Hook, compile
+
+    seen: list = []
+
+    def run(module):
+        changed = PassManager(parse_pipeline(args.passes)).run(module).changed
+        seen.append(module)
+        return changed
+
+    a = compile(original, args.backend, args.pipeline_a, flags=_flags(args))
+    b = compile(original, args.backend, args.pipeline_b, flags=_flags(args), hook=Hook(run, args.hook))
+    res = benchmark(a, b, reps=args.reps, warmup=args.warmup)
+    return res, (seen[-1] if seen else original)
+
+
 def _cmd_bench(args) -> int:
     from .xla import XlaCompileError
     from .xla_bench import benchmark
@@ -111,14 +133,19 @@ def _cmd_bench(args) -> int:
 
     try:
         original = _load(args.file)
-        if args.against:
-            rewritten = _load(args.against)
-        elif args.passes:
-            rewritten = _apply_passes(original, args.passes)
+        if args.hook and not args.passes:
+            raise ValueError("--hook needs --passes (the passes to run inside XLA's pipeline)")
+        if args.hook:
+            res, rewritten = _bench_hooked(original, args)
         else:
-            rewritten = original
-        res = benchmark(original, rewritten, backend=args.backend, pipeline_a=args.pipeline_a,
-                        pipeline_b=args.pipeline_b, reps=args.reps, warmup=args.warmup, flags=_flags(args))
+            if args.against:
+                rewritten = _load(args.against)
+            elif args.passes:
+                rewritten = _apply_passes(original, args.passes)
+            else:
+                rewritten = original
+            res = benchmark(original, rewritten, backend=args.backend, pipeline_a=args.pipeline_a,
+                            pipeline_b=args.pipeline_b, reps=args.reps, warmup=args.warmup, flags=_flags(args))
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
@@ -195,6 +222,9 @@ def register(subparsers) -> None:
     _common(b, pipeline=False)
     b.add_argument("--passes", help="comma-separated Python passes that make the rewrite (see `hlo passes`)")
     b.add_argument("--against", metavar="FILE", help="an already rewritten module to time instead")
+    b.add_argument("--hook", choices=["pre-scheduler", "post-scheduler"],
+                   help="run --passes inside XLA's pipeline at this stage instead of on the file "
+                        "(fusion pipelines: --hook pre-scheduler)")
     b.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])
     b.add_argument("--pipeline-b", default="as-written", choices=["stock", "as-written"])
     b.add_argument("--reps", type=int, default=50)

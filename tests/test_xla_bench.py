@@ -91,3 +91,17 @@ def test_cli_bench_and_history(files, capsys):
     assert "speedup A/B" in out and "recorded as row 1" in out
     assert main(["history", "--db", str(db)]) == 0
     assert "unfused" in capsys.readouterr().out
+
+
+def test_cli_bench_runs_fusion_passes_at_the_hook(files, capsys):
+    from hlo_tools import xla
+
+    if not xla.hook_supported():
+        pytest.skip("needs jax.extend.xla pipeline hooks")
+    db = files / "h.db"
+    assert main(["bench", str(files / "a.hlo"), "--passes", "producer-consumer-fusion,dce", "--hook", "pre-scheduler",
+                 "--reps", "3", "--warmup", "1", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "speedup A/B" in out and ("outputs: exact" in out or "outputs: close" in out)
+    assert main(["bench", str(files / "a.hlo"), "--hook", "pre-scheduler", "--no-record"]) == 2
+    assert "--hook needs --passes" in capsys.readouterr().err
