@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--passes", default=BEST)
     ap.add_argument("--route", choices=("hooked", "text"), default="hooked")
+    ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu",
+                    help="where the measured table runs (gpu: a real GPU; hooked route only)")
     ap.add_argument("--only", default=None, help="fnmatch pattern of module names")
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--gpu", metavar="TARGET", nargs="?", const="h100", default=None,
@@ -73,13 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     rows, ratios, t0 = [], [], time.time()
-    print(f"pipeline: {args.passes} (route {args.route}); XLA:CPU, {args.reps} ABBA reps per module")
+    if args.backend == "gpu" and args.route != "hooked":
+        ap.error("--backend gpu measures the hooked route only")
+    print(f"pipeline: {args.passes} (route {args.route}); XLA:{args.backend.upper()}, {args.reps} ABBA reps per module")
     print("  ".join(("module", "kernels s/o", "MB s/o", "ms stock", "ms ours", "speedup (p10-p90)", "outputs", "kept")))
     modules = runnable_modules(args.only)
     for name, text in modules:
         try:
             if args.route == "hooked":
-                r = cpu_study(name, text, args.passes, reps=args.reps)
+                r = cpu_study(name, text, args.passes, reps=args.reps, backend=args.backend)
                 kept = "yes" if r.kept else f"no ({r.fusions_written} written, {r.fusions_compiled} compiled)"
                 row = (name, f"{r.kernels_stock}/{r.kernels_ours}", f"{r.bytes_stock / 1e6:.2f}/{r.bytes_ours / 1e6:.2f}",
                        f"{r.ms_stock:.3f}", f"{r.ms_ours:.3f}", f"{r.speedup:.3f} ({r.speedup_p10:.2f}-{r.speedup_p90:.2f})",

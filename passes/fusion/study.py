@@ -77,16 +77,20 @@ class CpuRow:
         return d
 
 
-def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 5) -> CpuRow:
-    """Stock XLA:CPU vs our pipeline at the pre-scheduler hook, outputs compared."""
+def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 5, backend: str = "cpu") -> CpuRow:
+    """Stock XLA vs our pipeline at the pre-scheduler hook, outputs compared.
+    ``backend="gpu"`` does the same on a real GPU (CPU-only passes dropped); with
+    this jax it fails at compile time (see the module docstring)."""
     from hlo_tools.xla_bench import benchmark
     from hlo_tools.xla_compile import Hook, compile
 
     t0 = time.perf_counter()
-    stock = compile(text, "cpu", "stock")
+    if backend != "cpu":
+        spec = gpu_pipeline(spec)
+    stock = compile(text, backend, "stock")
     fusion_hook = FusionHook(passes_of(spec))
     hook = Hook(fusion_hook, "pre-scheduler")
-    ours = compile(text, "cpu", "as-written", hook=hook)
+    ours = compile(text, backend, "as-written", hook=hook)
     b = benchmark(stock, ours, reps=reps, warmup=warmup)
     return CpuRow(
         module=name, kernels_stock=kernels(stock.optimized_module), kernels_ours=kernels(ours.optimized_module),
