@@ -1,0 +1,220 @@
+"""Kernels as standalone modules, to time or price them one at a time.
+
+The roofline predicts each kernel of an optimized module on its own; the only way
+to check such a prediction is to run that kernel on its own too.
+``extract_kernel(instr)`` turns one kernel of an optimized module (a fusion, a
+dot, a copy, a custom-call...) into a module whose entry computation is just
+that kernel: one parameter per distinct operand, the kernel cloned as ROOT, and
+its fused computation and every computation it calls (reducers, comparators,
+nested fusions) deep-copied along, so the new module shares nothing with the
+original. Compiled "as written" (XLA's fusion passes off), XLA runs exactly that
+kernel.
+
+``fused_region(instructions)`` is the other direction: a standalone module whose
+entry holds one fusion made of the given instructions (a region of one
+computation), so the cost model can price a fusion that does not exist yet, as
+XLA's priority fusion does when it weighs a producer -> consumer merge.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from hlo_tools.ir import Computation, Instruction, Module
+from hlo_tools.opcode import HloOpcode
+from hlo_tools.shape import Shape
+
+from .roofline import is_kernel
+
+_H = HloOpcode
+
+
+def copy_computation(comp: Computation, into: Module, memo: dict[int, Computation] | None = None) -> Computation:
+    """A deep copy of ``comp`` (and, first, of every computation it calls) added to
+    ``into`` under the same name. ``memo`` maps already copied computations (by id)
+    to their copies, so a reducer called from several places is copied once."""
+    memo = {} if memo is None else memo
+    if id(comp) in memo:
+        return memo[id(comp)]
+    for callee in comp.make_embedded_computations_post_order():
+        if id(callee) not in memo:
+            memo[id(callee)] = _copy_one(callee, into, memo)
+    memo[id(comp)] = _copy_one(comp, into, memo)
+    return memo[id(comp)]
+
+
+def _copy_one(comp: Computation, into: Module, memo: dict[int, Computation]) -> Computation:
+    new = Computation(into.unique_computation_name(comp.name))
+    new.attributes = dict(comp.attributes)
+    mapping: dict[int, Instruction] = {}
+    for instr in comp.post_order():
+        clone = instr.clone("", new_operands=[mapping[id(o)] for o in instr.operands])
+        _retarget_calls(clone, memo)
+        new.add_instruction(clone, unique=False)
+        mapping[id(instr)] = clone
+    new.root = mapping[id(comp.root)]
+    into.add_computation(new)
+    return new
+
+
+def _retarget_calls(clone: Instruction, memo: dict[int, Computation]) -> None:
+    for key, comps in clone.called_computation_map.items():
+        clone.set_called_computations(key, [memo[id(c)] for c in comps])
+
+
+def _entry_parameters(entry: Computation, operands: Iterable[Instruction]) -> dict[int, Instruction]:
+    """One entry parameter per distinct operand, in order of first use."""
+    params: dict[int, Instruction] = {}
+    for op in operands:
+        if id(op) in params:
+            continue
+        n = len(params)
+        p = Instruction(f"p{n}.{op.name}", _H.PARAMETER, op.shape, parameter_number=n)
+        entry.add_instruction(p, unique=False)
+        params[id(op)] = p
+    return params
+
+
+def extract_kernel(instr: Instruction, *, name: str | None = None) -> Module:
+    """A standalone module whose ROOT is a copy of the kernel ``instr``.
+
+    Operands become entry parameters (a value used twice is one parameter), so
+    the module reads exactly what the kernel reads and writes what it writes.
+    Raises ValueError for an instruction that is not a kernel
+    (``roofline.is_kernel``): parameters, tuples, bitcasts and the like emit no code.
+    """
+    if not is_kernel(instr):
+        raise ValueError(f"%{instr.name} ({instr.opcode_text}) is not a kernel: it emits no code of its own")
+    module = Module(name or f"kernel_{instr.name}")
+    memo: dict[int, Computation] = {}
+    for comp in instr.called_computations:
+        copy_computation(comp, module, memo)
+    entry = Computation("main", is_entry=True)
+    params = _entry_parameters(entry, instr.operands)
+    kernel = instr.clone("", new_operands=[params[id(o)] for o in instr.operands])
+    _retarget_calls(kernel, memo)
+    entry.add_instruction(kernel, unique=False)
+    entry.root = kernel
+    module.add_computation(entry, entry=True)
+    return module
+
+
+def kernels_of(module: Module) -> list[Instruction]:
+    """The entry computation's kernels, in program order."""
+    return [i for i in module.entry if is_kernel(i)]
+
+
+def fused_region(instructions: Iterable[Instruction], *, root: Instruction | None = None, name: str = "region",
+                 kind: str | None = None) -> Module:
+    """A standalone module whose entry computes ``instructions`` (members of one
+    computation) as one fusion: values they use from outside become parameters.
+    The fusion's output is ``root`` when given (members also used outside are then
+    duplicated into the fusion, as XLA does when it fuses a producer with other
+    users); otherwise every member used outside the region (or the last member),
+    a tuple when several, as XLA's multi-output fusion.
+
+    A member that is itself a (non-custom) fusion is merged: its body is copied
+    in, as XLA's MergeFusionInstruction does. Used to price a fusion before it
+    exists; the module is for the cost model (it is not meant to run)."""
+    members = list(dict.fromkeys(instructions))
+    if not members:
+        raise ValueError("nothing to fuse")
+    comp = members[0].parent
+    if comp is None or any(m.parent is not comp for m in members):
+        raise ValueError("every instruction must belong to one computation")
+    ids = {id(m) for m in members}
+    order = [i for i in comp if id(i) in ids]
+    module = Module(name)
+    memo: dict[int, Computation] = {}
+    fused = Computation(f"fused_{name}")
+    outside: list[Instruction] = []
+    for m in order:
+        for op in m.operands:
+            if id(op) not in ids and op not in outside:
+                outside.append(op)
+    mapping: dict[int, Instruction] = {}
+    for n, op in enumerate(outside):
+        p = Instruction(f"param_{n}", _H.PARAMETER, op.shape, parameter_number=n)
+        fused.add_instruction(p, unique=False)
+        mapping[id(op)] = p
+    for m in order:
+        if m.opcode is _H.FUSION and m.fusion_kind != "kCustom" and m.fused_computation is not None:
+            mapping[id(m)] = _inline_body(m, fused, mapping, memo, module)
+            continue
+        clone = m.clone("", new_operands=[mapping[id(o)] for o in m.operands])
+        for c in m.called_computations:
+            copy_computation(c, module, memo)
+        _retarget_calls(clone, memo)
+        fused.add_instruction(clone, unique=True)
+        mapping[id(m)] = clone
+    if root is not None:
+        if id(root) not in ids:
+            raise ValueError(f"the root %{root.name} is not one of the instructions")
+        outputs = [root]
+    else:
+        outputs = [m for m in order if m is comp.root or any(id(u) not in ids for u in m.users)] or [order[-1]]
+    if len(outputs) == 1:
+        fused.root = mapping[id(outputs[0])]
+        shape = outputs[0].shape
+    else:
+        shape = Shape.tuple_of(o.shape for o in outputs)
+        fused.root = fused.add_instruction(Instruction("tuple", _H.TUPLE, shape, [mapping[id(o)] for o in outputs]))
+    fused.name = module.unique_computation_name(fused.name)
+    module.add_computation(fused)
+    entry = Computation("main", is_entry=True)
+    params = _entry_parameters(entry, outside)
+    root_kind = kind or ("kInput" if any(o.opcode in (_H.REDUCE, _H.REDUCE_WINDOW) for o in outputs) else "kLoop")
+    fusion = Instruction("fusion", _H.FUSION, shape, [params[id(o)] for o in outside], {"kind": root_kind})
+    fusion.set_called_computations("calls", [fused])
+    entry.add_instruction(fusion, unique=False)
+    entry.root = fusion
+    module.add_computation(entry, entry=True)
+    return module
+
+
+def _inline_body(fusion: Instruction, into: Computation, mapping: dict[int, Instruction],
+                 memo: dict[int, Computation], module: Module) -> Instruction:
+    """Copies ``fusion``'s body into ``into`` (its parameters bound to the
+    fusion's operands through ``mapping``); returns the copy of its root."""
+    body = fusion.fused_computation
+    local: dict[int, Instruction] = {}
+    for p in body.parameters:
+        local[id(p)] = mapping[id(fusion.operand(p.parameter_number))]
+    for instr in body.post_order():
+        if instr.opcode is _H.PARAMETER:
+            continue
+        for c in instr.called_computations:
+            copy_computation(c, module, memo)
+        clone = instr.clone("", new_operands=[local[id(o)] for o in instr.operands])
+        _retarget_calls(clone, memo)
+        into.add_instruction(clone, unique=True)
+        local[id(instr)] = clone
+    return local[id(body.root)]
+
+
+
+def stand_in(module: Module) -> Module:
+    """A module with ``module``'s entry signature whose result is zeros.
+
+    Kernels of an optimized module carry layouts inside their fused computations
+    that XLA's StableHLO route drops (XLA:CPU then rejects or even aborts on them).
+    Compile this stand-in instead and hand XLA the exact module in a pipeline
+    hook; only the signature has to survive the route."""
+    out = Module(module.name)
+    entry = Computation(module.entry.name, is_entry=True)
+    for p in module.entry.parameters:
+        entry.add_instruction(Instruction(p.name, _H.PARAMETER, p.shape, parameter_number=p.parameter_number),
+                              unique=False)
+    entry.root = _zeros(entry, module.entry.root.shape)
+    out.add_computation(entry, entry=True)
+    return out
+
+
+def _zeros(comp: Computation, shape: Shape) -> Instruction:
+    if shape.is_tuple:
+        parts = [_zeros(comp, s) for s in shape.tuple_shapes]
+        return comp.add_instruction(Instruction("tuple", _H.TUPLE, shape, parts))
+    scalar = Shape.array(shape.element_type, ())
+    zero = comp.add_instruction(Instruction("zero", _H.CONSTANT, scalar,
+                                            literal="false" if shape.element_type.value == "pred" else "0"))
+    return comp.add_instruction(Instruction("zeros", _H.BROADCAST, shape, [zero], {"dimensions": "{}"}))
