@@ -117,16 +117,18 @@ def main(argv: list[str] | None = None) -> int:
         if not xla.cuda_plugin_available():
             print(f"\nGPU columns skipped: no XLA:GPU compiler here (the CUDA plugin is not installed)")
         else:
-            print(f"\nXLA:GPU {args.gpu} without a GPU (stock compiled; ours = {gpu_pipeline(args.passes)} on the module "
-                  "XLA's fusion passes would see; predicted by our roofline, not compiled as written)")
-            print("  ".join(("module", "kernels s/o", "MB s/o", "pred us stock", "pred us ours", "pred speedup", "bytes from")))
+            print(f"\nXLA:GPU {args.gpu} compiled without a GPU: stock vs as-written with {gpu_pipeline(args.passes)} at the "
+                  "post-scheduler hook; XLA's bytes accessed, time predicted by our roofline")
+            print("  ".join(("module", "kernels s/o", "MB s/o", "pred us stock", "pred us ours", "pred speedup", "kept")))
             for name, text in modules:
                 g = gpu_study(name, text, args.passes, args.gpu)
                 gpu_rows.append(g)
                 print("  ".join((name, f"{g.kernels_stock}/{g.kernels_ours}",
                                  f"{g.bytes_stock / 1e6:.2f}/{g.bytes_ours / 1e6:.2f}", f"{g.predicted_us_stock:.1f}",
-                                 f"{g.predicted_us_ours:.1f}", f"{g.predicted_speedup:.3f}", g.bytes_source)), flush=True)
+                                 f"{g.predicted_us_ours:.1f}", f"{g.predicted_speedup:.3f}",
+                                 "yes" if g.kept else f"no ({g.fusions_written} written)")), flush=True)
             pgeo = math.exp(sum(math.log(g.predicted_speedup) for g in gpu_rows) / len(gpu_rows))
+            print(f"all GPU fusions kept: {all(g.kept for g in gpu_rows)}")
             print(f"predicted_geomean_speedup_vs_stock_{args.gpu}={pgeo:.3f}")
     geo = math.exp(sum(math.log(r) for r, _ in ratios) / len(ratios))
     worst = min(ratios)

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 
-from .outline import fusion_kind, inline_fusion, outline_fusion
+from .outline import fusion_kind, inline_fusion, outline_fusion, restore_topological_order
 
 #: Computations whose instructions run as kernels: the entry and control-flow
 #: bodies. Reducers, comparators and fusion bodies are excluded.
@@ -247,10 +247,12 @@ class Clusters:
             region = [r for r in region if r.parent is self.comp]
             inside = {id(r) for r in region}
             outputs = [r for r in region if r is self.comp.root or any(id(u) not in inside for u in r.users)]
-            fusions.append(outline_fusion(self.comp, region, kind=kind(region, outputs), name=name))
+            fusions.append(outline_fusion(self.comp, region, kind=kind(region, outputs), name=name, keep_order=False))
         for original, _ in self.clones:
             if original.parent is self.comp and not original.users and original is not self.comp.root:
                 self.comp.remove_instruction(original)
+        if fusions:
+            restore_topological_order(self.comp)
         return fusions
 
 

@@ -50,8 +50,15 @@ def outline_fusion(
     kind: str | None = None,
     name: str = "fusion",
     computation_name: str = "fused_computation",
+    keep_order: bool = True,
 ) -> Instruction:
     """Replaces ``instructions`` (a convex region of ``comp``) by one fusion.
+
+    The fusion goes after the region's last member; when a user of an earlier
+    member sat before that, the computation is re-sorted stably
+    (``restore_topological_order``), so a scheduled module stays a valid
+    schedule. ``keep_order=False`` leaves that to the caller (one re-sort after
+    many outlines, as ``Clusters.apply`` does).
 
     Values used by the region but defined outside become the fusion's operands
     (``param_N`` in the fused computation, in order of first use); region members
@@ -117,7 +124,34 @@ def outline_fusion(
     for instr in reversed(region):
         # users outside were rewired; users inside are removed first (reverse order)
         comp.remove_instruction(instr)
+    if keep_order:
+        restore_topological_order(comp)
     return fusion
+
+
+def restore_topological_order(comp: Computation) -> bool:
+    """Re-sorts ``comp`` so every instruction follows its operands and control
+    predecessors, moving as little as possible (Kahn's algorithm, ties by the
+    current position). In a scheduled module the instruction order is the
+    schedule, which XLA reads back. Returns True if the order changed."""
+    if comp.is_topologically_ordered():
+        return False
+    import heapq
+
+    position = {id(i): n for n, i in enumerate(comp)}
+    waiting = {id(i): len({id(d) for d in (*i.operands, *i.control_predecessors)}) for i in comp}
+    ready = [(position[id(i)], i) for i in comp if waiting[id(i)] == 0]
+    heapq.heapify(ready)
+    order: list[Instruction] = []
+    while ready:
+        _, instr = heapq.heappop(ready)
+        order.append(instr)
+        for u in {id(u): u for u in (*instr.users, *instr.control_successors)}.values():
+            waiting[id(u)] -= 1
+            if waiting[id(u)] == 0:
+                heapq.heappush(ready, (position[id(u)], u))
+    comp.set_instruction_order(order)
+    return True
 
 
 def inline_fusion(fusion: Instruction) -> list[Instruction]:

@@ -38,6 +38,18 @@ PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
 TEXT_PREFIX = "call-inliner,simplify,cse,dce"
 
 
+#: Where a fusion pipeline runs inside XLA's pipeline, per backend. jax's
+#: "pre-scheduler" transformation runs on XLA:CPU after layout assignment, just
+#: before scheduling: the right place. On XLA:GPU the same stage runs at the end
+#: of the "optimization" pipeline, before layout assignment, which then
+#: CHECK-fails on fusion bodies; its "post-scheduler" stage runs after layout
+#: assignment, gemm rewriting and scheduling, on the unfused module, and XLA:GPU
+#: compiles the fusions handed back there as written (outline_fusion keeps the
+#: instruction order a valid schedule; XLA's fusion-wrapper then wraps what is
+#: left alone).
+HOOK_STAGE = {"cpu": "pre-scheduler", "gpu": "post-scheduler"}
+
+
 @dataclass
 class FusionHook:
     """A callable for ``compile(..., hook=(FusionHook(passes), "pre-scheduler"))``
@@ -46,12 +58,19 @@ class FusionHook:
     passes: Sequence[Pass]
     fusions_out: int = -1
     modules: list[Module] = field(default_factory=list)
+    names_out: frozenset[str] = frozenset()
 
     def __call__(self, module: Module) -> bool:
         changed = PassManager(list(self.passes)).run(module).changed
-        self.fusions_out = sum(1 for i in module.entry if i.opcode is HloOpcode.FUSION)
+        written = [i.name for i in module.entry if i.opcode is HloOpcode.FUSION]
+        self.fusions_out, self.names_out = len(written), frozenset(written)
         self.modules.append(module)
         return changed
+
+    def kept_in(self, optimized: Module) -> bool:
+        """Did XLA compile every fusion we wrote, under its name? (XLA:GPU's
+        fusion-wrapper may add one-op fusions around what we left alone.)"""
+        return self.names_out <= {i.name for i in optimized.entry if i.opcode is HloOpcode.FUSION}
 
 
 def passes_of(spec: str | Sequence[Pass]) -> list[Pass]:
