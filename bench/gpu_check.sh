@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The XLA bridge's GPU checks, for a machine with a GPU: the GPU tests, then
-# stock vs as-written timings, as one short table.  Installs nothing.  On a
+# The GPU checks, for a machine with a GPU: the GPU tests, stock vs as-written
+# timings, the fusion pipeline against stock XLA:GPU, and the cost model's kernel
+# timings, each as a short table.  Installs nothing.  On a
 # machine without a GPU it says "no GPU" and exits 0.
 set -u
 cd "$(dirname "$0")/.."
@@ -34,4 +35,17 @@ else
   echo "pytest not installed: tests skipped"
 fi
 "$PY" bench/xla_bench.py --backend gpu --reps "${REPS:-30}" || status=1
+
+# Fusion passes on the GPU: stock XLA:GPU vs XLA:GPU as written with the best
+# Python pipeline at the post-scheduler hook, timed and outputs compared.
+echo "== fusion: stock XLA:GPU vs ours (BEST), timed on this GPU"
+timeout "${FUSION_TIMEOUT:-240}" "$PY" bench/fusion_vs_stock.py --backend gpu --only "${FUSION_ONLY:-llama3-tiny-*}" \
+  --reps "${REPS:-30}" 2>&1 | grep -vE "^ *@|^\*\*\*" | tail -n 8 || status=1
+
+# Cost model on this GPU: each kernel timed alone against the roofline for this device.
+if grep -q -- "--backend" bench/cost_model_accuracy.py; then
+  echo "== cost model: kernel timings vs roofline on this GPU"
+  timeout "${KERNEL_TIMEOUT:-240}" "$PY" bench/cost_model_accuracy.py --kernels --backend gpu \
+    --only "${KERNEL_ONLY:-llama3-tiny-decode-f32}" 2>&1 | tail -n 6 || status=1
+fi
 exit $status
