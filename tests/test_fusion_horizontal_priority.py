@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import hlo_tools
+from tests.passes_util import SOFTMAX_CHAIN
 from hlo_tools import HloOpcode
 from passes import PassManager
 from passes.fusion.horizontal import HorizontalFusion, HorizontalLog
@@ -40,28 +41,7 @@ def test_both_passes_are_registered():
 
 #: a softmax-like chain: the exp feeds a reduce and a subtract, the multiply feeds
 #: the exp and a negate, a dot and the root read results.
-CHAIN = """HloModule m
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY e {
-  x = f32[4,8]{1,0} parameter(0)
-  y = f32[4,8]{1,0} parameter(1)
-  m = f32[4,8]{1,0} multiply(x, y)
-  n = f32[4,8]{1,0} exponential(m)
-  z = f32[] constant(0)
-  r = f32[4]{0} reduce(n, z), dimensions={1}, to_apply=add
-  b = f32[4,8]{1,0} broadcast(r), dimensions={0}
-  k = f32[4,8]{1,0} subtract(n, b)
-  c = f32[4,8]{1,0} negate(m)
-  d = f32[4,4]{1,0} dot(k, c), lhs_contracting_dims={1}, rhs_contracting_dims={1}
-  ROOT t = (f32[4,4]{1,0}, f32[4,8]{1,0}) tuple(d, k)
-}
-"""
+CHAIN = SOFTMAX_CHAIN
 
 
 def test_priority_fuses_by_benefit_and_refuses_with_reasons():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import hlo_tools
+from tests.passes_util import ADD_REDUCER, SOFTMAX_CHAIN
 from hlo_tools import HloOpcode
 from passes import PassManager
 from passes.fusion.call_inliner import CallInliner
@@ -16,28 +17,7 @@ from passes.fusion.pipeline import BEST, FusionHook, passes_of
 from passes.fusion.producer_consumer import FusionLog, ProducerConsumerFusion
 from passes.fusion.profitability import never_duplicate
 
-SRC = """HloModule m
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
-ENTRY e {
-  x = f32[4,8]{1,0} parameter(0)
-  y = f32[4,8]{1,0} parameter(1)
-  m = f32[4,8]{1,0} multiply(x, y)
-  n = f32[4,8]{1,0} exponential(m)
-  z = f32[] constant(0)
-  r = f32[4]{0} reduce(n, z), dimensions={1}, to_apply=add
-  b = f32[4,8]{1,0} broadcast(r), dimensions={0}
-  k = f32[4,8]{1,0} subtract(n, b)
-  c = f32[4,8]{1,0} negate(m)
-  d = f32[4,4]{1,0} dot(k, c), lhs_contracting_dims={1}, rhs_contracting_dims={1}
-  ROOT t = (f32[4,4]{1,0}, f32[4,8]{1,0}) tuple(d, k)
-}
-"""
+SRC = SOFTMAX_CHAIN
 
 
 def _fusions(module):
@@ -201,14 +181,7 @@ ENTRY e {
     assert log.refused()[("r", "c")] == "expensive producer would be recomputed per reused element"
 
 
-SIBLINGS = """HloModule m
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
+SIBLINGS = "HloModule m\n\n" + ADD_REDUCER + """
 ENTRY e {
   x = f32[4,8]{1,0} parameter(0)
   y = f32[4,8]{1,0} parameter(1)
@@ -294,14 +267,7 @@ def test_multi_output_then_producer_consumer_absorbs_the_shared_value():
     assert ["c", "m", "n", "tuple"] in _fusions(module).values()
 
 
-SOFTMAX = """HloModule m
-
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-
+SOFTMAX = "HloModule m\n\n" + ADD_REDUCER + """
 max {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
