@@ -369,20 +369,21 @@ def agreement(log: FusionLog, device: Device | str = "h100") -> Agreement:
     return Agreement(log.module_name, device.name, tuple(ds), tuple(ups), skipped)
 
 
-def fused_in_optimized(log: FusionLog) -> dict[str, str]:
+def fused_in_optimized(log: FusionLog) -> dict[str, set[str]]:
     """For the optimized module XLA produced with the log: instruction name (as
-    the dump spells it, ``.N`` suffix stripped) -> the entry-level fusion whose
-    body holds it. Lets a test check that logged pairs really ended up fused."""
+    the dump spells it, see ``base_name``) -> the fusions whose bodies hold it (a
+    duplicated producer is in several). Lets a test check that logged pairs
+    really ended up fused."""
     from hlo_tools.parser import parse
 
     m = parse(log.optimized_text, source=f"<{log.module_name} optimized>")
-    out: dict[str, str] = {}
+    out: dict[str, set[str]] = {}
     for comp in m.computations:
         for instr in comp:
             if instr.opcode is not _H.FUSION or instr.fused_computation is None:
                 continue
             for inner in m.walk(instr.fused_computation):
-                out.setdefault(base_name(inner.name), instr.name)
+                out.setdefault(base_name(inner.name), set()).add(instr.name)
     return out
 
 

@@ -1,0 +1,207 @@
+"""fusion_analysis.kernels (a kernel as its own module, a region as one fusion) and
+fusion_analysis.xla_fusion_log (XLA:GPU's priority-fusion dump and its replay)."""
+
+from __future__ import annotations
+
+import pytest
+
+import corpus
+from fusion_analysis import cost, kernels, xla_fusion_log
+from hlo_tools import parse
+from hlo_tools.ir import Instruction
+from hlo_tools.opcode import HloOpcode
+
+SOFTMAX_ROW = """HloModule softmax_row
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+ENTRY %main (x: f32[64,256]) -> f32[64] {
+  %x = f32[64,256]{1,0} parameter(0)
+  %e = f32[64,256]{1,0} exponential(%x)
+  %z = f32[] constant(0)
+  ROOT %r = f32[64]{0} reduce(%e, %z), dimensions={1}, to_apply=%add
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def decode_cpu():
+    """llama3-tiny-decode-f32 as XLA:CPU optimized it (the stored stage)."""
+    return next(corpus.load("llama3-tiny-decode-f32")).module("cpu_after_optimizations")
+
+
+def _pick(module, want: list[str]) -> list[Instruction]:
+    """One kernel of each wanted kind: 'kLoop', 'kCustom' (a YNN dot fusion), 'copy'."""
+    out = []
+    for kind in want:
+        for k in kernels.kernels_of(module):
+            if (k.opcode is HloOpcode.FUSION and k.fusion_kind == kind) or k.opcode_text == kind:
+                if k.called_computations and kind == "kLoop" and not any(
+                        i.to_apply is not None for i in k.fused_computation):
+                    continue  # prefer a loop fusion that calls a reducer: its copy is checked too
+                out.append(k)
+                break
+    return out
+
+
+def test_extract_kernel_copies_its_computations_and_shares_nothing(decode_cpu):
+    from hlo_tools import xla
+
+    k = _pick(decode_cpu, ["kLoop"])[0]
+    m = kernels.extract_kernel(k)
+    assert m.entry.root.name == k.name and m.entry.root.opcode is HloOpcode.FUSION
+    assert len(m.entry.parameters) == len(set(map(id, k.operands)))
+    originals = {id(c) for c in decode_cpu.computations}
+    assert all(id(c) not in originals for c in m.computations)
+    assert all(c.parent is m for c in m.computations)
+    assert {c.name for c in m.computations} >= {c.name for c in k.fused_computation.make_embedded_computations_post_order()}
+    xla.xla_module_from_text(m.to_text())  # XLA's parser accepts it
+    # the kernel's cost is the same alone as inside its module
+    alone = cost.analyze(m).by_name()[k.name]
+    inside = cost.analyze(decode_cpu).by_name()[k.name]
+    assert (alone.flops, alone.bytes_accessed) == (inside.flops, inside.bytes_accessed)
+    with pytest.raises(ValueError, match="not a kernel"):
+        kernels.extract_kernel(decode_cpu.entry.parameters[0])
+
+
+def _probe(module, kernel_name: str):
+    """``module`` with ROOT = (the kernel's operands..., the kernel): one run gives
+    the kernel's inputs and its value as computed inside the module."""
+    probe = module.clone()
+    probe.attributes = {}  # schedule, aliasing and entry layout no longer apply
+    k = probe.entry.get_instruction(kernel_name)
+    ops = list(dict.fromkeys(k.operands))
+    from hlo_tools.shape import Shape
+
+    # each probed value gets its own output buffer (a copy), as a tuple output would
+    # otherwise alias a parameter or another output
+    outs = [probe.entry.add_instruction(Instruction(f"probe.{v.name}", HloOpcode.COPY, v.shape, [v]))
+            for v in ops + [k]]
+    root = Instruction("probe", HloOpcode.TUPLE, Shape.tuple_of([o.shape for o in outs]), outs)
+    probe.entry.add_instruction(root)
+    probe.entry.root = root
+    return probe, len(ops)
+
+
+def _compile_exact(module):
+    from hlo_tools.xla_compile import Hook, compile
+
+    hook = Hook(lambda _m: module, stage="pre-scheduler")
+    res = compile(kernels.stand_in(module), "cpu", "as-written", hook=hook)
+    assert hook.changed == 1
+    return res
+
+
+def test_extracted_kernels_run_alone_and_match_their_value_in_the_module(decode_cpu):
+    from hlo_tools.xla_inputs import make_inputs
+    from hlo_tools.xla_run import compare_outputs, run
+
+    picked = _pick(decode_cpu, ["kLoop", "kCustom", "copy"])
+    assert len(picked) == 3
+    for k in picked:
+        probe, n = _probe(decode_cpu, k.name)
+        values = run(_compile_exact(probe), make_inputs(probe)[0])
+        operands, expected = values[:n], values[n]
+        alone = _compile_exact(kernels.extract_kernel(k))
+        ran = kernels.kernels_of(alone.optimized_module)
+        assert [r.opcode_text for r in ran] == [k.opcode_text], k.name  # XLA ran exactly that kernel
+        got = run(alone, operands)
+        assert got[0].shape == expected.shape
+        assert compare_outputs([expected], got).verdict in ("exact", "close"), k.name
+
+
+def test_fused_region_prices_the_fusion_before_it_exists():
+    m = parse(SOFTMAX_ROW)
+    e, r = m.entry.get_instruction("e"), m.entry.get_instruction("r")
+    region = kernels.fused_region([e, r], root=r)
+    f = region.entry.root
+    assert f.opcode is HloOpcode.FUSION and f.fusion_kind == "kInput"
+    c = cost.analyze(region).by_name()[f.name]
+    assert c.bytes_accessed == 64 * 256 * 4 + 64 * 4 + 4  # x, the result, the scalar init: not the exp
+    assert c.transcendentals == 64 * 256
+    alone = cost.analyze(kernels.extract_kernel(e)).by_name()["e"]
+    assert alone.bytes_accessed == 2 * 64 * 256 * 4
+    # a producer with other users is duplicated, not turned into a second output
+    assert kernels.fused_region([e, r]).entry.root.shape.is_array
+
+
+def test_stand_in_keeps_the_signature():
+    m = parse(SOFTMAX_ROW)
+    s = kernels.stand_in(m)
+    assert [p.shape for p in s.entry.parameters] == [p.shape for p in m.entry.parameters]
+    assert s.entry.root.shape == m.entry.root.shape
+
+
+DUMP = r'''
+fusion_steps {
+  producer_ineligible {
+    producer_name: "slice.6.0"
+    reason: "not fusing because there are only bitcast users"
+  }
+}
+fusion_steps {
+  update_priority {
+    producer_name: "e.0"
+    consumer_names: "r.0"
+    us_fused: 1.5
+    us_unfused: 2.75
+  }
+}
+fusion_steps {
+  fusion {
+    fusion_name: "fusion"
+    producer_name: "e.0"
+    consumer_name: "r.0"
+  }
+}
+gpu_device_info {
+  threads_per_warp: 32
+}
+hlo_module_before_fusion: "HloModule m\n\nENTRY %main (x: f32[8]) -> f32[8] {\n  %x.0 = f32[8]{0} parameter(0)\n  %e.0 = f32[8]{0} exponential(%x.0)\n  ROOT %r.0 = f32[8]{0} negate(%e.0)\n}\n"
+'''
+
+
+def test_dump_parses_into_steps_and_replays():
+    log = xla_fusion_log.parse_dump(DUMP, module_name="m")
+    assert [type(s).__name__ for s in log.steps] == ["ProducerIneligible", "PriorityUpdate", "FusionStep"]
+    assert log.fused_pairs() == [("e.0", "r.0")]
+    assert log.steps[1].us_unfused == 2.75 and log.ineligible()[0].reason.startswith("not fusing")
+    assert log.before_fusion().entry.root.name == "r.0"
+    ag = xla_fusion_log.agreement(log, "h100")
+    (d,) = ag.decisions
+    assert d.kind == "fused" and d.xla_fused and d.ours_fuse and ag.rate == 1.0
+    assert d.ours_unfused_s > d.ours_fused_s  # two launches and a round trip vs one kernel
+    assert len(ag.updates) == 1 and ag.update_rate == 1.0
+    assert xla_fusion_log.base_name("integer_pow.22.3.clone.1") == "integer_pow.22"
+
+
+def _no_deviceless_gpu() -> str | None:
+    try:
+        from hlo_tools.xla import cuda_plugin_available
+    except ImportError:  # pragma: no cover
+        return "jax is not installed"
+    if not cuda_plugin_available():
+        return ("jax's CUDA plugin is not installed, so there is no deviceless XLA:GPU compile and no "
+                "priority-fusion log (pip install --no-deps jax-cuda12-plugin jax-cuda12-pjrt at jaxlib's version)")
+    return None
+
+
+@pytest.mark.skipif(_no_deviceless_gpu() is not None, reason=_no_deviceless_gpu() or "")
+def test_priority_fusion_log_pairs_are_fused_in_xlas_module():
+    entry = next(corpus.load("llama3-tiny-decode-f32"))
+    log = xla_fusion_log.capture(entry.text("before_optimizations"), "h100")
+    pairs = log.fused_pairs()
+    assert pairs and log.before_fusion().entry is not None
+    where = xla_fusion_log.fused_in_optimized(log)
+    # pairs of instructions that existed before the pass (not fusions it made): both
+    # ends must sit in one fusion of XLA's optimized module
+    checked = [(p, c) for p, c in pairs
+               if not p.startswith(("fusion", "bitcast")) and not c.startswith("fusion")]
+    assert len(checked) >= 20
+    same = [(p, c) for p, c in checked
+            if where.get(xla_fusion_log.base_name(p), set()) & where.get(xla_fusion_log.base_name(c), set())]
+    assert len(same) >= 0.9 * len(checked), set(checked) - set(same)
+    ag = xla_fusion_log.agreement(log, "h100")
+    assert ag.decisions and 0.0 <= ag.rate <= 1.0 and ag.skipped == 0
