@@ -6,8 +6,8 @@ comparison is kernels, bytes and predicted time, overall and per category, and
 the regions that differ: kernel shapes (a fusion's root-opcode chain, or the
 opcode) that one side has more of than the other.
 
-Not done yet: matching kernels one to one through metadata, and agreement with
-XLA's priority-fusion log (see docs/fusion_analysis.md).
+Not done yet: matching kernels one to one through metadata. Agreement with
+XLA's priority-fusion log is ``fusion_analysis.xla_fusion_log``.
 """
 
 from __future__ import annotations
