@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -39,6 +40,9 @@ def test_fmt_writes_canonical_text_atomically(tmp_path, capsys):
     assert main(["fmt", str(src), "-o", str(out)]) == 0
     text = out.read_text()
     assert text.startswith("HloModule m\n\n%add (x: f32[], y: f32[]) -> f32[] {")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # a normal file's mode, not mkstemp's 0600
     assert main(["fmt", str(out)]) == 0
     assert capsys.readouterr().out == text  # canonical text is a fixed point
     # a failing fmt leaves the existing output untouched and no temp files
