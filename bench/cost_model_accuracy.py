@@ -131,7 +131,8 @@ def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = Non
     from hlo_tools.xla_bench import harness_overhead
 
     entry = next(corpus.load(name))
-    host = devices.host()
+    # pinned: the roofline gets this one core's own figures, not the whole host's
+    host = devices.measure_host() if pin is not None else devices.host()
     m, ks = _module_kernels(entry, stored)
     by_name = cost.analyze(m).by_name()
     overhead = harness_overhead(reps=400)["trivial_median_us"]
@@ -218,7 +219,7 @@ def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | Non
     host = devices.host()
     print(f"host: {host.memory_bandwidth / 1e9:.1f} GB/s, GEMM {host.peak_flops['f32'] / 1e9:.0f} GFLOP/s, "
           f"vector {host.vector_flops / 1e9:.1f} GFLOP/s, launch {host.launch_overhead_s * 1e6:.1f} us "
-          f"({host.source})")
+          f"({host.source})" + (f"; pinned to CPU {pin}: each worker measures that core's own spec" if pin is not None else ""))
     entries = [e for e in corpus.load() if e.runnable and not e.sharded and _selected(e.name, only)]
     if not entries:
         print(f"no runnable, unsharded corpus module matches {only!r}", file=sys.stderr)
