@@ -262,6 +262,10 @@ def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | Non
           f"(goal: rho >= 0.8, MAPE <= 30%)")
     print(f"same with each kernel's p10 time instead of its median: rho {rho10:.3f}, MAPE {100 * mape10:.1f}% "
           f"over {nbig10} kernels")
+    big = [r for r in pooled if r["net_us"] > BIG_US]
+    if len(big) >= 3:
+        print(f"rho over the {len(big)} kernels > {BIG_US:.0f} us only: "
+              f"{_spearman([r['predicted_us'] for r in big], [r['net_us'] for r in big]):.3f}")
     small = sorted(r["net_us"] for r in pooled if r["predicted_us"] < 2.0)
     if small:
         print(f"kernels predicted under 2 us: {len(small)}, measured median {small[len(small) // 2]:.1f} us "
