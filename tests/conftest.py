@@ -52,3 +52,14 @@ def conformance_dir() -> Path:
     if not CONFORMANCE.exists():
         pytest.skip(f"XLA conformance modules not found at {CONFORMANCE}")
     return CONFORMANCE
+
+
+@pytest.fixture(scope="module")
+def xla_cpu():
+    """The XLA bridge, for tests that run Python passes inside XLA:CPU's pipeline."""
+    pytest.importorskip("jax")
+    from hlo_tools import xla
+
+    if not xla.hook_supported():
+        pytest.skip("needs jax.extend.xla pipeline hooks")
+    return xla

@@ -257,16 +257,6 @@ ENTRY e {
 # -- through XLA -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def xla_cpu():
-    pytest.importorskip("jax")
-    from hlo_tools import xla
-
-    if not xla.hook_supported():
-        pytest.skip("needs jax.extend.xla pipeline hooks")
-    return xla
-
-
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "modules"
 
 

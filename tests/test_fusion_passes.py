@@ -137,16 +137,6 @@ ENTRY e {
     assert len(module.computations) == 1
 
 
-@pytest.fixture(scope="module")
-def xla_cpu():
-    pytest.importorskip("jax")
-    from hlo_tools import xla
-
-    if not xla.hook_supported():
-        pytest.skip("needs jax.extend.xla pipeline hooks")
-    return xla
-
-
 def test_text_route_small_module_equal_and_kept(xla_cpu):
     from hlo_tools.xla_compile import compile
     from hlo_tools.xla_run import compare
