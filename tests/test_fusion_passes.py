@@ -4,7 +4,6 @@ with XLA keeping our fusions on a small corpus module."""
 from __future__ import annotations
 
 
-import pytest
 
 import hlo_tools
 from tests.passes_util import ADD_REDUCER, SOFTMAX_CHAIN
