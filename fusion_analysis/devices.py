@@ -8,6 +8,7 @@ FP32 vector rate for everything else.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -43,6 +44,26 @@ class Device:
     memory_bytes: int = 0
     source: str = ""
     extra: Mapping[str, float] = field(default_factory=dict)
+    #: measured (footprint bytes, bytes/s) points, ascending: kernels whose data fits a
+    #: cache level stream faster than ``memory_bandwidth`` (empty: one flat bandwidth)
+    bandwidth_curve: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "bandwidth_curve", tuple(sorted((float(b), float(r)) for b, r in self.bandwidth_curve)))
+
+    def bandwidth_at(self, footprint: float) -> float:
+        """Bytes/s for a kernel that touches ``footprint`` bytes: interpolated on the
+        measured curve in log(bytes), held flat past its ends."""
+        curve = self.bandwidth_curve
+        if not curve:
+            return self.memory_bandwidth
+        if footprint <= curve[0][0]:
+            return curve[0][1]
+        for (b0, r0), (b1, r1) in zip(curve, curve[1:]):
+            if footprint <= b1:
+                f = math.log(footprint / b0) / math.log(b1 / b0)
+                return r0 + f * (r1 - r0)
+        return curve[-1][1]
 
     def matmul_peak(self, dtype: str) -> float:
         """Dense matmul flop/s for an element type spelled like HLO (``bf16``, ``f32``...).
@@ -126,13 +147,18 @@ ALIASES = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "a100_80g
 
 
 # -- the host CPU, measured ----------------------------------------------------------
-def measure_host(*, seconds: float = 0.6) -> Device:
-    """Measures this machine's memory bandwidth (large array copy: read + write),
-    matmul flop rate (f32 GEMM) and a vector/transcendental rate with numpy.
+#: bumped when measure_host measures differently: older cached specs are measured again
+HOST_SPEC_VERSION = 2
 
-    Each figure is the best of several repetitions within about ``seconds``; it
-    takes about a second. The launch overhead is XLA:CPU's per-thunk dispatch,
-    taken as 1 us (bench/xla_bench.py measures about 6 us per whole execute)."""
+
+def measure_host(*, seconds: float = 0.6) -> Device:
+    """Measures this machine: DRAM bandwidth (numpy copy of 128 MiB: read + write)
+    and matmul flop rate (numpy f32 GEMM, 1024^3) with numpy; the cache bandwidth
+    curve, the fused-loop vector and transcendental rates and the per-thunk launch
+    overhead with XLA:CPU micro-kernels (``host_bench``), timed by XLA's trace events.
+
+    Run it after pinning the process to fewer cores to get those cores' figures
+    (``bench/cost_model_accuracy.py --pin`` does). About three seconds."""
     import numpy as np
 
     def best(fn, reps: int = 5) -> float:
@@ -157,23 +183,16 @@ def measure_host(*, seconds: float = 0.6) -> Device:
     b = np.ones((k, k), np.float32)
     a @ b
     gemm = 2 * k**3 / best(lambda: a @ b)
-    # Vector and transcendental rates on a cache-resident array, so that they
-    # measure arithmetic rather than memory (one thread: numpy ufuncs are serial).
-    x = np.linspace(0, 1, 2**15, dtype=np.float32)
-    out = np.empty_like(x)
+    from . import host_bench
 
-    def repeat(fn, times: int = 64):
-        def run():
-            for _ in range(times):
-                fn()
-        return run
-
-    trans = 64 * x.size / best(repeat(lambda: np.exp(x, out=out)))
-    vec = 64 * x.size / best(repeat(lambda: np.multiply(x, x, out=out)))
+    xla_figures = host_bench.measure()
+    curve = (*xla_figures.pop("bandwidth_curve"), (2.0 * src.nbytes, bandwidth))
     return Device(
         name="host", kind="cpu", peak_flops={"f32": gemm, "bf16": gemm / 2, "f16": gemm / 2, "f64": gemm / 2},
-        vector_flops=vec, transcendentals_per_s=trans, memory_bandwidth=bandwidth, launch_overhead_s=1e-6,
-        sms=os.cpu_count() or 1, source=f"measured on {platform.node()} ({os.cpu_count()} CPUs) by fusion_analysis.devices.measure_host",
+        memory_bandwidth=bandwidth, bandwidth_curve=curve, **xla_figures,
+        sms=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+        source=f"measured on {platform.node()} ({os.cpu_count()} CPUs) by fusion_analysis.devices.measure_host",
+        extra={"spec_version": HOST_SPEC_VERSION},
     )
 
 
@@ -186,7 +205,9 @@ def host(*, remeasure: bool = False) -> Device:
     path = host_cache_path()
     if path.is_file() and not remeasure:
         try:
-            return Device.from_dict(json.loads(path.read_text()))
+            cached = Device.from_dict(json.loads(path.read_text()))
+            if cached.extra.get("spec_version") == HOST_SPEC_VERSION:
+                return cached
         except (ValueError, TypeError, json.JSONDecodeError):
             pass  # a stale or broken cache is measured again
     dev = measure_host()

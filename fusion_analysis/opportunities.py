@@ -192,7 +192,7 @@ def _legality(producer: Instruction, consumer: Instruction, direct: Instruction,
 
 def _time(flops: float, trans: float, bytes_: float, device: Device, launches: int = 1) -> float:
     compute = flops / device.vector_flops + trans / device.transcendentals_per_s
-    return max(compute, bytes_ / device.memory_bandwidth) + launches * device.launch_overhead_s
+    return max(compute, bytes_ / device.bandwidth_at(bytes_)) + launches * device.launch_overhead_s
 
 
 def find(module: Module, device: Device, cost: ModuleCost | None = None, *,
@@ -285,7 +285,7 @@ def _siblings(comp: Computation, device: Device, cycle_check_top: int) -> list[O
             else:
                 legal, reason = True, "cycle unchecked"
         out.append(Opportunity("sibling", comp.name, value.name, f"{a.name},{b.name}", sig,
-                               pattern_name(a, b), size, size / device.memory_bandwidth, legal, reason))
+                               pattern_name(a, b), size, size / device.bandwidth_at(size), legal, reason))
     return out
 
 

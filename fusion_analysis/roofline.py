@@ -183,7 +183,7 @@ def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str
         memory = max(cost.bytes_accessed, 0.0) / device.collective_bandwidth
         launch = device.collective_overhead_s or device.launch_overhead_s
     else:
-        memory = max(cost.bytes_accessed, 0.0) / device.memory_bandwidth
+        memory = max(cost.bytes_accessed, 0.0) / device.bandwidth_at(cost.bytes_accessed)
         launch = device.launch_overhead_s
     body = max(compute, memory)
     bound = "launch" if launch > body else ("compute" if compute >= memory else "memory")

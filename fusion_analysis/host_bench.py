@@ -1,0 +1,117 @@
+"""Micro-benchmarks of the host CPU as XLA:CPU uses it, for the host roofline.
+
+The roofline's ceilings are measured the way an empirical roofline tool measures
+them: small synthetic kernels, compiled by the same compiler that compiles the
+corpus (XLA:CPU, stock pipeline), timed by XLA's own per-thunk trace events
+(``hlo_tools.xla_trace``) so that the harness around an ``execute`` call is not
+counted. Nothing here looks at a corpus kernel.
+
+- ``bandwidth_curve``: a one-read-one-write loop (``negate``) over footprints from
+  8 KiB to 16 MiB (beyond that, buffers come from fresh ``mmap`` pages and time
+  page faults; ``devices.measure_host`` adds numpy's 128 MiB copy as the DRAM point). The corpus kernels are small (median a few KiB) and run with
+  their inputs in cache, where the host moves 3-6x more bytes per second than
+  from DRAM; the roofline takes the bandwidth of the kernel's own footprint.
+- ``vector_rate``: a chain of 32 fused multiply/add steps per element on a
+  cache-resident array (compute-bound, vectorised the way XLA's loop emitter
+  vectorises the corpus's elementwise fusions).
+- ``transcendental_rate``: a chain of ``exp(-x)`` on a cache-resident array,
+  less the chain's negate flops at the vector rate.
+- ``launch_overhead``: one thunk that does almost nothing (``negate`` of f32[4]).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: footprints (bytes read + written) the bandwidth curve is measured at
+CURVE_BYTES = tuple(2**k for k in range(13, 25))  # 8 KiB .. 16 MiB
+
+
+def _hlo(name: str, n: int, body: list[str], root: str) -> str:
+    lines = [f"HloModule {name}", "", "ENTRY %main {", f"  %p0 = f32[{n}]{{0}} parameter(0)"]
+    lines += [f"  {b}" for b in body]
+    lines.append(f"  ROOT {root}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _kernel_us(text: str, n: int, reps: int) -> float:
+    """Compiles ``text`` (one f32[n] parameter) with stock XLA:CPU and returns the
+    median trace time of its one kernel, in microseconds. Two input sets take
+    turns, as in the kernel bench: with one, XLA:CPU's run times triple here
+    (a buffer reuse effect), which is not how a module runs."""
+    from fusion_analysis import kernels
+    from hlo_tools.xla_compile import compile as xla_compile
+    from hlo_tools.xla_trace import thunk_times
+
+    res = xla_compile(text, "cpu", "stock")
+    ks = kernels.kernels_of(res.optimized_module)
+    if len(ks) != 1:
+        raise RuntimeError(f"micro-benchmark {res.module_name} compiled to {len(ks)} kernels, not 1: "
+                           f"{[k.name for k in ks]}")
+    sets = [[_array(n)], [_array(n)[::-1].copy()]]
+    t = thunk_times(res, sets, [ks[0].name], reps=reps, warmup=3)
+    return t[ks[0].name].median_us
+
+
+def _array(n: int) -> np.ndarray:
+    return np.linspace(0.25, 0.75, n, dtype=np.float32)
+
+
+def bandwidth_curve(launch_s: float, sizes: tuple[int, ...] = CURVE_BYTES) -> tuple[tuple[float, float], ...]:
+    """(footprint bytes, bytes/s) for a read-once write-once loop at each size, with
+    ``launch_s`` (the roofline adds it back) taken out of each time."""
+    curve = []
+    for size in sizes:
+        n = size // 8  # f32 in, f32 out
+        text = _hlo(f"bw_{n}", n, [], f"%neg = f32[{n}]{{0}} negate(%p0)")
+        reps = int(min(50, max(5, 2e8 / size)))
+        seconds = _kernel_us(text, n, reps) * 1e-6
+        curve.append((float(size), size / max(seconds - launch_s, 0.5 * seconds)))
+    return tuple(curve)
+
+
+def vector_rate(n: int = 8192, steps: int = 16) -> float:
+    """flop/s of a fused elementwise chain: ``x = x * 0.5 + 0.25`` ``steps`` times
+    (two flops a step) on f32[n] (64 KiB: cache-resident)."""
+    body = [f"%h = f32[] constant(0.5)", f"%q = f32[] constant(0.25)",
+            f"%hb = f32[{n}]{{0}} broadcast(%h), dimensions={{}}", f"%qb = f32[{n}]{{0}} broadcast(%q), dimensions={{}}"]
+    prev = "%p0"
+    for i in range(steps):
+        body.append(f"%m{i} = f32[{n}]{{0}} multiply({prev}, %hb)")
+        body.append(f"%a{i} = f32[{n}]{{0}} add(%m{i}, %qb)")
+        prev = f"%a{i}"
+    last = body.pop().split(" = ", 1)[1]
+    text = _hlo("vector_rate", n, body, f"%out = {last}")
+    us = _kernel_us(text, n, 50)
+    return 2 * steps * n / (us * 1e-6)
+
+
+def transcendental_rate(vector_flops: float, n: int = 8192, steps: int = 8) -> float:
+    """transcendentals/s of ``x = exp(-x)`` ``steps`` times on f32[n], with the
+    negates' time at ``vector_flops`` taken out."""
+    body = []
+    prev = "%p0"
+    for i in range(steps):
+        body.append(f"%n{i} = f32[{n}]{{0}} negate({prev})")
+        body.append(f"%e{i} = f32[{n}]{{0}} exponential(%n{i})")
+        prev = f"%e{i}"
+    last = body.pop().split(" = ", 1)[1]
+    text = _hlo("transcendental_rate", n, body, f"%out = {last}")
+    us = _kernel_us(text, n, 50)
+    seconds = max(us * 1e-6 - steps * n / vector_flops, 0.1 * us * 1e-6)
+    return steps * n / seconds
+
+
+def launch_overhead() -> float:
+    """Seconds one near-empty thunk takes (negate of four floats)."""
+    text = _hlo("launch", 4, [], "%neg = f32[4]{0} negate(%p0)")
+    return _kernel_us(text, 4, 200) * 1e-6
+
+
+def measure() -> dict:
+    """All of the above: the fields ``devices.measure_host`` takes from XLA."""
+    launch = launch_overhead()
+    vec = vector_rate()
+    return {"bandwidth_curve": bandwidth_curve(launch), "vector_flops": vec,
+            "transcendentals_per_s": transcendental_rate(vec), "launch_overhead_s": launch}

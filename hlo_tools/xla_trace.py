@@ -1,0 +1,128 @@
+"""Per-kernel run times from XLA's own trace events.
+
+Wall-clocking one ``execute`` call times the harness as much as the kernel: on
+XLA:CPU a trivial module takes 6-13 us (PjRt argument handling, the thunk
+executor, waking the thread pool) while most corpus kernels run for 1-5 us. XLA:CPU's
+thunk executor records a TraceMe event around every thunk it runs, named after
+the HLO instruction (``hlo_op``), and a matching ``end: NAME`` event when the thunk
+completes (later than the first event's end when its work went to the thread
+pool). ``thunk_times`` runs an executable under jaxlib's profiler and returns, per
+instruction, the span from the start of its event to its ``end:`` event, over
+every run.
+
+This uses ``jax._src.lib._profiler.ProfilerSession`` and
+``jax._src.lib._profile_data.ProfileData``, both present in jax 0.10-0.12.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+_NOT_KERNELS = ("ThreadpoolListener", "ThunkExecutor", "$")
+
+
+@dataclass(frozen=True)
+class ThunkTiming:
+    """One instruction's run times over the traced runs, in microseconds."""
+
+    name: str
+    samples_us: tuple[float, ...]
+
+    @property
+    def median_us(self) -> float:
+        return float(np.median(self.samples_us))
+
+    @property
+    def p10_us(self) -> float:
+        return float(np.percentile(self.samples_us, 10))
+
+
+class TraceUnavailable(RuntimeError):
+    """jaxlib's profiler is missing or recorded no thunk events."""
+
+
+def _profiler():
+    try:
+        from jax._src.lib import _profile_data, _profiler
+    except ImportError as e:  # pragma: no cover - present in every supported jaxlib
+        raise TraceUnavailable(f"jaxlib has no profiler module: {e}") from e
+    return _profiler, _profile_data
+
+
+def trace_events(run, *, host_tracer_level: int = 2) -> list[tuple[str, float, float]]:
+    """Calls ``run()`` under the profiler; returns its host events as
+    ``(name, start_ns, end_ns)``, all threads merged."""
+    profiler, profile_data = _profiler()
+    opts = profiler.ProfileOptions()
+    opts.host_tracer_level = host_tracer_level
+    opts.python_tracer_level = 0
+    session = profiler.ProfilerSession(opts)
+    try:
+        run()
+    finally:
+        space = session.stop()
+    data = profile_data.ProfileData.from_serialized_xspace(space)
+    events = []
+    for plane in data.planes:
+        if not plane.name.startswith("/host:"):
+            continue
+        for line in plane.lines:
+            for ev in line.events:
+                events.append((ev.name, float(ev.start_ns), float(ev.start_ns + ev.duration_ns)))
+    return events
+
+
+def spans(events: list[tuple[str, float, float]], names: set[str] | None = None) -> dict[str, list[float]]:
+    """Per instruction name, its run times in ns: from the start of its event to
+    the start of the next ``end: NAME`` event (when the executor saw it complete),
+    or to its own event's end when that is later or there is no ``end:`` event."""
+    starts: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    ends: dict[str, list[float]] = defaultdict(list)
+    for name, t0, t1 in events:
+        if name.startswith("end: "):
+            ends[name[5:]].append(t0)
+        elif not name.startswith(_NOT_KERNELS) and (names is None or name in names):
+            starts[name].append((t0, t1))
+    out: dict[str, list[float]] = {}
+    for name, st in starts.items():
+        st.sort()
+        en = sorted(ends.get(name, ()))
+        j = 0
+        times = []
+        for k, (t0, t1) in enumerate(st):
+            nxt = st[k + 1][0] if k + 1 < len(st) else float("inf")
+            while j < len(en) and en[j] < t0:
+                j += 1
+            if j < len(en) and en[j] < nxt:
+                times.append(max(en[j], t1) - t0)
+                j += 1
+            else:
+                times.append(t1 - t0)
+        out[name] = times
+    return out
+
+
+def thunk_times(compiled, input_sets: list[list[np.ndarray]], names, *, reps: int = 20,
+                warmup: int = 3) -> dict[str, ThunkTiming]:
+    """Runs ``compiled`` ``reps`` times under the profiler (after ``warmup`` untraced
+    runs) and returns each of ``names`` (the kernels to look for) with its run
+    times. Raises ``TraceUnavailable`` when the trace holds none of them."""
+    from .xla_bench import _Runner
+
+    runner = _Runner(compiled, input_sets)
+    for i in range(warmup):
+        runner.time_once(i % len(input_sets))
+
+    def run():
+        for i in range(reps):
+            runner.time_once(i % len(input_sets))
+
+    wanted = set(names)
+    found = spans(trace_events(run), wanted)
+    if not found:
+        raise TraceUnavailable(f"{compiled.module_name}: the profiler recorded none of its {len(wanted)} kernels "
+                               f"(is this jaxlib's {compiled.backend} runtime emitting thunk TraceMe events?)")
+    return {n: ThunkTiming(n, tuple(t / 1e3 for t in ts)) for n, ts in found.items()}
