@@ -47,6 +47,9 @@ class Device:
     #: measured (footprint bytes, bytes/s) points, ascending: kernels whose data fits a
     #: cache level stream faster than ``memory_bandwidth`` (empty: one flat bandwidth)
     bandwidth_curve: tuple[tuple[float, float], ...] = ()
+    #: measured seconds per output element by opcode (and "reduce": per reduced
+    #: element), as XLA:GPU's HloOpProfiles; empty: every flop at ``vector_flops``
+    op_seconds: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "bandwidth_curve", tuple(sorted((float(b), float(r)) for b, r in self.bandwidth_curve)))
@@ -148,7 +151,7 @@ ALIASES = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "a100_80g
 
 # -- the host CPU, measured ----------------------------------------------------------
 #: bumped when measure_host measures differently: older cached specs are measured again
-HOST_SPEC_VERSION = 2
+HOST_SPEC_VERSION = 3
 
 
 def measure_host(*, seconds: float = 0.6) -> Device:

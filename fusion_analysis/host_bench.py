@@ -17,6 +17,8 @@ counted. Nothing here looks at a corpus kernel.
 - ``transcendental_rate``: a chain of ``exp(-x)`` on a cache-resident array,
   less the chain's negate flops at the vector rate.
 - ``launch_overhead``: one thunk that does almost nothing (``negate`` of f32[4]).
+- ``op_profile.measure``: seconds per element of each elementwise opcode and of a
+  row reduction (the host's counterpart of XLA:GPU's per-opcode HloOpProfiles).
 """
 
 from __future__ import annotations
@@ -35,23 +37,36 @@ def _hlo(name: str, n: int, body: list[str], root: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _kernel_us(text: str, n: int, reps: int) -> float:
-    """Compiles ``text`` (one f32[n] parameter) with stock XLA:CPU and returns the
-    median trace time of its one kernel, in microseconds. Two input sets take
-    turns, as in the kernel bench: with one, XLA:CPU's run times triple here
-    (a buffer reuse effect), which is not how a module runs."""
+def compiled_kernel(text: str):
+    """Compiles ``text`` with stock XLA:CPU; returns the result and its one kernel."""
     from fusion_analysis import kernels
     from hlo_tools.xla_compile import compile as xla_compile
-    from hlo_tools.xla_trace import thunk_times
 
     res = xla_compile(text, "cpu", "stock")
     ks = kernels.kernels_of(res.optimized_module)
     if len(ks) != 1:
         raise RuntimeError(f"micro-benchmark {res.module_name} compiled to {len(ks)} kernels, not 1: "
                            f"{[k.name for k in ks]}")
-    sets = [[_array(n)], [_array(n)[::-1].copy()]]
-    t = thunk_times(res, sets, [ks[0].name], reps=reps, warmup=3)
-    return t[ks[0].name].median_us
+    return res, ks[0]
+
+
+def kernel_us(text: str, dims: tuple[int, ...], reps: int, *, params: int = 1, compiled=None) -> float:
+    """The median trace time, in microseconds, of the one kernel of ``text``
+    (``params`` f32 parameters of shape ``dims``; the first holds values in
+    [0.25, 0.75], the others in [0.5, 1.5]). Two input sets take turns, as in the
+    kernel bench: with one, XLA:CPU's run times triple here (a buffer reuse
+    effect), which is not how a module runs."""
+    from hlo_tools.xla_trace import thunk_times
+
+    res, kernel = compiled or compiled_kernel(text)
+    n = int(np.prod(dims))
+
+    def inputs(flip: bool) -> list[np.ndarray]:
+        arrays = [_array(n)] + [_array(n) + 0.75 - 0.5 * (k % 2) for k in range(1, params)]
+        return [(a[::-1] if flip else a).reshape(dims).copy() for a in arrays]
+
+    t = thunk_times(res, [inputs(False), inputs(True)], [kernel.name], reps=reps, warmup=3)
+    return t[kernel.name].median_us
 
 
 def _array(n: int) -> np.ndarray:
@@ -66,7 +81,7 @@ def bandwidth_curve(launch_s: float, sizes: tuple[int, ...] = CURVE_BYTES) -> tu
         n = size // 8  # f32 in, f32 out
         text = _hlo(f"bw_{n}", n, [], f"%neg = f32[{n}]{{0}} negate(%p0)")
         reps = int(min(50, max(5, 2e8 / size)))
-        seconds = _kernel_us(text, n, reps) * 1e-6
+        seconds = kernel_us(text, (n,), reps) * 1e-6
         curve.append((float(size), size / max(seconds - launch_s, 0.5 * seconds)))
     return tuple(curve)
 
@@ -83,7 +98,7 @@ def vector_rate(n: int = 8192, steps: int = 16) -> float:
         prev = f"%a{i}"
     last = body.pop().split(" = ", 1)[1]
     text = _hlo("vector_rate", n, body, f"%out = {last}")
-    us = _kernel_us(text, n, 50)
+    us = kernel_us(text, (n,), 50)
     return 2 * steps * n / (us * 1e-6)
 
 
@@ -98,7 +113,7 @@ def transcendental_rate(vector_flops: float, n: int = 8192, steps: int = 8) -> f
         prev = f"%e{i}"
     last = body.pop().split(" = ", 1)[1]
     text = _hlo("transcendental_rate", n, body, f"%out = {last}")
-    us = _kernel_us(text, n, 50)
+    us = kernel_us(text, (n,), 50)
     seconds = max(us * 1e-6 - steps * n / vector_flops, 0.1 * us * 1e-6)
     return steps * n / seconds
 
@@ -106,12 +121,15 @@ def transcendental_rate(vector_flops: float, n: int = 8192, steps: int = 8) -> f
 def launch_overhead() -> float:
     """Seconds one near-empty thunk takes (negate of four floats)."""
     text = _hlo("launch", 4, [], "%neg = f32[4]{0} negate(%p0)")
-    return _kernel_us(text, 4, 200) * 1e-6
+    return kernel_us(text, (4,), 200) * 1e-6
 
 
 def measure() -> dict:
     """All of the above: the fields ``devices.measure_host`` takes from XLA."""
+    from . import op_profile
+
     launch = launch_overhead()
     vec = vector_rate()
     return {"bandwidth_curve": bandwidth_curve(launch), "vector_flops": vec,
-            "transcendentals_per_s": transcendental_rate(vec), "launch_overhead_s": launch}
+            "transcendentals_per_s": transcendental_rate(vec), "launch_overhead_s": launch,
+            "op_seconds": op_profile.measure(launch_s=launch)}

@@ -1,5 +1,10 @@
 """Roofline per kernel: ``max(flops/peak, bytes/bandwidth) + launch overhead``.
 
+On a device with a bandwidth curve (the host), ``bandwidth`` is the measured one
+for the kernel's footprint; on a device with per-opcode costs (the host,
+``op_profile``), a non-matmul kernel's compute time is the sum of its
+instructions' measured costs instead of ``flops/peak``.
+
 A kernel is a fusion or an unfused instruction that emits code (parameters,
 constants, tuples, get-tuple-element and bitcasts do not; ``*-done`` ops are the
 second half of their ``*-start``). Each kernel gets its bound (compute, memory or
@@ -179,6 +184,11 @@ def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str
     peak = device.matmul_peak(dtype) if dtype else device.vector_flops
     flops = max(cost.flops, 0.0)
     compute = flops / peak + max(cost.transcendentals, 0.0) / device.transcendentals_per_s
+    if device.op_seconds and not dtype and cat != "collective":
+        from .op_profile import compute_seconds
+
+        profiled = compute_seconds(instr, device.op_seconds, device.vector_flops, device.transcendentals_per_s)
+        compute = compute if profiled is None else profiled
     if cat == "collective" and device.collective_bandwidth:
         memory = max(cost.bytes_accessed, 0.0) / device.collective_bandwidth
         launch = device.collective_overhead_s or device.launch_overhead_s

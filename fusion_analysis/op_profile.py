@@ -1,0 +1,162 @@
+"""Per-opcode elementwise costs for the host: seconds per output element.
+
+XLA:GPU's cost model does not price every flop alike: it reads clock cycles per
+opcode and element type from profiles measured on each GPU generation
+(``xla/service/gpu/model/hlo_op_profiles``, produced by ``hlo_op_profiler``).
+The host roofline does the same with its own measurements: each opcode below is
+timed in a chain of that opcode on a cache-resident f32 array, compiled by stock
+XLA:CPU and timed by XLA's trace events, so a divide or an exponential costs what
+it costs here instead of one "flop" at the multiply rate.
+
+``compute_seconds(kernel, profile)`` is the compute time of one kernel from its
+instructions (a fusion's fused computation, nested fusions included): elements
+times the opcode's cost, a reduce's reduced elements times the measured
+row-reduction cost. Opcodes not profiled fall back to one flop (or one
+transcendental) per element at the device's rates. Kernels with a dot return
+None: matmuls keep the GEMM rate.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from hlo_tools.ir import Instruction
+from hlo_tools.opcode import ELEMENTWISE, HloOpcode
+
+_H = HloOpcode
+
+N = 8192  # elements per micro-kernel: 32 KiB of f32, cache-resident
+STEPS = 16
+
+#: opcode -> (the step applied to %y, a helper step before it or None). ``%q`` is
+#: a second parameter in [0.5, 1.5], ``%c`` a small constant, ``%one`` 1.0001.
+#: Each chain keeps its values in a normal float range (no inf, NaN or denormals,
+#: which take other paths) and survives XLA's algebraic simplifier (which folds
+#: ``negate(negate(y))``, ``max(max(y, c), c)``, ``a / (b / y)``, turns a divide by a
+#: constant into a multiply and a subtract of one into an add); ``measure`` checks
+#: that the compiled kernel still holds all the steps. XLA:CPU expands logistic
+#: and erf before codegen, so they never reach a kernel and are not profiled.
+_CHAINS: dict[str, tuple[str, str | None]] = {
+    "add": ("add(%y, %c)", None),
+    "subtract": ("subtract(%y, %q)", None),
+    "multiply": ("multiply(%y, %one)", None),
+    "divide": ("divide(%q, %y)", "add(%y, %q)"),        # q / (y + q) stays in (0.3, 0.8)
+    "maximum": ("maximum(%y, %q)", "add(%y, %c)"),
+    "minimum": ("minimum(%y, %q)", "add(%y, %c)"),
+    "negate": ("negate(%y)", "add(%y, %c)"),
+    "abs": ("abs(%y)", "add(%y, %c)"),
+    "sqrt": ("sqrt(%y)", None),                        # -> 1
+    "rsqrt": ("rsqrt(%y)", None),                      # -> 1
+    "tanh": ("tanh(%y)", None),
+    "exponential": ("exponential(%y)", "negate(%y)"),   # exp(-y) stays in (0.4, 0.8)
+    "log": ("log(%y)", "add(%y, %two)"),               # log(y + 2) stays in (0.6, 1.1)
+    "power": ("power(%y, %y)", None),                  # y^y stays in (0.69, 1)
+}
+
+
+def _chain_module(op: str) -> str:
+    step, helper = _CHAINS[op]
+    t = f"f32[{N}]{{0}}"
+    lines = [f"HloModule profile_{op}", "", "ENTRY %main {", f"  %p0 = {t} parameter(0)", f"  %q = {t} parameter(1)",
+             "  %k1 = f32[] constant(1.0001)", "  %k2 = f32[] constant(2)", "  %kc = f32[] constant(0.001)",
+             f"  %one = {t} broadcast(%k1), dimensions={{}}", f"  %two = {t} broadcast(%k2), dimensions={{}}",
+             f"  %c = {t} broadcast(%kc), dimensions={{}}"]
+    y = "%p0"
+    for i in range(STEPS):
+        if helper:
+            lines.append(f"  %helper{i} = {t} {helper.replace('%y', y)}")
+            y = f"%helper{i}"
+        lines.append(f"  %step{i} = {t} {step.replace('%y', y)}")
+        y = f"%step{i}"
+    lines[-1] = "  ROOT" + lines[-1][1:]
+    return "\n".join(lines) + "\n}\n"
+
+
+def _reduce_module(rows: int = 64, cols: int = 128) -> str:
+    return f"""HloModule profile_reduce
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+
+ENTRY %main {{
+  %p0 = f32[{rows},{cols}]{{1,0}} parameter(0)
+  %z = f32[] constant(0)
+  ROOT %r = f32[{rows}]{{0}} reduce(%p0, %z), dimensions={{1}}, to_apply=%add
+}}
+"""
+
+
+def measure(*, launch_s: float) -> dict[str, float]:
+    """Seconds per element for every profiled opcode whose chain XLA keeps whole,
+    plus ``reduce`` (seconds per reduced element of a row reduction), with
+    ``launch_s`` and the helper steps' own time taken out. Sixteen steps on 32 KiB
+    make every chain compute-bound: its reads and write take about 1 us here."""
+    from .host_bench import compiled_kernel, kernel_us
+
+    raw: dict[str, float] = {}
+    for op in _CHAINS:
+        res, kernel = compiled_kernel(_chain_module(op))
+        body = kernel.fused_computation or ()
+        kept = sum(1 for i in body if i.opcode_text == op)
+        if kept < STEPS:
+            continue  # XLA rewrote the chain: this op is not what the kernel times
+        raw[op] = kernel_us("", (N,), 30, params=2, compiled=(res, kernel)) * 1e-6
+    out: dict[str, float] = {}
+    for op, seconds in raw.items():  # a helper's own opcode comes earlier in _CHAINS
+        helper = _CHAINS[op][1]
+        helper_op = helper.split("(")[0] if helper else None
+        if helper_op and helper_op not in out:
+            continue
+        helper_s = out[helper_op] * STEPS * N if helper_op else 0.0
+        body_s = seconds - launch_s - helper_s
+        out[op] = max(body_s, 0.05 * (seconds - launch_s)) / (STEPS * N)
+    rows, cols = 64, 128
+    seconds = kernel_us(_reduce_module(rows, cols), (rows, cols), 30) * 1e-6
+    out["reduce"] = max(seconds - launch_s, 1e-9) / (rows * cols)
+    return out
+
+
+def _elements(instr: Instruction) -> int:
+    return instr.shape.num_elements if instr.shape.is_array else 0
+
+
+def _body(kernel: Instruction) -> list[Instruction] | None:
+    """The instructions a kernel runs, or None when it runs a dot."""
+    out: list[Instruction] = []
+    stack = [kernel]
+    while stack:
+        i = stack.pop()
+        comp = i.fused_computation if i.opcode is _H.FUSION else None
+        if comp is not None:
+            stack.extend(comp)
+            continue
+        if i.opcode in (_H.DOT, _H.CONVOLUTION, _H.RAGGED_DOT):
+            return None
+        out.append(i)
+    return out
+
+
+def compute_seconds(kernel: Instruction, profile: Mapping[str, float], vector_flops: float,
+                    transcendentals_per_s: float) -> float | None:
+    """The kernel's compute time from ``profile`` (see the module docstring)."""
+    from .cost import TRANSCENDENTAL_OPS
+
+    body = _body(kernel)
+    if body is None:
+        return None
+    total = 0.0
+    for i in body:
+        op = i.opcode
+        if op is _H.REDUCE:
+            src = i.operands[0]
+            out0 = i.shape if i.shape.is_array else i.shape.tuple_shapes[0]
+            total += max(src.shape.num_elements - out0.num_elements, 0) * profile.get("reduce", 1.0 / vector_flops)
+        elif op in ELEMENTWISE and op is not _H.COPY:
+            per = profile.get(i.opcode_text)
+            if per is None:
+                per = 1.0 / (transcendentals_per_s if op in TRANSCENDENTAL_OPS else vector_flops)
+            total += _elements(i) * per
+    return total
