@@ -50,6 +50,9 @@ class Device:
     #: measured seconds per output element by opcode (and "reduce": per reduced
     #: element), as XLA:GPU's HloOpProfiles; empty: every flop at ``vector_flops``
     op_seconds: Mapping[str, float] = field(default_factory=dict)
+    #: launch cost of a matmul that runs as a library call (the host's YNNPACK or
+    #: dot thunk: measured); 0: matmuls launch like any kernel
+    library_call_overhead_s: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "bandwidth_curve", tuple(sorted((float(b), float(r)) for b, r in self.bandwidth_curve)))
@@ -151,17 +154,18 @@ ALIASES = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "a100_80g
 
 # -- the host CPU, measured ----------------------------------------------------------
 #: bumped when measure_host measures differently: older cached specs are measured again
-HOST_SPEC_VERSION = 3
+HOST_SPEC_VERSION = 4
 
 
 def measure_host(*, seconds: float = 0.6) -> Device:
     """Measures this machine: DRAM bandwidth (numpy copy of 128 MiB: read + write)
     and matmul flop rate (numpy f32 GEMM, 1024^3) with numpy; the cache bandwidth
-    curve, the fused-loop vector and transcendental rates and the per-thunk launch
-    overhead with XLA:CPU micro-kernels (``host_bench``), timed by XLA's trace events.
+    curve, the fused-loop vector and transcendental rates, the per-thunk launch and
+    matmul library-call overheads and the per-opcode costs with XLA:CPU
+    micro-kernels (``host_bench``, ``op_profile``), timed by XLA's trace events.
 
     Run it after pinning the process to fewer cores to get those cores' figures
-    (``bench/cost_model_accuracy.py --pin`` does). About three seconds."""
+    (``bench/cost_model_accuracy.py --pin`` does). About four seconds."""
     import numpy as np
 
     def best(fn, reps: int = 5) -> float:

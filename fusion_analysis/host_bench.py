@@ -17,6 +17,7 @@ counted. Nothing here looks at a corpus kernel.
 - ``transcendental_rate``: a chain of ``exp(-x)`` on a cache-resident array,
   less the chain's negate flops at the vector rate.
 - ``launch_overhead``: one thunk that does almost nothing (``negate`` of f32[4]).
+- ``library_call_overhead``: a tiny dot, which XLA:CPU hands to a matmul library.
 - ``op_profile.measure``: seconds per element of each elementwise opcode and of a
   row reduction (the host's counterpart of XLA:GPU's per-opcode HloOpProfiles).
 """
@@ -50,20 +51,22 @@ def compiled_kernel(text: str):
     return res, ks[0]
 
 
-def kernel_us(text: str, dims: tuple[int, ...], reps: int, *, params: int = 1, compiled=None) -> float:
-    """The median trace time, in microseconds, of the one kernel of ``text``
-    (``params`` f32 parameters of shape ``dims``; the first holds values in
-    [0.25, 0.75], the others in [0.5, 1.5]). Two input sets take turns, as in the
-    kernel bench: with one, XLA:CPU's run times triple here (a buffer reuse
-    effect), which is not how a module runs."""
+def kernel_us(text: str, shapes: list[tuple[int, ...]], reps: int, *, compiled=None) -> float:
+    """The median trace time, in microseconds, of the one kernel of ``text``, whose
+    f32 parameters have ``shapes`` (the first holds values in [0.25, 0.75], the
+    others in [0.5, 1.5]). Two input sets take turns, as in the kernel bench: with
+    one, XLA:CPU's run times triple here (a buffer reuse effect), which is not how
+    a module runs."""
     from hlo_tools.xla_trace import thunk_times
 
     res, kernel = compiled or compiled_kernel(text)
-    n = int(np.prod(dims))
 
     def inputs(flip: bool) -> list[np.ndarray]:
-        arrays = [_array(n)] + [_array(n) + 0.75 - 0.5 * (k % 2) for k in range(1, params)]
-        return [(a[::-1] if flip else a).reshape(dims).copy() for a in arrays]
+        out = []
+        for k, dims in enumerate(shapes):
+            a = _array(int(np.prod(dims))) + (0.0 if k == 0 else 0.75 - 0.5 * (k % 2))
+            out.append((a[::-1] if flip else a).reshape(dims).copy())
+        return out
 
     t = thunk_times(res, [inputs(False), inputs(True)], [kernel.name], reps=reps, warmup=3)
     return t[kernel.name].median_us
@@ -81,7 +84,7 @@ def bandwidth_curve(launch_s: float, sizes: tuple[int, ...] = CURVE_BYTES) -> tu
         n = size // 8  # f32 in, f32 out
         text = _hlo(f"bw_{n}", n, [], f"%neg = f32[{n}]{{0}} negate(%p0)")
         reps = int(min(50, max(5, 2e8 / size)))
-        seconds = kernel_us(text, (n,), reps) * 1e-6
+        seconds = kernel_us(text, [(n,)], reps) * 1e-6
         curve.append((float(size), size / max(seconds - launch_s, 0.5 * seconds)))
     return tuple(curve)
 
@@ -98,7 +101,7 @@ def vector_rate(n: int = 8192, steps: int = 16) -> float:
         prev = f"%a{i}"
     last = body.pop().split(" = ", 1)[1]
     text = _hlo("vector_rate", n, body, f"%out = {last}")
-    us = kernel_us(text, (n,), 50)
+    us = kernel_us(text, [(n,)], 50)
     return 2 * steps * n / (us * 1e-6)
 
 
@@ -113,7 +116,7 @@ def transcendental_rate(vector_flops: float, n: int = 8192, steps: int = 8) -> f
         prev = f"%e{i}"
     last = body.pop().split(" = ", 1)[1]
     text = _hlo("transcendental_rate", n, body, f"%out = {last}")
-    us = kernel_us(text, (n,), 50)
+    us = kernel_us(text, [(n,)], 50)
     seconds = max(us * 1e-6 - steps * n / vector_flops, 0.1 * us * 1e-6)
     return steps * n / seconds
 
@@ -121,7 +124,22 @@ def transcendental_rate(vector_flops: float, n: int = 8192, steps: int = 8) -> f
 def launch_overhead() -> float:
     """Seconds one near-empty thunk takes (negate of four floats)."""
     text = _hlo("launch", 4, [], "%neg = f32[4]{0} negate(%p0)")
-    return kernel_us(text, (4,), 200) * 1e-6
+    return kernel_us(text, [(4,)], 200) * 1e-6
+
+
+def library_call_overhead() -> float:
+    """Seconds a matmul library call (YNNPACK, or XLA:CPU's own dot thunk) takes
+    before any arithmetic: a [4,16]x[16,16] dot (2 kFLOP). Measured here: 3.3-3.8 us
+    for both, while a loop kernel's launch is 0.4-0.7 us."""
+    text = """HloModule library_call
+
+ENTRY %main {
+  %p0 = f32[4,16]{1,0} parameter(0)
+  %p1 = f32[16,16]{1,0} parameter(1)
+  ROOT %d = f32[4,16]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+    return kernel_us(text, [(4, 16), (16, 16)], 100) * 1e-6
 
 
 def measure() -> dict:
@@ -132,4 +150,5 @@ def measure() -> dict:
     vec = vector_rate()
     return {"bandwidth_curve": bandwidth_curve(launch), "vector_flops": vec,
             "transcendentals_per_s": transcendental_rate(vec), "launch_overhead_s": launch,
+            "library_call_overhead_s": library_call_overhead(),
             "op_seconds": op_profile.measure(launch_s=launch)}

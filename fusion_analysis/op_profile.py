@@ -103,7 +103,7 @@ def measure(*, launch_s: float) -> dict[str, float]:
         kept = sum(1 for i in body if i.opcode_text == op)
         if kept < STEPS:
             continue  # XLA rewrote the chain: this op is not what the kernel times
-        raw[op] = kernel_us("", (N,), 30, params=2, compiled=(res, kernel)) * 1e-6
+        raw[op] = kernel_us("", [(N,), (N,)], 30, compiled=(res, kernel)) * 1e-6
     out: dict[str, float] = {}
     for op, seconds in raw.items():  # a helper's own opcode comes earlier in _CHAINS
         helper = _CHAINS[op][1]
@@ -114,7 +114,7 @@ def measure(*, launch_s: float) -> dict[str, float]:
         body_s = seconds - launch_s - helper_s
         out[op] = max(body_s, 0.05 * (seconds - launch_s)) / (STEPS * N)
     rows, cols = 64, 128
-    seconds = kernel_us(_reduce_module(rows, cols), (rows, cols), 30) * 1e-6
+    seconds = kernel_us(_reduce_module(rows, cols), [(rows, cols)], 30) * 1e-6
     out["reduce"] = max(seconds - launch_s, 1e-9) / (rows * cols)
     return out
 

@@ -3,7 +3,8 @@
 On a device with a bandwidth curve (the host), ``bandwidth`` is the measured one
 for the kernel's footprint; on a device with per-opcode costs (the host,
 ``op_profile``), a non-matmul kernel's compute time is the sum of its
-instructions' measured costs instead of ``flops/peak``.
+instructions' measured costs instead of ``flops/peak``; on a device with a
+library-call overhead (the host), a matmul launches at that cost.
 
 A kernel is a fusion or an unfused instruction that emits code (parameters,
 constants, tuples, get-tuple-element and bitcasts do not; ``*-done`` ops are the
@@ -194,7 +195,7 @@ def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str
         launch = device.collective_overhead_s or device.launch_overhead_s
     else:
         memory = max(cost.bytes_accessed, 0.0) / device.bandwidth_at(cost.bytes_accessed)
-        launch = device.launch_overhead_s
+        launch = device.library_call_overhead_s if dtype and device.library_call_overhead_s else device.launch_overhead_s
     body = max(compute, memory)
     bound = "launch" if launch > body else ("compute" if compute >= memory else "memory")
     return KernelEstimate(cost.name, cost.computation, cost.opcode, cat, flops, cost.transcendentals,

@@ -1,0 +1,128 @@
+"""The host roofline's measured parts: per-thunk times from XLA's trace
+(hlo_tools.xla_trace), the cache bandwidth curve and the per-opcode costs
+(fusion_analysis.host_bench, op_profile), all on the real XLA:CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import corpus
+import hlo_tools
+from fusion_analysis import cost, devices, kernels, op_profile, roofline
+from hlo_tools.xla_bench import time_compiled
+from hlo_tools.xla_compile import compile as xla_compile
+from hlo_tools.xla_inputs import make_inputs
+from hlo_tools.xla_trace import spans, thunk_times
+
+from passes_util import SOFTMAX_CHAIN
+
+
+# -- xla_trace ---------------------------------------------------------------------
+def test_spans_pair_each_event_with_its_end_event():
+    events = [
+        ("fusion.1", 100.0, 103.0), ("end: fusion.1", 110.0, 111.0),   # finished on the pool: 10 ns
+        ("copy.2", 120.0, 125.0),                                         # no end event: its own 5 ns
+        ("fusion.1", 200.0, 204.0), ("end: fusion.1", 203.0, 203.5),     # end inside its own event: 4 ns
+        ("ThunkExecutor::Execute", 90.0, 300.0), ("$python frame", 0.0, 1.0),
+    ]
+    got = spans(events)
+    assert got == {"fusion.1": [10.0, 4.0], "copy.2": [5.0]}
+    assert spans(events, {"copy.2"}) == {"copy.2": [5.0]}
+
+
+@pytest.fixture(scope="module")
+def decode_compiled():
+    e = next(corpus.load("llama3-tiny-decode-f32"))
+    return xla_compile(e.text("before_optimizations"), "cpu", "stock")
+
+
+def test_thunk_times_cover_every_kernel_of_a_corpus_module(decode_compiled):
+    res = decode_compiled
+    ks = kernels.kernels_of(res.optimized_module)
+    sets = make_inputs(res.optimized_module, sets=2)
+    reps = 6
+    times = thunk_times(res, sets, [k.name for k in ks], reps=reps)
+    assert set(times) == {k.name for k in ks}
+    assert all(len(t.samples_us) == reps and min(t.samples_us) > 0 for t in times.values())
+    # Each span lies inside one execute of 79 kernels: pairing an event with a later
+    # run's end event would make it as long as a whole run.
+    wall = time_compiled(res, sets, reps=20).median_us
+    assert max(t.median_us for t in times.values()) < 0.5 * wall
+
+
+# -- host_bench / op_profile ---------------------------------------------------------
+@pytest.mark.parametrize("op", sorted(op_profile._CHAINS))
+def test_each_profiled_chain_reaches_codegen_whole(op):
+    """XLA's simplifier must not fold a profiled chain: its one kernel keeps every step."""
+    from fusion_analysis.host_bench import compiled_kernel
+
+    _, kernel = compiled_kernel(op_profile._chain_module(op))
+    assert sum(1 for i in kernel.fused_computation if i.opcode_text == op) == op_profile.STEPS
+
+
+def test_compute_seconds_sums_the_profile_over_a_fusion_body():
+    m = hlo_tools.parse(SOFTMAX_CHAIN)
+    from passes.fusion import producer_consumer
+
+    producer_consumer.ProducerConsumerFusion().run(m)
+    fusions = [i for i in m.entry if i.opcode_text == "fusion"]
+    assert fusions
+    profile = {"exponential": 3e-9, "subtract": 1e-10, "multiply": 2e-11, "reduce": 7e-11}
+    per_element = {**profile, "negate": 1 / 1e9}  # negate is not profiled: one flop at the vector rate
+    for f in fusions:
+        want = 0.0
+        for i in f.fused_computation:
+            if i.opcode_text == "reduce":
+                want += (i.operands[0].shape.num_elements - i.shape.num_elements) * profile["reduce"]
+            elif i.opcode_text in per_element:
+                want += i.shape.num_elements * per_element[i.opcode_text]
+        assert want > 0
+        assert op_profile.compute_seconds(f, profile, 1e9, 1e8) == pytest.approx(want)
+    dot = hlo_tools.parse(
+        "HloModule d\n\nENTRY %e {\n  %a = f32[8,8]{1,0} parameter(0)\n"
+        "  ROOT %d = f32[8,8]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n")
+    assert op_profile.compute_seconds(dot.entry.root, profile, 1e9, 1e8) is None  # matmuls keep the GEMM rate
+
+
+# -- devices: bandwidth curve, cache ------------------------------------------------
+def test_bandwidth_curve_interpolates_in_log_bytes_and_holds_at_the_ends():
+    d = devices.Device(name="t", kind="cpu", peak_flops={"f32": 1e11}, vector_flops=1e10, transcendentals_per_s=1e9,
+                       memory_bandwidth=2e10, launch_overhead_s=1e-6,
+                       bandwidth_curve=[[4096, 3e10], [1024, 1e10], [16384, 9e10]])
+    assert d.bandwidth_curve == ((1024.0, 1e10), (4096.0, 3e10), (16384.0, 9e10))  # sorted, tuples
+    assert d.bandwidth_at(10) == 1e10 and d.bandwidth_at(1e9) == 9e10
+    assert d.bandwidth_at(2048) == pytest.approx(2e10)  # halfway in log(bytes)
+    assert devices.load("h100").bandwidth_at(1024) == 3.35e12  # no curve: flat
+    again = devices.Device.from_dict(json.loads(d.to_json()))
+    assert again == d
+
+
+def test_host_spec_is_measured_through_xla_and_stale_caches_are_remeasured():
+    h = devices.host()
+    assert h.extra["spec_version"] == devices.HOST_SPEC_VERSION
+    assert len(h.bandwidth_curve) >= 10 and all(r > 1e8 for _, r in h.bandwidth_curve)
+    assert 1e-8 < h.launch_overhead_s < 1e-4
+    assert {"add", "exponential", "divide", "reduce"} <= set(h.op_seconds)
+    assert h.op_seconds["exponential"] > h.op_seconds["add"]  # measured, not one rate for all
+    path = devices.host_cache_path()
+    stale = json.loads(path.read_text())
+    stale["extra"] = {"spec_version": devices.HOST_SPEC_VERSION - 1}
+    stale["launch_overhead_s"] = 123.0
+    path.write_text(json.dumps(stale))
+    fresh = devices.host()
+    assert fresh.launch_overhead_s != 123.0 and fresh.extra["spec_version"] == devices.HOST_SPEC_VERSION
+
+
+def test_host_roofline_uses_the_curve_and_the_profile(decode_compiled):
+    h = devices.host()
+    m = decode_compiled.optimized_module
+    by_name = cost.analyze(m).by_name()
+    loops = [k for k in kernels.kernels_of(m) if k.opcode_text == "fusion" and k.fusion_kind == "kLoop"]
+    assert loops
+    for k in loops:
+        est = roofline.estimate(k, by_name[k.name], h)
+        assert est.memory_s == pytest.approx(est.bytes_accessed / h.bandwidth_at(est.bytes_accessed))
+        assert est.compute_s == pytest.approx(op_profile.compute_seconds(k, h.op_seconds, h.vector_flops,
+                                                                          h.transcendentals_per_s))
