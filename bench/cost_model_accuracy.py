@@ -80,6 +80,14 @@ def agreement() -> int:
 
 BIG_US = 50.0  # MAPE is taken over kernels measured above this
 
+#: glibc settings for the timing processes: keep freed memory instead of returning
+#: it to the OS. With the defaults, a buffer over 128 KiB is a fresh mmap (or heap
+#: grown again after a trim), and the kernel that first writes it pays page faults
+#: (measured: mixtral-tiny-train's kernels sum to 3.8 ms with, 2.6 ms without them).
+#: The profiler's own allocations set that off at random between runs. A serving
+#: process in steady state reuses its memory, and the roofline has no page faults.
+STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
+
 
 def _module_kernels(entry, stored: bool):
     """The XLA:CPU optimized module of a corpus entry and its entry kernels."""
@@ -127,7 +135,17 @@ def time_kernel(kernel, cost_of, host, reps: int) -> dict:
     return rec
 
 
-def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = None) -> int:
+def measure_pinned_host(pin: int, out: str) -> int:
+    """Child mode: pin to ``pin``, measure the host spec there, write it to ``out``."""
+    os.sched_setaffinity(0, {pin})
+    from fusion_analysis import devices
+
+    Path(out).write_text(devices.measure_host().to_json())
+    return 0
+
+
+def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = None,
+           host_spec: str | None = None) -> int:
     """Times the kernels of one module from ``start`` on, one JSON line each
     (a ``start`` line before each kernel, so the parent knows which one an abort hit).
     ``pin``: run on that one CPU (set before XLA's CPU client sizes its thread pool)."""
@@ -137,12 +155,13 @@ def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = Non
     from hlo_tools.xla_bench import harness_overhead
 
     entry = next(corpus.load(name))
-    # pinned: the roofline gets this one core's own figures, not the whole host's
-    host = devices.measure_host() if pin is not None else devices.host()
+    # pinned: the roofline gets this one core's own figures (measured once per run
+    # by a pinned child of the parent, ``--measure-host``), not the whole host's
+    host = devices.load(host_spec) if host_spec else devices.host()
     m, ks = _module_kernels(entry, stored)
     by_name = cost.analyze(m).by_name()
     overhead = harness_overhead(reps=400)["trivial_median_us"]
-    print(json.dumps({"event": "module", "kernels": len(ks), "harness_us": overhead, "host": _host_line(host)}),
+    print(json.dumps({"event": "module", "kernels": len(ks), "harness_us": overhead}),
           flush=True)
     for i in range(start, len(ks)):
         print(json.dumps({"event": "start", "i": i}), flush=True)
@@ -155,7 +174,12 @@ def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = Non
     return 0
 
 
-def _run_module(name: str, reps: int, stored: bool, pin: int | None) -> tuple[list[dict], float, int]:
+def _child_env(default_malloc: bool) -> dict:
+    return dict(os.environ) if default_malloc else {**os.environ, **STEADY_MALLOC}
+
+
+def _run_module(name: str, reps: int, stored: bool, pin: int | None,
+                host_spec: str | None, default_malloc: bool = False) -> tuple[list[dict], float, int]:
     """Runs the worker for one module, restarting it past a kernel that aborted XLA."""
     records: list[dict] = []
     harness = 0.0
@@ -167,7 +191,10 @@ def _run_module(name: str, reps: int, stored: bool, pin: int | None) -> tuple[li
             cmd.append("--stored")
         if pin is not None:
             cmd += ["--pin", str(pin)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if host_spec:
+            cmd += ["--host-spec", host_spec]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                env=_child_env(default_malloc))
         current = None
         for line in proc.stdout:
             try:
@@ -176,9 +203,6 @@ def _run_module(name: str, reps: int, stored: bool, pin: int | None) -> tuple[li
                 continue
             if msg["event"] == "module":
                 total, harness = msg["kernels"], msg["harness_us"]
-                if pin is not None and not _run_module.host_shown:
-                    print(msg["host"], flush=True)
-                    _run_module.host_shown = True
             elif msg["event"] == "start":
                 current = msg["i"]
             elif msg["event"] == "kernel":
@@ -191,9 +215,6 @@ def _run_module(name: str, reps: int, stored: bool, pin: int | None) -> tuple[li
             return records, harness, total
         records.append({"i": current, "name": f"#{current}", "error": f"XLA aborted (exit {rc})"})
         start = current + 1
-
-
-_run_module.host_shown = False
 
 
 def _host_line(host) -> str:
@@ -234,13 +255,20 @@ def _spearman(a, b) -> float:
         return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
 
 
-def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | None, pin: int | None = None) -> int:
+def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | None, pin: int | None = None,
+                  default_malloc: bool = False) -> int:
     from fusion_analysis import devices
 
+    host_spec = None
     if pin is None:
         print(_host_line(devices.host()))
     else:
-        print(f"pinned to CPU {pin}: each worker measures that core's own spec, e.g. the first one's:")
+        import tempfile
+
+        host_spec = os.path.join(tempfile.mkdtemp(prefix="host_spec_"), f"cpu{pin}.json")
+        subprocess.run([sys.executable, __file__, "--measure-host", host_spec, "--pin", str(pin)], check=True,
+                       env=_child_env(default_malloc))
+        print(f"pinned to CPU {pin}, whose spec was measured there: " + _host_line(devices.load(host_spec)))
     entries = [e for e in corpus.load() if e.runnable and not e.sharded and _selected(e.name, only)]
     if not entries:
         print(f"no runnable, unsharded corpus module matches {only!r}", file=sys.stderr)
@@ -251,7 +279,7 @@ def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | Non
     rhos = []
     for e in entries:
         t0 = time.perf_counter()
-        recs, harness, total = _run_module(e.name, reps, stored, pin)
+        recs, harness, total = _run_module(e.name, reps, stored, pin, host_spec, default_malloc)
         for r in recs:
             if "measured_us" in r:
                 r["net_us"] = max(r["measured_us"] - harness, 0.0)
@@ -364,6 +392,7 @@ def main() -> int:
     mode.add_argument("--xla-log", action="store_true", help="XLA:GPU priority-fusion decisions vs our roofline")
     mode.add_argument("--agreement", action="store_true", help="sweep every stage of every corpus module against XLA")
     mode.add_argument("--worker", metavar="MODULE", help=argparse.SUPPRESS)
+    mode.add_argument("--measure-host", metavar="OUT", help=argparse.SUPPRESS)
     ap.add_argument("--only", metavar="GLOB", help="corpus modules to use (fnmatch, comma-separated)")
     ap.add_argument("--reps", type=int, default=30, help="timed runs per kernel (median; fewer for slow kernels)")
     ap.add_argument("--stored", action="store_true", help="use the stored cpu_after_optimizations stage")
@@ -372,14 +401,19 @@ def main() -> int:
     ap.add_argument("--device", default="h100", help="--xla-log: GPU target and roofline spec (default h100)")
     ap.add_argument("--show", type=int, default=10, help="--xla-log: disagreements to print")
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--host-spec", help=argparse.SUPPRESS)
+    ap.add_argument("--default-malloc", action="store_true",
+                    help="--kernels: leave glibc's malloc thresholds alone (kernels then time page faults at random)")
     args = ap.parse_args()
     if args.worker:
-        return worker(args.worker, args.start, args.reps, args.stored, args.pin)
+        return worker(args.worker, args.start, args.reps, args.stored, args.pin, args.host_spec)
+    if args.measure_host:
+        return measure_pinned_host(args.pin, args.measure_host)
     if args.agreement:
         return agreement()
     if args.xla_log:
         return xla_log(args.only, args.device, args.show)
-    return kernel_timing(args.only, args.reps, args.stored, args.json, args.pin)
+    return kernel_timing(args.only, args.reps, args.stored, args.json, args.pin, args.default_malloc)
 
 
 if __name__ == "__main__":

@@ -68,25 +68,40 @@ def kernel_us(text: str, shapes: list[tuple[int, ...]], reps: int, *, compiled=N
             out.append((a[::-1] if flip else a).reshape(dims).copy())
         return out
 
-    t = thunk_times(res, [inputs(False), inputs(True)], [kernel.name], reps=reps, warmup=3)
-    return t[kernel.name].median_us
+    sets = [inputs(False), inputs(True)]
+    return thunk_times(res, sets, [kernel.name], reps=reps, warmup=3)[kernel.name].median_us
 
 
 def _array(n: int) -> np.ndarray:
     return np.linspace(0.25, 0.75, n, dtype=np.float32)
 
 
+#: passes over every micro-kernel; each figure is the best pass. A ceiling is what
+#: the machine can do, and on this VM a pass sees one point in five 2-20x slow for
+#: a second or so (outside load; fresh-page faults for outputs over glibc's mmap
+#: threshold), which interleaved passes do not see at the same point.
+PASSES = 3
+
+
+def best_of_passes(texts: dict, reps: dict) -> dict:
+    """Median trace time (us) of each micro-kernel, the lowest over ``PASSES``
+    interleaved passes. ``texts``: key -> (HLO text, parameter shapes)."""
+    compiled = {key: compiled_kernel(text) for key, (text, _) in texts.items()}
+    best: dict = {}
+    for _ in range(PASSES):
+        for key, (_, shapes) in texts.items():
+            us = kernel_us("", shapes, reps[key], compiled=compiled[key])
+            best[key] = min(us, best.get(key, us))
+    return best
+
+
 def bandwidth_curve(launch_s: float, sizes: tuple[int, ...] = CURVE_BYTES) -> tuple[tuple[float, float], ...]:
     """(footprint bytes, bytes/s) for a read-once write-once loop at each size, with
     ``launch_s`` (the roofline adds it back) taken out of each time."""
-    curve = []
-    for size in sizes:
-        n = size // 8  # f32 in, f32 out
-        text = _hlo(f"bw_{n}", n, [], f"%neg = f32[{n}]{{0}} negate(%p0)")
-        reps = int(min(50, max(5, 2e8 / size)))
-        seconds = kernel_us(text, [(n,)], reps) * 1e-6
-        curve.append((float(size), size / max(seconds - launch_s, 0.5 * seconds)))
-    return tuple(curve)
+    texts = {size: (_hlo(f"bw_{size // 8}", size // 8, [], f"%neg = f32[{size // 8}]{{0}} negate(%p0)"),
+                    [(size // 8,)]) for size in sizes}
+    us = best_of_passes(texts, {size: int(min(50, max(5, 2e8 / size))) for size in sizes})
+    return tuple((float(size), size / max(us[size] * 1e-6 - launch_s, 0.5 * us[size] * 1e-6)) for size in sizes)
 
 
 def vector_rate(n: int = 8192, steps: int = 16) -> float:
@@ -101,7 +116,7 @@ def vector_rate(n: int = 8192, steps: int = 16) -> float:
         prev = f"%a{i}"
     last = body.pop().split(" = ", 1)[1]
     text = _hlo("vector_rate", n, body, f"%out = {last}")
-    us = kernel_us(text, [(n,)], 50)
+    us = best_of_passes({0: (text, [(n,)])}, {0: 50})[0]
     return 2 * steps * n / (us * 1e-6)
 
 
@@ -116,7 +131,7 @@ def transcendental_rate(vector_flops: float, n: int = 8192, steps: int = 8) -> f
         prev = f"%e{i}"
     last = body.pop().split(" = ", 1)[1]
     text = _hlo("transcendental_rate", n, body, f"%out = {last}")
-    us = kernel_us(text, [(n,)], 50)
+    us = best_of_passes({0: (text, [(n,)])}, {0: 50})[0]
     seconds = max(us * 1e-6 - steps * n / vector_flops, 0.1 * us * 1e-6)
     return steps * n / seconds
 
@@ -124,7 +139,7 @@ def transcendental_rate(vector_flops: float, n: int = 8192, steps: int = 8) -> f
 def launch_overhead() -> float:
     """Seconds one near-empty thunk takes (negate of four floats)."""
     text = _hlo("launch", 4, [], "%neg = f32[4]{0} negate(%p0)")
-    return kernel_us(text, [(4,)], 200) * 1e-6
+    return best_of_passes({0: (text, [(4,)])}, {0: 200})[0] * 1e-6
 
 
 def library_call_overhead() -> float:
@@ -139,7 +154,7 @@ ENTRY %main {
   ROOT %d = f32[4,16]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 }
 """
-    return kernel_us(text, [(4, 16), (16, 16)], 100) * 1e-6
+    return best_of_passes({0: (text, [(4, 16), (16, 16)])}, {0: 100})[0] * 1e-6
 
 
 def measure() -> dict:

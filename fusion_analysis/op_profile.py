@@ -94,16 +94,19 @@ def measure(*, launch_s: float) -> dict[str, float]:
     plus ``reduce`` (seconds per reduced element of a row reduction), with
     ``launch_s`` and the helper steps' own time taken out. Sixteen steps on 32 KiB
     make every chain compute-bound: its reads and write take about 1 us here."""
-    from .host_bench import compiled_kernel, kernel_us
+    from .host_bench import best_of_passes, compiled_kernel
 
-    raw: dict[str, float] = {}
+    texts = {}
     for op in _CHAINS:
-        res, kernel = compiled_kernel(_chain_module(op))
-        body = kernel.fused_computation or ()
-        kept = sum(1 for i in body if i.opcode_text == op)
-        if kept < STEPS:
-            continue  # XLA rewrote the chain: this op is not what the kernel times
-        raw[op] = kernel_us("", [(N,), (N,)], 30, compiled=(res, kernel)) * 1e-6
+        text = _chain_module(op)
+        _, kernel = compiled_kernel(text)
+        kept = sum(1 for i in (kernel.fused_computation or ()) if i.opcode_text == op)
+        if kept == STEPS:  # otherwise XLA rewrote the chain: it would not time this op
+            texts[op] = (text, [(N,), (N,)])
+    rows, cols = 64, 128
+    texts["reduce"] = (_reduce_module(rows, cols), [(rows, cols)])
+    us = best_of_passes(texts, {key: 30 for key in texts})
+    raw = {op: us[op] * 1e-6 for op in _CHAINS if op in us}
     out: dict[str, float] = {}
     for op, seconds in raw.items():  # a helper's own opcode comes earlier in _CHAINS
         helper = _CHAINS[op][1]
@@ -113,9 +116,7 @@ def measure(*, launch_s: float) -> dict[str, float]:
         helper_s = out[helper_op] * STEPS * N if helper_op else 0.0
         body_s = seconds - launch_s - helper_s
         out[op] = max(body_s, 0.05 * (seconds - launch_s)) / (STEPS * N)
-    rows, cols = 64, 128
-    seconds = kernel_us(_reduce_module(rows, cols), [(rows, cols)], 30) * 1e-6
-    out["reduce"] = max(seconds - launch_s, 1e-9) / (rows * cols)
+    out["reduce"] = max(us["reduce"] * 1e-6 - launch_s, 1e-9) / (rows * cols)
     return out
 
 

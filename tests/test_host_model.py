@@ -103,7 +103,7 @@ def test_host_spec_is_measured_through_xla_and_stale_caches_are_remeasured():
     h = devices.host()
     assert h.extra["spec_version"] == devices.HOST_SPEC_VERSION
     assert len(h.bandwidth_curve) >= 10 and all(r > 1e8 for _, r in h.bandwidth_curve)
-    assert 1e-8 < h.launch_overhead_s < 1e-4
+    assert 1e-8 < h.launch_overhead_s < h.library_call_overhead_s < 1e-4
     assert {"add", "exponential", "divide", "reduce"} <= set(h.op_seconds)
     assert h.op_seconds["exponential"] > h.op_seconds["add"]  # measured, not one rate for all
     path = devices.host_cache_path()
@@ -126,3 +126,18 @@ def test_host_roofline_uses_the_curve_and_the_profile(decode_compiled):
         assert est.memory_s == pytest.approx(est.bytes_accessed / h.bandwidth_at(est.bytes_accessed))
         assert est.compute_s == pytest.approx(op_profile.compute_seconds(k, h.op_seconds, h.vector_flops,
                                                                           h.transcendentals_per_s))
+
+
+def test_matmuls_launch_as_library_calls_except_matrix_vector_products():
+    d = devices.Device(name="t", kind="cpu", peak_flops={"f32": 1e11}, vector_flops=1e10, transcendentals_per_s=1e9,
+                       memory_bandwidth=2e10, launch_overhead_s=4e-7, library_call_overhead_s=3e-6)
+    m = hlo_tools.parse(
+        "HloModule d\n\nENTRY %e {\n  %a = f32[4,64]{1,0} parameter(0)\n  %v = f32[1,64]{1,0} parameter(1)\n"
+        "  %w = f32[64,64]{1,0} parameter(2)\n"
+        "  %mm = f32[4,64]{1,0} dot(%a, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "  %mv = f32[1,64]{1,0} dot(%v, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "  ROOT %t = (f32[4,64]{1,0}, f32[1,64]{1,0}) tuple(%mm, %mv)\n}\n")
+    r = {k.name: k for k in roofline.roofline(m, d).kernels}
+    assert r["mm"].launch_s == 3e-6  # a library (YNNPACK / dot thunk) call
+    assert r["mv"].launch_s == 4e-7  # XLA:CPU emits a GEMV loop for it
+    assert {k.launch_s for k in roofline.roofline(m, devices.load("h100")).kernels} == {1e-6}  # GPUs: no such split
