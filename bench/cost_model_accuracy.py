@@ -89,7 +89,7 @@ BIG_US = 50.0  # MAPE is taken over kernels measured above this
 STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**30)}
 
 
-def _module_kernels(entry, stored: bool):
+def _module_kernels(entry, stored: bool, backend: str = "cpu"):
     """The XLA:CPU optimized module of a corpus entry and its entry kernels."""
     from fusion_analysis import kernels
 
@@ -98,25 +98,30 @@ def _module_kernels(entry, stored: bool):
     else:
         from hlo_tools.xla_compile import compile as xla_compile
 
-        m = xla_compile(entry.text("before_optimizations"), "cpu", "stock").optimized_module
+        m = xla_compile(entry.text("before_optimizations"), backend, "stock").optimized_module
     return m, kernels.kernels_of(m)
 
 
-def time_kernel(kernel, cost_of, host, reps: int) -> dict:
-    """Extracts, compiles and times one kernel; returns its record (times in us)."""
+def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> dict:
+    """Extracts, compiles and times one kernel; returns its record (times in us).
+
+    On a GPU the exact module goes in at the post-scheduler hook (XLA:GPU rejects
+    fusion bodies before layout assignment, see passes/fusion/pipeline.HOOK_STAGE)
+    and the kernel's time is its GPU time from the device trace."""
     from fusion_analysis import kernels, roofline
     from hlo_tools.xla_bench import time_compiled
     from hlo_tools.xla_compile import Hook, compile as xla_compile
     from hlo_tools.xla_inputs import make_inputs
-    from hlo_tools.xla_trace import TraceUnavailable, thunk_times
+    from hlo_tools.xla_trace import TraceUnavailable, device_kernel_us, thunk_times
+    from passes.fusion.pipeline import HOOK_STAGE
 
     est = roofline.estimate(kernel, cost_of, host)
     rec = {"name": kernel.name, "opcode": kernel.opcode_text, "category": est.category, "bound": est.bound,
            "predicted_us": est.time_s * 1e6, "bytes": est.bytes_accessed, "flops": est.flops}
     exact = kernels.extract_kernel(kernel)
-    hook = Hook(lambda _module, exact=exact: exact, stage="pre-scheduler")
+    hook = Hook(lambda _module, exact=exact: exact, stage=HOOK_STAGE["gpu" if backend == "gpu" else "cpu"])
     t0 = time.perf_counter()
-    res = xla_compile(kernels.stand_in(exact), "cpu", "as-written", hook=hook)
+    res = xla_compile(kernels.stand_in(exact), backend, "as-written", hook=hook)
     rec["compile_s"] = time.perf_counter() - t0
     ran = kernels.kernels_of(res.optimized_module)
     if hook.changed != 1 or len(ran) != 1 or ran[0].opcode_text != kernel.opcode_text:
@@ -127,9 +132,12 @@ def time_kernel(kernel, cost_of, host, reps: int) -> dict:
     n = max(5, min(reps, int(2e6 / max(first, 1.0))))  # at most ~2 s per kernel
     t = time_compiled(res, sets, reps=n, warmup=2)
     rec["measured_us"], rec["p10_us"], rec["reps"] = t.median_us, t.p10_us, n
-    try:  # the kernel's own time: XLA's trace event for its thunk, no harness
-        tt = thunk_times(res, sets, [ran[0].name], reps=n, warmup=1)[ran[0].name]
-        rec["trace_us"], rec["trace_p10_us"] = tt.median_us, tt.p10_us
+    try:  # the kernel's own time: XLA's trace event for its thunk (GPU: its device time), no harness
+        if backend == "gpu":
+            rec["trace_us"] = rec["trace_p10_us"] = device_kernel_us(res, sets, reps=n, warmup=1)
+        else:
+            tt = thunk_times(res, sets, [ran[0].name], reps=n, warmup=1)[ran[0].name]
+            rec["trace_us"], rec["trace_p10_us"] = tt.median_us, tt.p10_us
     except TraceUnavailable as e:
         rec["trace_error"] = str(e)[:200]
     return rec
@@ -145,7 +153,7 @@ def measure_pinned_host(pin: int, out: str) -> int:
 
 
 def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = None,
-           host_spec: str | None = None) -> int:
+           host_spec: str | None = None, backend: str = "cpu", device: str | None = None) -> int:
     """Times the kernels of one module from ``start`` on, one JSON line each
     (a ``start`` line before each kernel, so the parent knows which one an abort hit).
     ``pin``: run on that one CPU (set before XLA's CPU client sizes its thread pool)."""
@@ -157,16 +165,16 @@ def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = Non
     entry = next(corpus.load(name))
     # pinned: the roofline gets this one core's own figures (measured once per run
     # by a pinned child of the parent, ``--measure-host``), not the whole host's
-    host = devices.load(host_spec) if host_spec else devices.host()
-    m, ks = _module_kernels(entry, stored)
+    host = devices.load(device) if backend == "gpu" else devices.load(host_spec) if host_spec else devices.host()
+    m, ks = _module_kernels(entry, stored, backend)
     by_name = cost.analyze(m).by_name()
-    overhead = harness_overhead(reps=400)["trivial_median_us"]
+    overhead = harness_overhead(reps=400, backend=backend)["trivial_median_us"]
     print(json.dumps({"event": "module", "kernels": len(ks), "harness_us": overhead}),
           flush=True)
     for i in range(start, len(ks)):
         print(json.dumps({"event": "start", "i": i}), flush=True)
         try:
-            rec = time_kernel(ks[i], by_name[ks[i].name], host, reps)
+            rec = time_kernel(ks[i], by_name[ks[i].name], host, reps, backend)
         except Exception as e:  # noqa: BLE001 - one kernel's failure is reported, the rest still run
             rec = {"name": ks[i].name, "opcode": ks[i].opcode_text, "error": f"{type(e).__name__}: {str(e)[:200]}"}
         rec.update(event="kernel", i=i)
@@ -178,8 +186,9 @@ def _child_env(default_malloc: bool) -> dict:
     return dict(os.environ) if default_malloc else {**os.environ, **STEADY_MALLOC}
 
 
-def _run_module(name: str, reps: int, stored: bool, pin: int | None,
-                host_spec: str | None, default_malloc: bool = False) -> tuple[list[dict], float, int]:
+def _run_module(name: str, reps: int, stored: bool, pin: int | None, host_spec: str | None,
+                default_malloc: bool = False, backend: str = "cpu", device: str | None = None
+                ) -> tuple[list[dict], float, int]:
     """Runs the worker for one module, restarting it past a kernel that aborted XLA."""
     records: list[dict] = []
     harness = 0.0
@@ -193,6 +202,8 @@ def _run_module(name: str, reps: int, stored: bool, pin: int | None,
             cmd += ["--pin", str(pin)]
         if host_spec:
             cmd += ["--host-spec", host_spec]
+        if backend == "gpu":
+            cmd += ["--backend", "gpu", "--device", device]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 env=_child_env(default_malloc))
         current = None
@@ -256,11 +267,15 @@ def _spearman(a, b) -> float:
 
 
 def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | None, pin: int | None = None,
-                  default_malloc: bool = False) -> int:
+                  default_malloc: bool = False, backend: str = "cpu", device: str | None = None) -> int:
     from fusion_analysis import devices
 
     host_spec = None
-    if pin is None:
+    if backend == "gpu":
+        d = devices.load(device)
+        print(f"XLA:GPU, roofline for {d.name}: {d.memory_bandwidth / 1e12:.2f} TB/s, launch "
+              f"{d.launch_overhead_s * 1e6:.1f} us; each kernel's time is its device time from the trace")
+    elif pin is None:
         print(_host_line(devices.host()))
     else:
         import tempfile
@@ -279,7 +294,7 @@ def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | Non
     rhos = []
     for e in entries:
         t0 = time.perf_counter()
-        recs, harness, total = _run_module(e.name, reps, stored, pin, host_spec, default_malloc)
+        recs, harness, total = _run_module(e.name, reps, stored, pin, host_spec, default_malloc, backend, device)
         for r in recs:
             if "measured_us" in r:
                 r["net_us"] = max(r["measured_us"] - harness, 0.0)
@@ -398,7 +413,9 @@ def main() -> int:
     ap.add_argument("--stored", action="store_true", help="use the stored cpu_after_optimizations stage")
     ap.add_argument("--pin", type=int, metavar="CPU", help="--kernels: run XLA on this one CPU (no thread pool)")
     ap.add_argument("--json", metavar="PATH", help="--kernels: append one JSON line per kernel")
-    ap.add_argument("--device", default="h100", help="--xla-log: GPU target and roofline spec (default h100)")
+    ap.add_argument("--device", default=None,
+                    help="GPU roofline spec (--xla-log: also the target; default h100, or this GPU's with --backend gpu)")
+    ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu", help="--kernels: time on XLA:CPU or a real GPU")
     ap.add_argument("--show", type=int, default=10, help="--xla-log: disagreements to print")
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--host-spec", help=argparse.SUPPRESS)
@@ -406,14 +423,35 @@ def main() -> int:
                     help="--kernels: leave glibc's malloc thresholds alone (kernels then time page faults at random)")
     args = ap.parse_args()
     if args.worker:
-        return worker(args.worker, args.start, args.reps, args.stored, args.pin, args.host_spec)
+        return worker(args.worker, args.start, args.reps, args.stored, args.pin, args.host_spec, args.backend,
+                      args.device)
     if args.measure_host:
         return measure_pinned_host(args.pin, args.measure_host)
     if args.agreement:
         return agreement()
     if args.xla_log:
-        return xla_log(args.only, args.device, args.show)
-    return kernel_timing(args.only, args.reps, args.stored, args.json, args.pin, args.default_malloc)
+        return xla_log(args.only, args.device or "h100", args.show)
+    if args.backend == "gpu":
+        if args.stored or args.pin is not None:
+            ap.error("--backend gpu takes neither --stored nor --pin")
+        try:
+            gpu = _this_gpu()
+        except RuntimeError as e:
+            print(f"--backend gpu: no GPU visible to jax ({str(e).splitlines()[0][:160]})", file=sys.stderr)
+            return 2
+        args.device = args.device or gpu
+    return kernel_timing(args.only, args.reps, args.stored, args.json, args.pin, args.default_malloc,
+                         args.backend, args.device)
+
+
+def _this_gpu() -> str:
+    """The spec name for the visible GPU (``NVIDIA H200`` -> ``h200``), h100 if unknown."""
+    import jax
+
+    kind = jax.devices("gpu")[0].device_kind.lower()
+    from fusion_analysis import devices
+
+    return next((name for name in devices.GPUS if name in kind), "h100")
 
 
 if __name__ == "__main__":

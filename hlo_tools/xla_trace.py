@@ -126,3 +126,40 @@ def thunk_times(compiled, input_sets: list[list[np.ndarray]], names, *, reps: in
         raise TraceUnavailable(f"{compiled.module_name}: the profiler recorded none of its {len(wanted)} kernels "
                                f"(is this jaxlib's {compiled.backend} runtime emitting thunk TraceMe events?)")
     return {n: ThunkTiming(n, tuple(t / 1e3 for t in ts)) for n, ts in found.items()}
+
+
+def device_events(run) -> list[tuple[str, float, float]]:
+    """Like ``trace_events`` but the accelerator's planes (``/device:GPU:N``): the
+    kernels as the GPU ran them (CUPTI), not their launches on the host."""
+    profiler, profile_data = _profiler()
+    opts = profiler.ProfileOptions()
+    opts.host_tracer_level = 0
+    opts.python_tracer_level = 0
+    session = profiler.ProfilerSession(opts)
+    try:
+        run()
+    finally:
+        space = session.stop()
+    data = profile_data.ProfileData.from_serialized_xspace(space)
+    return [(ev.name, float(ev.start_ns), float(ev.start_ns + ev.duration_ns))
+            for plane in data.planes if plane.name.startswith("/device:")
+            for line in plane.lines for ev in line.events]
+
+
+def device_kernel_us(compiled, input_sets: list[list[np.ndarray]], *, reps: int = 20, warmup: int = 3) -> float:
+    """Mean GPU time per run of every kernel the executable launches (memory copies
+    left out), from the device trace. Raises ``TraceUnavailable`` without one."""
+    from .xla_bench import _Runner
+
+    runner = _Runner(compiled, input_sets)
+    for i in range(warmup):
+        runner.time_once(i % len(input_sets))
+
+    def run():
+        for i in range(reps):
+            runner.time_once(i % len(input_sets))
+
+    kernels = [(n, t0, t1) for n, t0, t1 in device_events(run) if "memcpy" not in n.lower() and "memset" not in n.lower()]
+    if not kernels:
+        raise TraceUnavailable(f"{compiled.module_name}: the device trace holds no kernel (no CUPTI tracer?)")
+    return sum(t1 - t0 for _, t0, t1 in kernels) / reps / 1e3
