@@ -103,30 +103,24 @@ def _module_kernels(entry, stored: bool, backend: str = "cpu"):
 
 
 def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> dict:
-    """Extracts, compiles and times one kernel; returns its record (times in us).
-
-    On a GPU the exact module goes in at the post-scheduler hook (XLA:GPU rejects
-    fusion bodies before layout assignment, see passes/fusion/pipeline.HOOK_STAGE)
-    and the kernel's time is its GPU time from the device trace."""
+    """Extracts, compiles (``kernels.compile_alone``) and times one kernel; returns its
+    record (times in us). On a GPU the kernel's time is its device time from the trace."""
     from fusion_analysis import kernels, roofline
     from hlo_tools.xla_bench import time_compiled
-    from hlo_tools.xla_compile import Hook, compile as xla_compile
     from hlo_tools.xla_inputs import make_inputs
     from hlo_tools.xla_trace import TraceUnavailable, device_kernel_us, thunk_times
-    from passes.fusion.pipeline import HOOK_STAGE
 
     est = roofline.estimate(kernel, cost_of, host)
     rec = {"name": kernel.name, "opcode": kernel.opcode_text, "category": est.category, "bound": est.bound,
            "predicted_us": est.time_s * 1e6, "bytes": est.bytes_accessed, "flops": est.flops}
-    exact = kernels.extract_kernel(kernel)
-    hook = Hook(lambda _module, exact=exact: exact, stage=HOOK_STAGE["gpu" if backend == "gpu" else "cpu"])
     t0 = time.perf_counter()
-    res = xla_compile(kernels.stand_in(exact), backend, "as-written", hook=hook)
+    try:
+        exact, res = kernels.compile_alone(kernel, backend)
+    except kernels.NotAlone as e:
+        rec["error"] = str(e)
+        return rec
     rec["compile_s"] = time.perf_counter() - t0
     ran = kernels.kernels_of(res.optimized_module)
-    if hook.changed != 1 or len(ran) != 1 or ran[0].opcode_text != kernel.opcode_text:
-        rec["error"] = f"XLA did not run the kernel alone: {[k.opcode_text for k in ran]}"
-        return rec
     sets = make_inputs(exact, sets=2)
     first = time_compiled(res, sets, reps=3, warmup=1).median_us
     n = max(5, min(reps, int(2e6 / max(first, 1.0))))  # at most ~2 s per kernel

@@ -218,3 +218,51 @@ def _zeros(comp: Computation, shape: Shape) -> Instruction:
     zero = comp.add_instruction(Instruction("zero", _H.CONSTANT, scalar,
                                             literal="false" if shape.element_type.value == "pred" else "0"))
     return comp.add_instruction(Instruction("zeros", _H.BROADCAST, shape, [zero], {"dimensions": "{}"}))
+
+
+class NotAlone(RuntimeError):
+    """XLA compiled an extracted kernel into something other than that one kernel."""
+
+
+def compile_alone(kernel: Instruction, backend: str = "cpu", *, target: str | None = None):
+    """Compiles ``kernel`` as its own module so that XLA runs exactly it: returns the
+    extracted module and XLA's ``CompileResult``.
+
+    The StableHLO route loses the layouts inside fusion bodies, so XLA compiles
+    ``stand_in`` (same signature) "as written" and the exact module is handed over
+    in a hook: XLA:CPU's pre-scheduler one; on XLA:GPU the post-scheduler one (it
+    rejects fusion bodies before layout assignment), with the module marked
+    scheduled (XLA:GPU also calls it for its autotuner's sub-compiles, which are left
+    alone: only a module with the kernel's signature is swapped). Raises ``NotAlone`` when the result is not that one kernel."""
+    from hlo_tools.xla_compile import Hook, compile as xla_compile
+    from passes.fusion.pipeline import HOOK_STAGE
+
+    gpu = backend != "cpu"
+    exact = extract_kernel(kernel)
+    if gpu:
+        exact.is_scheduled = True
+    want = _signature(exact)
+
+    def swap(module: Module) -> Module | None:
+        # only the stand-in itself: XLA:GPU's autotuner compiles its own sub-modules
+        # through the same hook
+        return exact if _signature(module) == want else None
+
+    hook = Hook(swap, stage=HOOK_STAGE["gpu" if gpu else "cpu"])
+    res = xla_compile(stand_in(exact), backend, "as-written", hook=hook, target=target)
+    ran = kernels_of(res.optimized_module)
+    if hook.changed != 1 or len(ran) != 1 or ran[0].opcode_text != kernel.opcode_text:
+        raise NotAlone(f"XLA did not run {kernel.name} alone: hook used {hook.changed}x, "
+                       f"kernels {[k.opcode_text for k in ran]}")
+    return exact, res
+
+
+def _signature(module: Module) -> tuple:
+    """Entry parameter and result shapes, layouts aside."""
+    def key(shape: Shape) -> tuple:
+        if shape.is_tuple:
+            return tuple(key(s) for s in shape.tuple_shapes)
+        return (str(shape.element_type), tuple(shape.dims))
+
+    params = sorted(module.entry.parameters, key=lambda p: p.parameter_number)
+    return tuple(key(p.shape) for p in params), key(module.entry.root.shape)

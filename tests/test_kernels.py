@@ -104,9 +104,9 @@ def test_extracted_kernels_run_alone_and_match_their_value_in_the_module(decode_
         probe, n = _probe(decode_cpu, k.name)
         values = run(_compile_exact(probe), make_inputs(probe)[0])
         operands, expected = values[:n], values[n]
-        alone = _compile_exact(kernels.extract_kernel(k))
+        _, alone = kernels.compile_alone(k)  # raises unless XLA runs exactly that kernel
         ran = kernels.kernels_of(alone.optimized_module)
-        assert [r.opcode_text for r in ran] == [k.opcode_text], k.name  # XLA ran exactly that kernel
+        assert [r.opcode_text for r in ran] == [k.opcode_text], k.name
         got = run(alone, operands)
         assert got[0].shape == expected.shape
         assert compare_outputs([expected], got).verdict in ("exact", "close"), k.name
@@ -186,6 +186,20 @@ def _no_deviceless_gpu() -> str | None:
         return ("jax's CUDA plugin is not installed, so there is no deviceless XLA:GPU compile and no "
                 "priority-fusion log (pip install --no-deps jax-cuda12-plugin jax-cuda12-pjrt at jaxlib's version)")
     return None
+
+
+@pytest.mark.skipif(_no_deviceless_gpu() is not None, reason=_no_deviceless_gpu() or "")
+def test_every_kernel_of_an_h100_module_compiles_alone_without_a_gpu():
+    """The GPU kernel bench's route (post-scheduler hook, scheduled module), deviceless."""
+    from hlo_tools.xla_compile import compile
+
+    entry = next(corpus.load("llama3-tiny-decode-f32"))
+    m = compile(entry.text("before_optimizations"), "gpu", "stock", target="h100").optimized_module
+    ks = kernels.kernels_of(m)
+    assert len(ks) > 20
+    for k in ks:
+        _, res = kernels.compile_alone(k, "gpu", target="h100")
+        assert [r.name for r in kernels.kernels_of(res.optimized_module)] == [k.name]
 
 
 @pytest.mark.skipif(_no_deviceless_gpu() is not None, reason=_no_deviceless_gpu() or "")
