@@ -1,21 +1,25 @@
 """Cost-model checks that are too long for the tests.
 
-    JAX_PLATFORMS=cpu .venv/bin/python bench/cost_model_accuracy.py [--kernels] [--only GLOB] [--reps N] [--stored]
+    JAX_PLATFORMS=cpu .venv/bin/python bench/cost_model_accuracy.py [--kernels] --pin 1 [--only GLOB] [--reps N] [--stored]
+    .venv/bin/python bench/cost_model_accuracy.py --backend gpu [--device h200] [--only GLOB]
     JAX_PLATFORMS=cpu .venv/bin/python bench/cost_model_accuracy.py --xla-log [--only GLOB] [--device h100]
     JAX_PLATFORMS=cpu .venv/bin/python bench/cost_model_accuracy.py --agreement
 
 ``--kernels`` (the default): every kernel of each runnable corpus module's XLA:CPU
 optimized module (``before_optimizations`` compiled with stock XLA:CPU here, or the
-stored ``cpu_after_optimizations`` stage with ``--stored``) is extracted into its
-own module (``fusion_analysis.kernels.extract_kernel``), compiled so that XLA runs
-exactly that kernel (a stand-in with the same signature, with the exact module
-handed over in XLA's pre-scheduler hook: fusion bodies keep their layouts), timed
-(median of ``--reps`` runs, minus the harness overhead: the run time of a trivial
-module), and compared with the roofline prediction for the measured host spec
-(``devices.host()``). Prints per module the kernel count, Spearman's rho between
-predicted and measured times, and the median absolute percentage error of the
-kernels measured over 50 us; then the same over all modules. Each module runs in
-a worker process, so an XLA abort on one kernel costs that kernel only.
+stored ``cpu_after_optimizations`` stage with ``--stored``) is compiled as its own
+module so that XLA runs exactly that kernel (``fusion_analysis.kernels.compile_alone``),
+timed by XLA's own per-thunk trace events (``hlo_tools.xla_trace``: no harness in the
+figure; the wall clock less the harness is printed beside it), median of ``--reps``
+runs, and compared with the roofline prediction for the measured host spec.
+``--pin CPU`` (the setting the goal is measured with) runs XLA on that one CPU and
+measures the host spec there first. The timing processes keep freed memory
+(``STEADY_MALLOC``) unless ``--default-malloc``. Prints per module the kernel count,
+Spearman's rho between predicted and measured times, and the median absolute
+percentage error of the kernels measured over 50 us and of all kernels; then the
+same pooled, at other floors, and by kernel class. Each module runs in a worker
+process, so an XLA abort on one kernel costs that kernel only. ``--backend gpu``
+does the same on a GPU with that GPU's spec (device time from the trace).
 
 ``--xla-log``: XLA:GPU's priority-fusion log from a deviceless compile of each
 module's ``before_optimizations`` (``fusion_analysis.xla_fusion_log``); prints how
