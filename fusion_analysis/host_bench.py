@@ -108,34 +108,37 @@ def bandwidth_curve(launch_s: float, sizes: tuple[int, ...] = CURVE_BYTES) -> tu
     return tuple((float(size), size / max(us[size] * 1e-6 - launch_s, 0.5 * us[size] * 1e-6)) for size in sizes)
 
 
-def vector_rate(n: int = 8192, steps: int = 16) -> float:
-    """flop/s of a fused elementwise chain: ``x = x * 0.5 + 0.25`` ``steps`` times
-    (two flops a step) on f32[n] (64 KiB: cache-resident)."""
-    body = [f"%h = f32[] constant(0.5)", f"%q = f32[] constant(0.25)",
-            f"%hb = f32[{n}]{{0}} broadcast(%h), dimensions={{}}", f"%qb = f32[{n}]{{0}} broadcast(%q), dimensions={{}}"]
+def _two_op_chain(name: str, n: int, steps: int, first: str, second: str, setup: list[str]) -> str:
+    """A module applying ``first`` then ``second`` (templates on ``{x}``) ``steps``
+    times to its f32[n] parameter: one loop fusion once XLA has fused it."""
+    body = list(setup)
     prev = "%p0"
     for i in range(steps):
-        body.append(f"%m{i} = f32[{n}]{{0}} multiply({prev}, %hb)")
-        body.append(f"%a{i} = f32[{n}]{{0}} add(%m{i}, %qb)")
-        prev = f"%a{i}"
+        body.append(f"%first{i} = f32[{n}]{{0}} " + first.format(x=prev))
+        body.append(f"%second{i} = f32[{n}]{{0}} " + second.format(x=f"%first{i}"))
+        prev = f"%second{i}"
     last = body.pop().split(" = ", 1)[1]
-    text = _hlo("vector_rate", n, body, f"%out = {last}")
-    us = best_of_passes({0: (text, [(n,)])}, {0: 50})[0]
-    return 2 * steps * n / (us * 1e-6)
+    return _hlo(name, n, body, f"%out = {last}")
+
+
+def _one_kernel_us(text: str, n: int) -> float:
+    return best_of_passes({0: (text, [(n,)])}, {0: 50})[0]
+
+
+def vector_rate(n: int = 8192, steps: int = 16) -> float:
+    """flop/s of a fused elementwise chain: ``x = x * 0.5 + 0.25`` ``steps`` times
+    (two flops a step) on f32[n] (32 KiB: cache-resident)."""
+    setup = ["%h = f32[] constant(0.5)", "%q = f32[] constant(0.25)",
+             f"%hb = f32[{n}]{{0}} broadcast(%h), dimensions={{}}", f"%qb = f32[{n}]{{0}} broadcast(%q), dimensions={{}}"]
+    text = _two_op_chain("vector_rate", n, steps, "multiply({x}, %hb)", "add({x}, %qb)", setup)
+    return 2 * steps * n / (_one_kernel_us(text, n) * 1e-6)
 
 
 def transcendental_rate(vector_flops: float, n: int = 8192, steps: int = 8) -> float:
     """transcendentals/s of ``x = exp(-x)`` ``steps`` times on f32[n], with the
     negates' time at ``vector_flops`` taken out."""
-    body = []
-    prev = "%p0"
-    for i in range(steps):
-        body.append(f"%n{i} = f32[{n}]{{0}} negate({prev})")
-        body.append(f"%e{i} = f32[{n}]{{0}} exponential(%n{i})")
-        prev = f"%e{i}"
-    last = body.pop().split(" = ", 1)[1]
-    text = _hlo("transcendental_rate", n, body, f"%out = {last}")
-    us = best_of_passes({0: (text, [(n,)])}, {0: 50})[0]
+    text = _two_op_chain("transcendental_rate", n, steps, "negate({x})", "exponential({x})", [])
+    us = _one_kernel_us(text, n)
     seconds = max(us * 1e-6 - steps * n / vector_flops, 0.1 * us * 1e-6)
     return steps * n / seconds
 

@@ -52,9 +52,8 @@ def _profiler():
     return _profiler, _profile_data
 
 
-def trace_events(run, *, host_tracer_level: int = 2) -> list[tuple[str, float, float]]:
-    """Calls ``run()`` under the profiler; returns its host events as
-    ``(name, start_ns, end_ns)``, all threads merged."""
+def _profile(run, *, host_tracer_level: int):
+    """Calls ``run()`` under jaxlib's profiler; returns the captured ProfileData."""
     profiler, profile_data = _profiler()
     opts = profiler.ProfileOptions()
     opts.host_tracer_level = host_tracer_level
@@ -64,15 +63,33 @@ def trace_events(run, *, host_tracer_level: int = 2) -> list[tuple[str, float, f
         run()
     finally:
         space = session.stop()
-    data = profile_data.ProfileData.from_serialized_xspace(space)
-    events = []
-    for plane in data.planes:
-        if not plane.name.startswith("/host:"):
-            continue
-        for line in plane.lines:
-            for ev in line.events:
-                events.append((ev.name, float(ev.start_ns), float(ev.start_ns + ev.duration_ns)))
-    return events
+    return profile_data.ProfileData.from_serialized_xspace(space)
+
+
+def _events(data, plane_prefix: str) -> list[tuple[str, float, float]]:
+    return [(ev.name, float(ev.start_ns), float(ev.start_ns + ev.duration_ns))
+            for plane in data.planes if plane.name.startswith(plane_prefix)
+            for line in plane.lines for ev in line.events]
+
+
+def trace_events(run, *, host_tracer_level: int = 2) -> list[tuple[str, float, float]]:
+    """Calls ``run()`` under the profiler; returns its host events as
+    ``(name, start_ns, end_ns)``, all threads merged."""
+    return _events(_profile(run, host_tracer_level=host_tracer_level), "/host:")
+
+
+def _runs(compiled, input_sets: list[list[np.ndarray]], reps: int, warmup: int):
+    """``warmup`` untraced runs now; returns the function doing the ``reps`` traced ones."""
+    from .xla_bench import _Runner
+
+    runner = _Runner(compiled, input_sets)
+    for i in range(warmup):
+        runner.time_once(i % len(input_sets))
+
+    def run():
+        for i in range(reps):
+            runner.time_once(i % len(input_sets))
+    return run
 
 
 def spans(events: list[tuple[str, float, float]], names: set[str] | None = None) -> dict[str, list[float]]:
@@ -110,16 +127,7 @@ def thunk_times(compiled, input_sets: list[list[np.ndarray]], names, *, reps: in
     """Runs ``compiled`` ``reps`` times under the profiler (after ``warmup`` untraced
     runs) and returns each of ``names`` (the kernels to look for) with its run
     times. Raises ``TraceUnavailable`` when the trace holds none of them."""
-    from .xla_bench import _Runner
-
-    runner = _Runner(compiled, input_sets)
-    for i in range(warmup):
-        runner.time_once(i % len(input_sets))
-
-    def run():
-        for i in range(reps):
-            runner.time_once(i % len(input_sets))
-
+    run = _runs(compiled, input_sets, reps, warmup)
     wanted = set(names)
     found = spans(trace_events(run), wanted)
     if not found:
@@ -131,34 +139,13 @@ def thunk_times(compiled, input_sets: list[list[np.ndarray]], names, *, reps: in
 def device_events(run) -> list[tuple[str, float, float]]:
     """Like ``trace_events`` but the accelerator's planes (``/device:GPU:N``): the
     kernels as the GPU ran them (CUPTI), not their launches on the host."""
-    profiler, profile_data = _profiler()
-    opts = profiler.ProfileOptions()
-    opts.host_tracer_level = 0
-    opts.python_tracer_level = 0
-    session = profiler.ProfilerSession(opts)
-    try:
-        run()
-    finally:
-        space = session.stop()
-    data = profile_data.ProfileData.from_serialized_xspace(space)
-    return [(ev.name, float(ev.start_ns), float(ev.start_ns + ev.duration_ns))
-            for plane in data.planes if plane.name.startswith("/device:")
-            for line in plane.lines for ev in line.events]
+    return _events(_profile(run, host_tracer_level=0), "/device:")
 
 
 def device_kernel_us(compiled, input_sets: list[list[np.ndarray]], *, reps: int = 20, warmup: int = 3) -> float:
     """Mean GPU time per run of every kernel the executable launches (memory copies
     left out), from the device trace. Raises ``TraceUnavailable`` without one."""
-    from .xla_bench import _Runner
-
-    runner = _Runner(compiled, input_sets)
-    for i in range(warmup):
-        runner.time_once(i % len(input_sets))
-
-    def run():
-        for i in range(reps):
-            runner.time_once(i % len(input_sets))
-
+    run = _runs(compiled, input_sets, reps, warmup)
     kernels = [(n, t0, t1) for n, t0, t1 in device_events(run) if "memcpy" not in n.lower() and "memset" not in n.lower()]
     if not kernels:
         raise TraceUnavailable(f"{compiled.module_name}: the device trace holds no kernel (no CUPTI tracer?)")
