@@ -106,9 +106,10 @@ def _module_kernels(entry, stored: bool, backend: str = "cpu"):
     return m, kernels.kernels_of(m)
 
 
-def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> dict:
+def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> tuple[dict, object]:
     """Extracts, compiles (``kernels.compile_alone``) and times one kernel; returns its
-    record (times in us). On a GPU the kernel's time is its device time from the trace."""
+    record (times in us) and a function that traces it once more (None when it could
+    not be traced). On a GPU the kernel's time is its device time from the trace."""
     from fusion_analysis import kernels, roofline
     from hlo_tools.xla_bench import time_compiled
     from hlo_tools.xla_inputs import make_inputs
@@ -122,7 +123,7 @@ def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> dict:
         exact, res = kernels.compile_alone(kernel, backend)
     except kernels.NotAlone as e:
         rec["error"] = str(e)
-        return rec
+        return rec, None
     rec["compile_s"] = time.perf_counter() - t0
     ran = kernels.kernels_of(res.optimized_module)
     sets = make_inputs(exact, sets=2)
@@ -130,15 +131,37 @@ def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> dict:
     n = max(5, min(reps, int(2e6 / max(first, 1.0))))  # at most ~2 s per kernel
     t = time_compiled(res, sets, reps=n, warmup=2)
     rec["measured_us"], rec["p10_us"], rec["reps"] = t.median_us, t.p10_us, n
-    try:  # the kernel's own time: XLA's trace event for its thunk (GPU: its device time), no harness
+
+    def trace_pass() -> tuple[float, float]:
+        """The kernel's own time: XLA's trace event for its thunk (GPU: its device
+        time), no harness; (median, p10) over ``n`` runs."""
         if backend == "gpu":
-            rec["trace_us"] = rec["trace_p10_us"] = device_kernel_us(res, sets, reps=n, warmup=1)
-        else:
-            tt = thunk_times(res, sets, [ran[0].name], reps=n, warmup=1)[ran[0].name]
-            rec["trace_us"], rec["trace_p10_us"] = tt.median_us, tt.p10_us
+            us = device_kernel_us(res, sets, reps=n, warmup=1)
+            return us, us
+        tt = thunk_times(res, sets, [ran[0].name], reps=n, warmup=1)[ran[0].name]
+        return tt.median_us, tt.p10_us
+
+    try:
+        _add_pass(rec, trace_pass())
     except TraceUnavailable as e:
         rec["trace_error"] = str(e)[:200]
-    return rec
+        return rec, None
+    return rec, trace_pass
+
+
+#: trace passes over a module's kernels: all kernels once, then again. A slow spell
+#: of this VM (seconds long; it can make a kernel's whole 30-run median 4x slow)
+#: then hits one pass of a kernel, and the median over passes drops it.
+TRACE_PASSES = 3
+
+
+def _add_pass(rec: dict, times: tuple[float, float]) -> None:
+    import statistics
+
+    rec.setdefault("trace_passes", []).append(times[0])
+    rec.setdefault("trace_p10_passes", []).append(times[1])
+    rec["trace_us"] = statistics.median(rec["trace_passes"])
+    rec["trace_p10_us"] = statistics.median(rec["trace_p10_passes"])
 
 
 def measure_pinned_host(pin: int, out: str) -> int:
@@ -169,14 +192,29 @@ def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = Non
     overhead = harness_overhead(reps=400, backend=backend)["trivial_median_us"]
     print(json.dumps({"event": "module", "kernels": len(ks), "harness_us": overhead}),
           flush=True)
+    again = []
     for i in range(start, len(ks)):
         print(json.dumps({"event": "start", "i": i}), flush=True)
         try:
-            rec = time_kernel(ks[i], by_name[ks[i].name], host, reps, backend)
+            rec, trace_pass = time_kernel(ks[i], by_name[ks[i].name], host, reps, backend)
         except Exception as e:  # noqa: BLE001 - one kernel's failure is reported, the rest still run
-            rec = {"name": ks[i].name, "opcode": ks[i].opcode_text, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+            rec, trace_pass = {"name": ks[i].name, "opcode": ks[i].opcode_text,
+                               "error": f"{type(e).__name__}: {str(e)[:200]}"}, None
         rec.update(event="kernel", i=i)
         print(json.dumps(rec), flush=True)
+        if trace_pass is not None:
+            again.append((rec, trace_pass))
+    print(json.dumps({"event": "start", "i": None}), flush=True)  # kernels done: later passes only
+    for _ in range(TRACE_PASSES - 1):
+        for rec, trace_pass in again:
+            try:
+                _add_pass(rec, trace_pass())
+            except Exception:  # noqa: BLE001 - the first pass stands
+                continue
+    for rec, _ in again:
+        print(json.dumps({"event": "update", "i": rec["i"], "trace_us": rec["trace_us"],
+                          "trace_p10_us": rec["trace_p10_us"], "trace_passes": rec["trace_passes"],
+                          "trace_p10_passes": rec["trace_p10_passes"]}), flush=True)
     return 0
 
 
@@ -217,6 +255,10 @@ def _run_module(name: str, reps: int, stored: bool, pin: int | None, host_spec: 
             elif msg["event"] == "kernel":
                 records.append(msg)
                 current = None
+            elif msg["event"] == "update":
+                for r in records:
+                    if r.get("i") == msg["i"] and "error" not in r:
+                        r.update({k: v for k, v in msg.items() if k.startswith("trace")})
         rc = proc.wait()
         if rc == 0 or current is None:
             if rc != 0 and not records:
