@@ -80,6 +80,10 @@ def verify(module: Module, *, raise_on_error: bool = True) -> list[str]:
     return [p[0] for p in problems]
 
 
+#: names XLA's parser takes for element types (checked against it: "tuple" is not one)
+_TYPE_NAMES = frozenset(t.value for t in PrimitiveType) - {"tuple"}
+
+
 def _verify_computation(module: Module, comp: Computation, comps: set[int], bad) -> None:
     members = set()
     count = 0
@@ -90,6 +94,10 @@ def _verify_computation(module: Module, comp: Computation, comps: set[int], bad)
             bad(f"%{instr.name} is listed in %{comp.name} but its parent is {instr.parent and instr.parent.name}", comp, instr)
         if comp.get_instruction(instr.name) is not instr:
             bad(f"%{instr.name} is not registered under its name in %{comp.name}", comp, instr)
+        if instr.name in _TYPE_NAMES:
+            # HloInstruction::SetAndSanitizeName renames these, so XLA's parser rejects them
+            bad(f"%{instr.name}: an element type's name cannot name an instruction (XLA's parser rejects it; "
+                f"rename it, e.g. %{instr.name}_)", comp, instr)
     if count != comp.instruction_count:
         bad(f"%{comp.name} counts {comp.instruction_count} instructions but lists {count}", comp)
     if comp.root is None or id(comp.root) not in members:

@@ -238,18 +238,18 @@ ENTRY e {
   g1 = f32[16]{0} parameter(3)
   lr = f32[] constant(0.1)
   l = f32[16]{0} broadcast(lr), dimensions={}
-  s0 = f32[16]{0} multiply(g0, l)
-  u0 = f32[16]{0} subtract(w0, s0)
-  s1 = f32[16]{0} multiply(g1, l)
-  u1 = f32[16]{0} subtract(w1, s1)
-  ROOT t = (f32[16]{0}, f32[16]{0}) tuple(u0, u1)
+  sc0 = f32[16]{0} multiply(g0, l)
+  up0 = f32[16]{0} subtract(w0, sc0)
+  sc1 = f32[16]{0} multiply(g1, l)
+  up1 = f32[16]{0} subtract(w1, sc1)
+  ROOT t = (f32[16]{0}, f32[16]{0}) tuple(up0, up1)
 }
 """)
     PassManager(passes_of("producer-consumer-fusion,horizontal-fusion,dce")).run(module)
     hlo_tools.verify(module)
     # two SGD updates, each one loop fusion after producer-consumer (the broadcast
     # duplicated into both), then one kernel: a 2-output loop fusion
-    assert _fusions(module) == {"horizontal_fusion": ["l", "l.dup", "lr", "lr.dup", "s0", "s1", "u0", "u1"]}
+    assert _fusions(module) == {"horizontal_fusion": ["l", "l.dup", "lr", "lr.dup", "sc0", "sc1", "up0", "up1"]}
     assert [i.opcode_text for i in module.entry if i.opcode is not HloOpcode.PARAMETER] == [
         "fusion", "get-tuple-element", "get-tuple-element", "tuple"]
 

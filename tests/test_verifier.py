@@ -115,3 +115,18 @@ def test_conformance_modules_verify():
     test expects to fail (async-op checks newer than jaxlib's parser)."""
     failing = {p.name for p in accepted_modules() if verify(hlo_tools.parse(p.read_text()), raise_on_error=False)}
     assert failing <= {"hlo_parser_test_0282.hlo", "hlo_parser_test_0283.hlo", "hlo_parser_test_0286.hlo"}
+
+
+@pytest.mark.parametrize("name", ["s1", "u4", "pred", "f32", "bf16", "f8e4m3fn", "token", "opaque", "tuple", "s33", "f32x", "x"])
+def test_instruction_named_like_an_element_type_is_what_xla_rejects(name):
+    """The verifier flags exactly the names XLA's parser rejects (it sanitizes them)."""
+    from hlo_tools.xla import XlaCompileError, proto_from_text
+
+    text = f"HloModule m\n\nENTRY e {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT {name} = f32[4]{{0}} negate(p)\n}}\n"
+    ours = verify(hlo_tools.parse(text), raise_on_error=False)
+    try:
+        proto_from_text(text, "m")
+        xla_rejects = False
+    except XlaCompileError:
+        xla_rejects = True
+    assert bool(ours) == xla_rejects, (name, ours)
