@@ -181,19 +181,27 @@ def _run_pool(tasks: list[Task], device: str, cache_dir: str | None, jobs: int, 
             on_done(f.result())
 
 
-def _run_ray(tasks: list[Task], device: str, cache_dir: str | None, address: str | None, on_done: Callable) -> None:
+def _run_ray(tasks: list[Task], device: str, cache_dir: str | None, address: str | None, jobs: int,
+             on_done: Callable) -> None:
+    """Runs the tasks as Ray tasks; a local cluster started here gets ``jobs`` CPUs and is shut down after."""
     try:
         import ray
     except ImportError as e:
         raise RuntimeError("--ray needs the `ray` package: pip install 'hlo-pass-lab[ray]'") from e
-    if not ray.is_initialized():
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
-    remote = ray.remote(analyze_task)
-    pending = [remote.remote(t, device, cache_dir) for t in tasks]
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        for ref in done:
-            on_done(ray.get(ref))
+    started = not ray.is_initialized()
+    if started:
+        local = {} if address else {"num_cpus": jobs, "include_dashboard": False}
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, **local)
+    try:
+        remote = ray.remote(analyze_task)
+        pending = [remote.remote(t, device, cache_dir) for t in tasks]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                on_done(ray.get(ref))
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def scan(source: str | Path | None, out_dir: str | Path, *, device: str = "h100", jobs: int | None = None,
@@ -228,7 +236,7 @@ def scan(source: str | Path | None, out_dir: str | Path, *, device: str = "h100"
 
     try:
         if use_ray:
-            _run_ray(tasks, device, cache_dir, ray_address, on_done)
+            _run_ray(tasks, device, cache_dir, ray_address, jobs, on_done)
         else:
             _run_pool(tasks, device, cache_dir, jobs, on_done)
     finally:

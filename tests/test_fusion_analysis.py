@@ -178,11 +178,20 @@ def test_discover_bundled_corpus_and_stage_filter():
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (optional extra)")
 @needs_corpus
 def test_scan_on_ray(tmp_path):
-    folder = tmp_path / "one"
+    """The Ray engine gives the process pool's report, errors included, on a local cluster it starts and stops."""
+    import ray
+
+    folder = tmp_path / "two"
     folder.mkdir()
     shutil.copy(next(corpus.load("llama3-tiny-decode-f32")).path("cpu_after_optimizations"), folder / "d.hlo.gz")
-    r = scan.scan(folder, tmp_path / "rep", use_ray=True, progress=False)
-    assert r["engine"] == "ray" and r["modules_scanned"] == 1
+    (folder / "bad.hlo").write_text("HloModule x\nENTRY e {\n  ROOT r = f32[] frob()\n}\n")
+    r = scan.scan(folder, tmp_path / "ray", use_ray=True, jobs=2, progress=False, cache=False)
+    p = scan.scan(folder, tmp_path / "pool", jobs=2, progress=False, cache=False)
+    assert r["engine"] == "ray" and p["engine"] == "process-pool" and not ray.is_initialized()
+    assert r["modules_scanned"] == p["modules_scanned"] == 1
+    assert [e["label"] for e in r["errors"]] == [e["label"] for e in p["errors"]] == ["bad.hlo"]
+    assert r["top_opportunities"] == p["top_opportunities"] and r["top_opportunities"]
+    assert r["patterns"] == p["patterns"]
 
 
 # -- CLI -----------------------------------------------------------------------
