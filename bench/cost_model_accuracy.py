@@ -38,6 +38,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -135,7 +136,7 @@ def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> tuple
     def trace_pass() -> tuple[float, float]:
         """The kernel's own time: XLA's trace event for its thunk (GPU: its device
         time), no harness; (median, p10) over ``n`` runs."""
-        if backend == "gpu":
+        if backend == "gpu":  # the device trace gives a mean over the runs: it stands for both
             us = device_kernel_us(res, sets, reps=n, warmup=1)
             return us, us
         tt = thunk_times(res, sets, [ran[0].name], reps=n, warmup=1)[ran[0].name]
@@ -240,8 +241,8 @@ def _run_module(name: str, reps: int, stored: bool, pin: int | None, host_spec: 
             cmd += ["--host-spec", host_spec]
         if backend == "gpu":
             cmd += ["--backend", "gpu", "--device", device]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env=_child_env(default_malloc))
+        err = tempfile.TemporaryFile("w+")  # its last lines name a start-up failure
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=_child_env(default_malloc))
         current = None
         for line in proc.stdout:
             try:
@@ -262,8 +263,12 @@ def _run_module(name: str, reps: int, stored: bool, pin: int | None, host_spec: 
         rc = proc.wait()
         if rc == 0 or current is None:
             if rc != 0 and not records:
-                records.append({"name": name, "error": f"worker exited with {rc} before any kernel"})
+                err.seek(0)
+                tail = " | ".join(err.read().strip().splitlines()[-3:])[-300:]
+                records.append({"name": name, "error": f"worker exited with {rc} before any kernel: {tail}"})
+            err.close()
             return records, harness, total
+        err.close()
         records.append({"i": current, "name": f"#{current}", "error": f"XLA aborted (exit {rc})"})
         start = current + 1
 
@@ -311,8 +316,16 @@ def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | Non
     from fusion_analysis import devices
 
     host_spec = None
+    entries = [e for e in corpus.load() if e.runnable and not e.sharded and _selected(e.name, only)]
+    if not entries:
+        print(f"no runnable, unsharded corpus module matches {only!r}", file=sys.stderr)
+        return 2
     if backend == "gpu":
-        d = devices.load(device)
+        try:
+            d = devices.load(device)
+        except (OSError, ValueError) as e:
+            print(f"--device {device}: {e}", file=sys.stderr)
+            return 2
         print(f"XLA:GPU, roofline for {d.name}: {d.memory_bandwidth / 1e12:.2f} TB/s, launch "
               f"{d.launch_overhead_s * 1e6:.1f} us; each kernel's time is its device time from the trace")
     elif pin is None:
@@ -324,10 +337,6 @@ def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | Non
         subprocess.run([sys.executable, __file__, "--measure-host", host_spec, "--pin", str(pin)], check=True,
                        env=_child_env(default_malloc))
         print(f"pinned to CPU {pin}, whose spec was measured there: " + _host_line(devices.load(host_spec)))
-    entries = [e for e in corpus.load() if e.runnable and not e.sharded and _selected(e.name, only)]
-    if not entries:
-        print(f"no runnable, unsharded corpus module matches {only!r}", file=sys.stderr)
-        return 2
     print(f"{'module':32s} {'kernels':>7s} {'failed':>6s} {'rho':>6s} {'MAPE>50us':>9s} {'n>50us':>6s} "
           f"{'MAPE all':>8s} {'pred ms':>8s} {'meas ms':>8s}  wall-clock less harness: rho, MAPE>50us (n)")
     pooled: list[dict] = []
@@ -357,6 +366,9 @@ def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | Non
             with open(json_out, "a") as fh:
                 for r in recs:
                     fh.write(json.dumps({"module": e.name, **r}) + "\n")
+    if not pooled:
+        print("\nno kernel was timed: see the errors above", file=sys.stderr)
+        return 1
     _summary(pooled, rhos)
     return 0
 
@@ -480,18 +492,29 @@ def main() -> int:
             print(f"--backend gpu: no GPU visible to jax ({str(e).splitlines()[0][:160]})", file=sys.stderr)
             return 2
         args.device = args.device or gpu
+    elif args.pin is not None and args.pin not in os.sched_getaffinity(0):
+        ap.error(f"--pin {args.pin}: this process may run on CPUs {sorted(os.sched_getaffinity(0))}")
+    if args.json:
+        try:
+            open(args.json, "a").close()
+        except OSError as e:
+            ap.error(f"--json {args.json}: {e.strerror}")
     return kernel_timing(args.only, args.reps, args.stored, args.json, args.pin, args.default_malloc,
                          args.backend, args.device)
 
 
 def _this_gpu() -> str:
-    """The spec name for the visible GPU (``NVIDIA H200`` -> ``h200``), h100 if unknown."""
+    """The spec name for the visible GPU (``NVIDIA H200`` -> ``h200``), h100 (with a
+    warning) if we have no spec for it."""
     import jax
 
-    kind = jax.devices("gpu")[0].device_kind.lower()
+    kind = jax.devices("gpu")[0].device_kind
     from fusion_analysis import devices
 
-    return next((name for name in devices.GPUS if name in kind), "h100")
+    name = next((n for n in devices.GPUS if n in kind.lower()), None)
+    if name is None:
+        print(f"warning: no spec for {kind!r}; the roofline uses h100's (pass --device SPEC.json)", file=sys.stderr)
+    return name or "h100"
 
 
 if __name__ == "__main__":

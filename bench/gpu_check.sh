@@ -3,7 +3,7 @@
 # timings, the fusion pipeline against stock XLA:GPU, and the cost model's kernel
 # timings, each as a short table.  Installs nothing.  On a
 # machine without a GPU it says "no GPU" and exits 0.
-set -u
+set -u -o pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-}"
 if [ -z "$PY" ]; then

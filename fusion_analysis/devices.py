@@ -12,7 +12,7 @@ import math
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -92,6 +92,10 @@ class Device:
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown device spec fields: {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})")
+        required = {n for n, f in cls.__dataclass_fields__.items()
+                    if f.default is MISSING and f.default_factory is MISSING}
+        if missing := required - set(d):
+            raise ValueError(f"device spec lacks the fields: {', '.join(sorted(missing))}")
         return cls(**{k: dict(v) if isinstance(v, Mapping) else v for k, v in d.items()})
 
 
@@ -197,14 +201,20 @@ def measure_host(*, seconds: float = 0.6) -> Device:
     return Device(
         name="host", kind="cpu", peak_flops={"f32": gemm, "bf16": gemm / 2, "f16": gemm / 2, "f64": gemm / 2},
         memory_bandwidth=bandwidth, bandwidth_curve=curve, **xla_figures,
-        sms=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+        sms=_usable_cpus(),
         source=f"measured on {platform.node()} ({os.cpu_count()} CPUs) by fusion_analysis.devices.measure_host",
         extra={"spec_version": HOST_SPEC_VERSION},
     )
 
 
+def _usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def host_cache_path() -> Path:
-    return CACHE_DIR / f"host_spec_{platform.node() or 'host'}_{os.cpu_count()}.json"
+    """Keyed by the CPUs this process may use: a spec measured under ``taskset`` is
+    not one for the whole machine, nor the reverse."""
+    return CACHE_DIR / f"host_spec_{platform.node() or 'host'}_{_usable_cpus()}.json"
 
 
 def host(*, remeasure: bool = False) -> Device:

@@ -22,6 +22,7 @@ from typing import Mapping
 
 from hlo_tools.ir import Instruction
 from hlo_tools.opcode import ELEMENTWISE, HloOpcode
+from .cost import TRANSCENDENTAL_OPS, CostAnalysis
 
 _H = HloOpcode
 
@@ -29,7 +30,7 @@ N = 8192  # elements per micro-kernel: 32 KiB of f32, cache-resident
 STEPS = 16
 
 #: opcode -> (the step applied to %y, a helper step before it or None). ``%q`` is
-#: a second parameter in [0.5, 1.5], ``%c`` a small constant, ``%one`` 1.0001.
+#: a second parameter in [0.5, 1.0], ``%c`` a small constant, ``%one`` 1.0001.
 #: Each chain keeps its values in a normal float range (no inf, NaN or denormals,
 #: which take other paths) and survives XLA's algebraic simplifier (which folds
 #: ``negate(negate(y))``, ``max(max(y, c), c)``, ``a / (b / y)``, turns a divide by a
@@ -143,11 +144,10 @@ def _body(kernel: Instruction) -> list[Instruction] | None:
 def compute_seconds(kernel: Instruction, profile: Mapping[str, float], vector_flops: float,
                     transcendentals_per_s: float) -> float | None:
     """The kernel's compute time from ``profile`` (see the module docstring)."""
-    from .cost import TRANSCENDENTAL_OPS
-
     body = _body(kernel)
     if body is None:
         return None
+    others = None  # XLA's counts for the ops not profiled here (scatter, sort, reduce-window ...)
     total = 0.0
     for i in body:
         op = i.opcode
@@ -160,4 +160,8 @@ def compute_seconds(kernel: Instruction, profile: Mapping[str, float], vector_fl
             if per is None:
                 per = 1.0 / (transcendentals_per_s if op in TRANSCENDENTAL_OPS else vector_flops)
             total += _elements(i) * per
+        elif op is not _H.COPY:
+            others = others or CostAnalysis(None)
+            p = others.instruction(i)
+            total += p.flops / vector_flops + p.trans / transcendentals_per_s
     return total

@@ -52,24 +52,33 @@ def _profiler():
     return _profiler, _profile_data
 
 
-def _profile(run, *, host_tracer_level: int):
-    """Calls ``run()`` under jaxlib's profiler; returns the captured ProfileData."""
+def _profile(run, *, host_tracer_level: int, strict: bool = False):
+    """Calls ``run()`` under jaxlib's profiler; returns the captured ProfileData.
+    ``strict`` asks the profiler to fail when a tracer (CUPTI) cannot start,
+    where this jaxlib has that option."""
     profiler, profile_data = _profiler()
     opts = profiler.ProfileOptions()
     opts.host_tracer_level = host_tracer_level
     opts.python_tracer_level = 0
+    if strict and hasattr(opts, "raise_error_on_start_failure"):
+        opts.raise_error_on_start_failure = True
     session = profiler.ProfilerSession(opts)
     try:
         run()
-    finally:
-        space = session.stop()
+    except BaseException:
+        try:
+            session.stop()
+        except Exception:  # the run's error is the one to report
+            pass
+        raise
+    space = session.stop()
     return profile_data.ProfileData.from_serialized_xspace(space)
 
 
-def _events(data, plane_prefix: str) -> list[tuple[str, float, float]]:
+def _events(data, plane_prefix: str, line_prefix: str = "") -> list[tuple[str, float, float]]:
     return [(ev.name, float(ev.start_ns), float(ev.start_ns + ev.duration_ns))
             for plane in data.planes if plane.name.startswith(plane_prefix)
-            for line in plane.lines for ev in line.events]
+            for line in plane.lines if line.name.startswith(line_prefix) for ev in line.events]
 
 
 def trace_events(run, *, host_tracer_level: int = 2) -> list[tuple[str, float, float]]:
@@ -137,16 +146,32 @@ def thunk_times(compiled, input_sets: list[list[np.ndarray]], names, *, reps: in
 
 
 def device_events(run) -> list[tuple[str, float, float]]:
-    """Like ``trace_events`` but the accelerator's planes (``/device:GPU:N``): the
-    kernels as the GPU ran them (CUPTI), not their launches on the host."""
-    return _events(_profile(run, host_tracer_level=0), "/device:")
+    """Like ``trace_events`` but the GPU planes' stream lines (``/device:GPU:N``,
+    ``Stream #K``): the work as the GPU ran it (CUPTI), not its launches on the
+    host, and not the collector's own lines (CUPTI overhead, graph metadata)."""
+    return _events(_profile(run, host_tracer_level=0, strict=True), "/device:GPU:", "Stream")
+
+
+# Transfers between host and device: the harness's argument and result copies, not
+# the executable's work.  A device-to-device memcpy stays: XLA:GPU runs a copy
+# between equal layouts as one.
+_HOST_TRANSFER = ("h2d", "d2h", "htod", "dtoh", "hosttodevice", "devicetohost")
+
+
+def _is_host_transfer(name: str) -> bool:
+    n = name.lower().replace(" ", "").replace("_", "")
+    return "memcpy" in n and any(k in n for k in _HOST_TRANSFER)
 
 
 def device_kernel_us(compiled, input_sets: list[list[np.ndarray]], *, reps: int = 20, warmup: int = 3) -> float:
-    """Mean GPU time per run of every kernel the executable launches (memory copies
-    left out), from the device trace. Raises ``TraceUnavailable`` without one."""
+    """Mean GPU time per run of the executable's device work (kernels, memsets and
+    device-to-device copies; host transfers left out), from the device trace.
+    Raises ``TraceUnavailable`` when the trace holds none."""
     run = _runs(compiled, input_sets, reps, warmup)
-    kernels = [(n, t0, t1) for n, t0, t1 in device_events(run) if "memcpy" not in n.lower() and "memset" not in n.lower()]
-    if not kernels:
-        raise TraceUnavailable(f"{compiled.module_name}: the device trace holds no kernel (no CUPTI tracer?)")
-    return sum(t1 - t0 for _, t0, t1 in kernels) / reps / 1e3
+    events = device_events(run)
+    work = [(n, t0, t1) for n, t0, t1 in events if not _is_host_transfer(n)]
+    if not work:
+        what = "only host transfers" if events else "no GPU stream events"
+        raise TraceUnavailable(f"{compiled.module_name}: the device trace holds {what} "
+                               "(is CUPTI available? jaxlib loads libcupti from the CUDA install)")
+    return sum(t1 - t0 for _, t0, t1 in work) / reps / 1e3

@@ -86,6 +86,27 @@ def test_compute_seconds_sums_the_profile_over_a_fusion_body():
     assert op_profile.compute_seconds(dot.entry.root, profile, 1e9, 1e8) is None  # matmuls keep the GEMM rate
 
 
+def test_compute_seconds_charges_unprofiled_ops_their_xla_flops():
+    """A scatter is neither elementwise nor a reduce: its combiner's flops, as XLA
+    counts them, run at the vector rate rather than for free."""
+    m = hlo_tools.parse(
+        "HloModule s\n\n%add {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
+        "  ROOT %s = f32[] add(%x, %y)\n}\n\nENTRY %e {\n  %o = f32[64,8]{1,0} parameter(0)\n"
+        "  %i = s32[16,1]{1,0} parameter(1)\n  %u = f32[16,8]{1,0} parameter(2)\n"
+        "  ROOT %r = f32[64,8]{1,0} scatter(%o, %i, %u), update_window_dims={1}, inserted_window_dims={0},"
+        " scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add\n}\n")
+    flops = cost.CostAnalysis(m).instruction(m.entry.root).flops
+    assert flops == 16 * 8
+    assert op_profile.compute_seconds(m.entry.root, {}, 1e9, 1e8) == pytest.approx(flops / 1e9)
+
+
+def test_host_transfers_are_not_device_work():
+    from hlo_tools.xla_trace import _is_host_transfer
+
+    assert _is_host_transfer("MemcpyH2D") and _is_host_transfer("MemcpyDtoH") and _is_host_transfer("Memcpy HtoD")
+    assert not any(map(_is_host_transfer, ("MemcpyD2D", "Memset", "loop_add_fusion", "gemm_fusion_dot")))
+
+
 # -- devices: bandwidth curve, cache ------------------------------------------------
 def test_bandwidth_curve_interpolates_in_log_bytes_and_holds_at_the_ends():
     d = devices.Device(name="t", kind="cpu", peak_flops={"f32": 1e11}, vector_flops=1e10, transcendentals_per_s=1e9,
