@@ -241,34 +241,32 @@ def _run_module(name: str, reps: int, stored: bool, pin: int | None, host_spec: 
             cmd += ["--host-spec", host_spec]
         if backend == "gpu":
             cmd += ["--backend", "gpu", "--device", device]
-        err = tempfile.TemporaryFile("w+")  # its last lines name a start-up failure
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=_child_env(default_malloc))
-        current = None
-        for line in proc.stdout:
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if msg["event"] == "module":
-                total, harness = msg["kernels"], msg["harness_us"]
-            elif msg["event"] == "start":
-                current = msg["i"]
-            elif msg["event"] == "kernel":
-                records.append(msg)
-                current = None
-            elif msg["event"] == "update":
-                for r in records:
-                    if r.get("i") == msg["i"] and "error" not in r:
-                        r.update({k: v for k, v in msg.items() if k.startswith("trace")})
-        rc = proc.wait()
+        with tempfile.TemporaryFile("w+") as err:  # its last lines name a start-up failure
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=_child_env(default_malloc))
+            current = None
+            for line in proc.stdout:
+                try:
+                    msg = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if msg["event"] == "module":
+                    total, harness = msg["kernels"], msg["harness_us"]
+                elif msg["event"] == "start":
+                    current = msg["i"]
+                elif msg["event"] == "kernel":
+                    records.append(msg)
+                    current = None
+                elif msg["event"] == "update":
+                    for r in records:
+                        if r.get("i") == msg["i"] and "error" not in r:
+                            r.update({k: v for k, v in msg.items() if k.startswith("trace")})
+            rc = proc.wait()
+            err.seek(0)
+            tail = " | ".join(err.read().strip().splitlines()[-3:])[-300:] if rc and not records else ""
         if rc == 0 or current is None:
             if rc != 0 and not records:
-                err.seek(0)
-                tail = " | ".join(err.read().strip().splitlines()[-3:])[-300:]
                 records.append({"name": name, "error": f"worker exited with {rc} before any kernel: {tail}"})
-            err.close()
             return records, harness, total
-        err.close()
         records.append({"i": current, "name": f"#{current}", "error": f"XLA aborted (exit {rc})"})
         start = current + 1
 

@@ -56,9 +56,9 @@ def compiled_kernel(text: str):
 def kernel_us(text: str, shapes: list[tuple[int, ...]], reps: int, *, compiled=None) -> float:
     """The median trace time, in microseconds, of the one kernel of ``text``, whose
     f32 parameters have ``shapes`` (the first holds values in [0.25, 0.75], the
-    others alternately in [0.5, 1.0] and [1.0, 1.5]). Two input sets take turns, as in the kernel bench: with
-    one, XLA:CPU's run times triple here (a buffer reuse effect), which is not how
-    a module runs."""
+    others alternately in [0.5, 1.0] and [1.0, 1.5]). Two input sets take turns,
+    as in the kernel bench: with one, XLA:CPU's run times triple here (a buffer
+    reuse effect), which is not how a module runs."""
     from hlo_tools.xla_trace import thunk_times
 
     res, kernel = compiled or compiled_kernel(text)
@@ -152,7 +152,8 @@ def launch_overhead() -> float:
 def library_call_overhead() -> float:
     """Seconds a matmul library call (YNNPACK, or XLA:CPU's own dot thunk) takes
     before any arithmetic: a [4,16]x[16,16] dot (2 kFLOP). Measured here: 1.5-3.8 us
-    over all runs (3.3-3.8 us in the pinned runs of the docs), while a loop kernel's launch is 0.4-0.7 us."""
+    over all runs (3.3-3.8 us in the pinned runs of the docs), while a loop
+    kernel's launch is 0.4-0.7 us."""
     text = """HloModule library_call
 
 ENTRY %main {

@@ -16,6 +16,7 @@ This uses ``jax._src.lib._profiler.ProfilerSession`` and
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -66,10 +67,8 @@ def _profile(run, *, host_tracer_level: int, strict: bool = False):
     try:
         run()
     except BaseException:
-        try:
+        with contextlib.suppress(Exception):  # the run's error is the one to report
             session.stop()
-        except Exception:  # the run's error is the one to report
-            pass
         raise
     space = session.stop()
     return profile_data.ProfileData.from_serialized_xspace(space)
