@@ -7,32 +7,18 @@ import importlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from .errors import HloError, HloParseError, VerificationError
+from .fileio import write_output
 from .parser import load
 from .stats import module_stats
 from .verifier import verify
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Writes via a temporary file in the same folder, then renames: a failure
-    never leaves a partial file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; give it a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Kept for callers of the old name: ``fileio.write_output``."""
+    write_output(path, text)
 
 
 def _cmd_check(args) -> int:
