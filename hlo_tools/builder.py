@@ -99,6 +99,7 @@ class Builder:
     def _computation(self, crec: CompRecord, pending_calls: list, comps: dict[str, Computation]) -> Computation:
         comp = Computation(crec.name, is_entry=crec.is_entry)
         self._comp, self._comps = comp, comps
+        self._sugar: dict[tuple[Instruction, int], Instruction] = {}
         for key, value, pos in crec.attrs:
             comp.attributes[key] = value
         names = comp._names
@@ -150,6 +151,8 @@ class Builder:
                         root = instr
                     link(instr)
                     continue
+            if r.name in names and names[r.name].tuple_sugar:
+                self._rename_sugar(r.name, names)
             if r.name in names:
                 raise loc.error(f"instruction %{r.name} is already defined in computation %{crec.name}", r.pos)
             shape = _SHAPES.get(r.shape_text)
@@ -356,7 +359,10 @@ class Builder:
                     name = name[1:]
                 op = names.get(name)
                 if op is None:
-                    self._bad_operand(base, user, piece, start, name)
+                    if "#" in name:
+                        op = self._tuple_element(name, base + start + (len(piece) - len(piece.lstrip())), user, names)
+                    else:
+                        self._bad_operand(base, user, piece, start, name)
                 out.append(op)
                 start += len(piece) + 1
             return tuple(out)
@@ -384,9 +390,57 @@ class Builder:
                 name = name[1:]
             op = names.get(name)
             if op is None:
-                self._bad_operand(base, user, piece, off, name)
+                if "#" in name:
+                    op = self._tuple_element(name, base + off + (len(piece) - len(piece.lstrip())), user, names)
+                else:
+                    self._bad_operand(base, user, piece, off, name)
             out.append(op)
         return tuple(out)
+
+    def _tuple_element(self, ref: str, pos: int, user: str, names: dict[str, Instruction]) -> Instruction:
+        """``%x#N`` (and ``%x#N#M``): XLA's sugar for a get-tuple-element of ``x``,
+        which dumps print instead of the GTE's own line.  Like XLA's parser, one
+        GTE per (tuple, index) in a computation, named ``x_N``; it keeps the
+        sugar mark so the printer writes it back the same way."""
+        pieces = ref.split("#")
+        op = names.get(pieces[0].strip())
+        if op is None:
+            self._bad_operand(pos, user, "%" + pieces[0], 0, pieces[0].strip())
+        at = pos + 2 + len(pieces[0])  # the first index, after "%x#"
+        for text in pieces[1:]:
+            digits = text.strip()
+            if not (digits.isascii() and digits.isdigit()) or len(digits) > 18:
+                raise self.loc.error(f"expected a tuple index after '#', got {digits!r}", at, ("integer",))
+            index = int(digits)
+            shape = op.shape
+            if not shape.is_tuple:
+                raise self.loc.error(f"%{op.name}#{index}: get-tuple-element needs a tuple operand, %{op.name} is {shape.to_text()}", at)
+            if index >= len(shape.tuple_shapes):
+                raise self.loc.error(f"%{op.name}#{index}: tuple index {index} out of range for {shape.to_text()}", at)
+            gte = self._sugar.get((op, index))
+            if gte is None:
+                name = f"{op.name}_{index}"
+                k = 0
+                while name in names or name == user:  # `user` is the line being defined
+                    k += 1
+                    name = f"{op.name}_{index}.{k}"
+                gte = Instruction(name, HloOpcode.GET_TUPLE_ELEMENT, shape.tuple_shapes[index], (op,), {"index": str(index)})
+                gte.tuple_sugar = True
+                self._comp._link(gte)
+                self._sugar[(op, index)] = gte
+            op = gte
+            at += len(text) + 1
+        return op
+
+    def _rename_sugar(self, name: str, names: dict[str, Instruction]) -> None:
+        """A line defines ``name`` that an earlier ``%x#N`` GTE took: the GTE has
+        no line in the text, so it is the one that moves aside."""
+        gte = names.pop(name)
+        k = 1
+        while f"{name}.{k}" in names:
+            k += 1
+        gte.name = f"{name}.{k}"
+        names[gte.name] = gte
 
     def _bad_operand(self, base: int, user: str, piece: str, off: int, name: str):
         where = base + off + (len(piece) - len(piece.lstrip()))

@@ -60,6 +60,7 @@ class Instruction:
         "literal",
         "_prev",
         "_next",
+        "tuple_sugar",
         "__weakref__",
     )
 
@@ -93,6 +94,9 @@ class Instruction:
         self.literal = literal
         self._prev: Instruction | None = None
         self._next: Instruction | None = None
+        # A get-tuple-element the text wrote as an operand, ``%tuple#N`` (XLA's
+        # dump syntax): printed the same way, never as a line of its own.
+        self.tuple_sugar = False
         for op in self._operands:
             op._users[self] = op._users.get(self, 0) + 1
 
@@ -120,6 +124,7 @@ class Instruction:
         self.parameter_number = parameter_number
         self.literal = literal
         self._prev = self._next = None
+        self.tuple_sugar = False
         for op in operands:
             users = op._users
             users[self] = users.get(self, 0) + 1

@@ -10,14 +10,35 @@ from .attributes import printed_value
 from .opcode import HloOpcode
 
 
-def _operand_list(instr, with_shapes: bool) -> str:
+def printed_as_operand(instr) -> bool:
+    """A GTE the text wrote as ``%tuple#N`` prints that way again, unless it has
+    become something that needs its own line (the root, an attribute, a control
+    edge, a new index attribute form)."""
+    if not instr.tuple_sugar or instr.opcode is not HloOpcode.GET_TUPLE_ELEMENT:
+        return False
+    comp = instr.parent
+    if comp is None or comp.root is instr or instr._control_predecessors or instr._control_successors:
+        return False
+    attrs = instr.attributes
+    return len(attrs) == 1 and "index" in attrs
+
+
+def operand_ref(op, sugar: bool = True) -> str:
+    """``%name``, or ``%tuple#N`` for a GTE printed as its users' operand."""
+    if sugar and printed_as_operand(op):
+        return f"{operand_ref(op._operands[0])}#{op.attributes['index']}"
+    return "%" + op.name
+
+
+def _operand_list(instr, with_shapes: bool, sugar: bool = True) -> str:
     if instr.opcode is HloOpcode.PARAMETER:
         return str(instr.parameter_number)
     if instr.opcode is HloOpcode.CONSTANT:
         return instr.literal or ""
     parts = []
     for i, op in enumerate(instr._operands):
-        text = f"{op.shape.to_text()} %{op.name}" if with_shapes else "%" + op.name
+        ref = operand_ref(op, sugar)
+        text = f"{op.shape.to_text()} {ref}" if with_shapes else ref
         parts.append(f"/*index={i}*/{text}" if i and i % 5 == 0 else text)
     return ", ".join(parts)
 
@@ -33,10 +54,10 @@ def print_attributes(instr) -> str:
     return "".join(out)
 
 
-def print_instruction(instr, with_shapes: bool = False, is_root: bool = False) -> str:
+def print_instruction(instr, with_shapes: bool = False, is_root: bool = False, sugar: bool = True) -> str:
     head = "  ROOT %" if is_root else "  %"
     return (
-        f"{head}{instr.name} = {instr.shape.to_text()} {instr.opcode_text}({_operand_list(instr, with_shapes)})"
+        f"{head}{instr.name} = {instr.shape.to_text()} {instr.opcode_text}({_operand_list(instr, with_shapes, sugar)})"
         f"{print_attributes(instr)}"
     )
 
@@ -48,13 +69,15 @@ def signature_text(comp) -> str:
     return f"({params}) -> {root}"
 
 
-def print_computation(comp, with_shapes: bool | None = None) -> str:
+def print_computation(comp, with_shapes: bool | None = None, sugar: bool = True) -> str:
+    """``sugar=False`` prints every GTE as a line of its own (for XLA versions
+    whose parser predates the ``%tuple#N`` operand syntax)."""
     if with_shapes is None:
         with_shapes = comp.parent.print_operand_shapes if comp.parent is not None else False
     order = comp.instructions if comp.is_topologically_ordered() else comp.post_order()
     root = comp.root
     lines = [f"{'ENTRY ' if comp.is_entry else ''}%{comp.name} {signature_text(comp)} {{"]
-    lines.extend(print_instruction(i, with_shapes, i is root) for i in order)
+    lines.extend(print_instruction(i, with_shapes, i is root, sugar) for i in order if not (sugar and printed_as_operand(i)))
     tail = "".join(f", {k}={v}" for k, v in comp.attributes.items())
     lines.append("}" + tail)
     return "\n".join(lines)
@@ -82,9 +105,10 @@ def computation_print_order(module) -> list:
     return out
 
 
-def print_module(module, *, print_operand_shapes: bool | None = None) -> str:
+def print_module(module, *, print_operand_shapes: bool | None = None, tuple_sugar: bool = True) -> str:
     """The module as HLO text. ``print_operand_shapes`` defaults to the style of
-    the text the module was parsed from."""
+    the text the module was parsed from; ``tuple_sugar=False`` writes every
+    get-tuple-element as its own line, never as a ``%tuple#N`` operand."""
     with_shapes = module.print_operand_shapes if print_operand_shapes is None else print_operand_shapes
     header = "HloModule " + module.name + "".join(f", {k}={v}" for k, v in module.attributes.items())
     # XLA ends the multi-line origin_recovery_table value with its own newline.
@@ -94,6 +118,6 @@ def print_module(module, *, print_operand_shapes: bool | None = None) -> str:
             parts.append(name + "\n" + "".join(line + "\n" for line in lines) + "\n")
         parts.append("\n")
     for comp in computation_print_order(module):
-        parts.append(print_computation(comp, with_shapes))
+        parts.append(print_computation(comp, with_shapes, tuple_sugar))
         parts.append("\n\n")
     return "".join(parts)

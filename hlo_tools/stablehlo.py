@@ -25,7 +25,7 @@ def to_module(mlir_module: str | bytes, source: str = "<stablehlo>") -> Module:
 
 def from_module(module: Module | str) -> str:
     """StableHLO text of a module (fusions appear as ``mhlo.fusion``)."""
-    text = module.to_text() if isinstance(module, Module) else module
+    text = module.to_text(tuple_sugar=False) if isinstance(module, Module) else module
     name = module.name if isinstance(module, Module) else xla.module_name_of_text(text)
     bytecode = xla.hlo_to_stablehlo_bytes(text, name)
     return mlir_text(bytecode)

@@ -115,7 +115,7 @@ class Hook:
             if not changed and not self.reprint:
                 return None
             self.changed += changed
-            return xla.proto_from_text(module.to_text(), module.name)
+            return xla.proto_from_text(module.to_text(tuple_sugar=False), module.name)
         except BaseException as e:  # noqa: BLE001 - never let an exception cross into XLA
             if self.error is None:
                 self.error = e
@@ -189,7 +189,7 @@ class CompileResult:
 
 def _text_and_name(module: Module | str) -> tuple[str, str]:
     if isinstance(module, Module):
-        return module.to_text(), module.name
+        return module.to_text(tuple_sugar=False), module.name  # every XLA version parses plain GTEs
     if isinstance(module, str):
         return module, xla.module_name_of_text(module)
     raise TypeError(f"compile() takes a Module or HLO text, got {type(module).__name__}")
