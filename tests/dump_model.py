@@ -2,7 +2,7 @@
 
 Run as a script in a fresh process (XLA reads XLA_FLAGS once, at start-up):
 
-    python tests/dump_model.py OUT [--per-pass] [--proto] [--gpu]
+    python tests/dump_model.py OUT [--per-pass] [--proto [--no-text]] [--gpu]
 
 The model has what real dumps are made of and our corpus is not: a ``while``
 loop (a ``fori_loop`` and every ``jax.random`` call), ``argmax`` (a variadic
@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 
-def _flags(out: Path, per_pass: bool, proto: bool) -> str:
-    flags = [f"--xla_dump_to={out}", "--xla_dump_hlo_as_text"]
+def _flags(out: Path, per_pass: bool, proto: bool, text: bool = True) -> str:
+    flags = [f"--xla_dump_to={out}"] + (["--xla_dump_hlo_as_text"] if text else [])
     if proto:
         flags.append("--xla_dump_hlo_as_proto")
     if per_pass:
@@ -81,10 +81,10 @@ def _args():
     return params, zeros, x, key
 
 
-def dump(out: Path, *, per_pass: bool = False, proto: bool = False, gpu: bool = False) -> None:
+def dump(out: Path, *, per_pass: bool = False, proto: bool = False, gpu: bool = False, text: bool = True) -> None:
     """Compiles and runs the model on XLA:CPU (and compiles it for XLA:GPU with
     ``gpu``) with dump flags set; must be the process's first use of jax."""
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flags(out, per_pass, proto)).strip()
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flags(out, per_pass, proto, text)).strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
 
@@ -115,8 +115,9 @@ def main() -> int:
     ap.add_argument("--per-pass", action="store_true")
     ap.add_argument("--proto", action="store_true")
     ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--no-text", action="store_true", help="proto files only (with --proto)")
     a = ap.parse_args()
-    dump(a.out, per_pass=a.per_pass, proto=a.proto, gpu=a.gpu)
+    dump(a.out, per_pass=a.per_pass, proto=a.proto, gpu=a.gpu, text=not a.no_text)
     return 0
 
 
