@@ -9,7 +9,18 @@ and writes its outputs once, and nothing inside it touches memory; dot flops are
 
 The one deliberate difference: XLA marks a ``custom-call`` as unknown with -1
 flops and -1 bytes; we count 0 flops and its operands plus output as bytes, and
-say so in ``InstructionCost.unknown`` (see docs/fusion_analysis.md).
+say so in ``InstructionCost.unknown`` (see docs/fusion_analysis.md). Sharding
+annotations (``Sharding``, ``SPMDFullToShardShape``, ``xla.sdy.*``... a sharded
+module before optimization is full of them) are custom-calls too, but they are
+markers the SPMD partitioner consumes, not code: they cost nothing here, which
+is XLA's -1 to within one byte and one flop each.
+
+Bytes of tuple shapes follow what XLA:CPU's cost analysis reports (measured,
+pinned in tests/test_cost.py): a tuple *operand* is its index table
+(``POINTER_SIZE`` per element); a tuple *result* is the sum of its array leaves
+(sort, topk, variadic reduce, rng-bit-generator, ``*-start`` / ``*-done``,
+send / recv, collectives), except the ``tuple`` instruction, which writes only
+its index table.
 """
 
 from __future__ import annotations
@@ -40,11 +51,16 @@ _ELEMENTWISE_FLOP_OPS = ELEMENTWISE - {_H.COPY}
 #: Instructions that touch no memory and emit no code (XLA sets their bytes to 0).
 _FREE_OPS = frozenset({_H.PARAMETER, _H.CONSTANT, _H.GET_TUPLE_ELEMENT, _H.BITCAST, _H.DOMAIN,
                        _H.AFTER_ALL, _H.ADD_DEPENDENCY})
-#: Collectives whose (tuple) result XLA sizes by its array leaves, not its index
-#: table: the data they move is in the leaves.  ``*-done`` ops keep the default.
-_LEAF_OUTPUT_OPS = frozenset({_H.ALL_GATHER, _H.ALL_GATHER_START, _H.ALL_TO_ALL, _H.RAGGED_ALL_TO_ALL,
-                              _H.REDUCE_SCATTER, _H.COLLECTIVE_PERMUTE, _H.COLLECTIVE_PERMUTE_START,
-                              _H.COLLECTIVE_BROADCAST, _H.OPTIMIZATION_BARRIER})
+#: Custom-call targets that only annotate sharding: the SPMD partitioner (GSPMD or
+#: Shardy) consumes them and they emit no code. XLA's HloCostAnalysis prices every
+#: custom-call as unknown (-1 flops, -1 bytes); for these the true cost is nothing.
+SHARDING_ANNOTATION_TARGETS = frozenset({
+    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "SPMDShardShapeToFull",
+    "ShardBarrierFrom", "ShardBarrierTo", "InspectSharding",
+})
+#: Shardy's round-trip markers (``xla.sdy.GlobalToLocalShape``, ``...LocalToGlobalShape``,
+#: ``...FuncResultSharding``, ``...ShardingGroup``, ``...PropagationBarrier``).
+SHARDY_ANNOTATION_PREFIX = "xla.sdy."
 #: A fused constant with more elements than this is read from memory
 #: (HloCostAnalysis::immediate_constant_max_elements).
 IMMEDIATE_CONSTANT_MAX_ELEMENTS = 1
@@ -65,6 +81,21 @@ def shape_size(shape: Shape) -> int:
 def leaf_bytes(shape: Shape) -> int:
     """Bytes of all array leaves of a shape (the data, not the index tables)."""
     return sum(shape_size(s) for _, s in shape.leaves() if s.is_array)
+
+
+def output_bytes(shape: Shape) -> int:
+    """Bytes XLA:CPU's cost analysis charges for writing a result of this shape: an
+    array's size; a tuple's array leaves (its index table is not counted), tokens 0."""
+    return leaf_bytes(shape) if shape.is_tuple else shape_size(shape)
+
+
+def is_sharding_annotation(instr: Instruction) -> bool:
+    """A custom-call that only annotates sharding (``Sharding``, ``SPMDFullToShardShape``,
+    ``xla.sdy.*``...): free, and not a kernel."""
+    if instr.opcode is not _H.CUSTOM_CALL:
+        return False
+    target = instr.custom_call_target or ""
+    return target in SHARDING_ANNOTATION_TARGETS or target.startswith(SHARDY_ANNOTATION_PREFIX)
 
 
 def _elements(shape: Shape) -> int:
@@ -193,7 +224,7 @@ class CostAnalysis:
     # -- instructions ---------------------------------------------------------
     def instruction(self, instr: Instruction, *, record: bool = False) -> _Props:
         op = instr.opcode
-        out = shape_size(instr.shape)
+        out = output_bytes(instr.shape)
         operand_sizes = [shape_size(o.shape) for o in instr.operands]
         p = _Props(bytes_=out + sum(operand_sizes), out=out, read=sum(operand_sizes))
         n_out = _elements(instr.shape)
@@ -204,9 +235,6 @@ class CostAnalysis:
                 p.flops = n_out
         elif op in _FREE_OPS or (op is _H.TRANSPOSE and _is_effective_bitcast_transpose(instr)):
             p.bytes = p.out = p.read = 0
-        elif op in _LEAF_OUTPUT_OPS:
-            p.out = leaf_bytes(instr.shape)
-            p.bytes = p.out + p.read
         elif op is _H.DOT:
             p.flops = _dot_flops(instr)
         elif op is _H.RAGGED_DOT:
@@ -221,7 +249,8 @@ class CostAnalysis:
             idx = operand_sizes[2] if len(operand_sizes) > 2 else 0  # XLA counts only the first index
             p.bytes, p.out, p.read = 2 * upd + idx, upd, upd + idx
         elif op is _H.TUPLE:
-            p.bytes, p.out, p.read = out, out, 0
+            table = shape_size(instr.shape)  # HandleTuple: only the index table is written
+            p.bytes, p.out, p.read = table, table, 0
         elif op is _H.GATHER:
             self._gather(instr, p)
         elif op is _H.SCATTER:
@@ -291,6 +320,8 @@ class CostAnalysis:
             p.out = p.read = operand_sizes[0] / 2
             p.bytes = operand_sizes[0]
             p.flops = ((a.dims[-1] if a.dims else 1) * _elements(a)) // 3
+        elif op is _H.CUSTOM_CALL and is_sharding_annotation(instr):
+            p = _Props()  # XLA: -1 flops, -1 bytes (unknown); a marker that moves nothing
         elif op is _H.CUSTOM_CALL:
             p.unknown = True  # XLA: -1 flops and -1 bytes; we keep operands + output
         return p
