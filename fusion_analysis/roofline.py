@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import COLLECTIVES, HloOpcode
 
-from .cost import InstructionCost, ModuleCost, analyze
+from .cost import InstructionCost, ModuleCost, analyze, is_sharding_annotation
 from .devices import Device
 
 _H = HloOpcode
@@ -112,6 +112,8 @@ class Roofline:
 def is_kernel(instr: Instruction) -> bool:
     if instr.opcode in _NOT_KERNELS:
         return False
+    if instr.opcode is _H.CUSTOM_CALL and is_sharding_annotation(instr):
+        return False  # the partitioner's marks: no kernel, no launch
     if instr.opcode is _H.TRANSPOSE and instr.shape.is_array:
         from .cost import _is_effective_bitcast_transpose
 
