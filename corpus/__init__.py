@@ -10,6 +10,7 @@ Importing this package never imports jax or keras; only ``corpus.generate`` does
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import io
 import os
@@ -68,6 +69,9 @@ def list_table(dir: str | Path | None = None) -> str:  # noqa: A002 - CLI-facing
         cols = ["name", "workload", "size", "sharded", "dtype", "instr before", "instr cpu",
                 "instr h100", "h100 fusions", "runnable", "gz"]
         return _render(f"corpus: {len(rows)} modules ({root})", cols, rows)
+    if not Path(dir).is_dir():
+        what = "not a folder" if Path(dir).exists() else "no such folder"
+        raise NotADirectoryError(errno.ENOTDIR, f"{what} (give an --xla_dump_to folder or a corpus root)", str(dir))
     mods = from_dump_dir(dir)
     rows = [[f"{m.module_id:04d}", m.name, ", ".join(sorted(k for k in m.stages if "optimizations" in k)) or "-",
              str(len(m.passes)), str(len(m.aux))] for m in mods]

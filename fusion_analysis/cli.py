@@ -12,7 +12,9 @@ def _cmd_analyze(args) -> int:
 
     from . import devices
     from .report import fmt_bytes, fmt_time
-    from .scan import analyze_text, read_text
+    from hlo_tools.parser import read_text  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
+
+    from .scan import analyze_text
 
     try:
         devices.load(args.device)  # an unknown device is an error before any parsing
@@ -65,8 +67,11 @@ def _cmd_analyze(args) -> int:
 
 
 def _cmd_scan(args) -> int:
+    from hlo_tools.fileio import check_writable
+
     from .scan import scan
 
+    check_writable(args.output, directory=True)  # before the scan, not after it
     try:
         report = scan(args.dir, args.output, device=args.device, jobs=args.jobs, use_ray=args.ray,
                       ray_address=args.ray_address, stages=args.stage or None, progress=not args.quiet,

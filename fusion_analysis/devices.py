@@ -228,10 +228,12 @@ def host(*, remeasure: bool = False) -> Device:
         except (ValueError, TypeError, json.JSONDecodeError):
             pass  # a stale or broken cache is measured again
     dev = measure_host()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(dev.to_json())
-    os.replace(tmp, path)
+    from hlo_tools.fileio import OutputError, write_output
+
+    try:
+        write_output(path, dev.to_json())
+    except OutputError:
+        pass  # an unwritable cache costs a re-measure next time, not this run
     return dev
 
 

@@ -6,22 +6,13 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from hlo_tools.fileio import make_dirs, write_output
+
 CATEGORY_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "memory-bound fusion": "#ff7f0e",
                    "collective": "#2ca02c", "copy": "#8c564b", "other": "#7f7f7f"}
-
-
-def _write(path: Path, text: str) -> None:
-    """Atomic write: a failed report never leaves a half-written file."""
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is for sharing
-    os.replace(tmp, path)
 
 
 def fmt_bytes(b: float) -> str:
@@ -41,11 +32,12 @@ def fmt_time(s: float) -> str:
 
 
 def write_reports(report: dict[str, Any], out_dir: str | Path) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _write(out / "report.json", json.dumps(report, indent=1))
-    _write(out / "report.md", markdown(report))
-    _write(out / "report.html", html_page(report))
+    """report.json, report.md and report.html in ``out_dir``, each written atomically
+    (``fileio.write_output``: a failed report never leaves a half-written file)."""
+    out = make_dirs(out_dir)
+    write_output(out / "report.json", json.dumps(report, indent=1))
+    write_output(out / "report.md", markdown(report))
+    write_output(out / "report.html", html_page(report))
 
 
 def _headroom_rows(report: dict[str, Any]) -> list[list[str]]:

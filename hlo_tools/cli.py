@@ -6,24 +6,50 @@ import argparse
 import importlib
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 
-from .errors import HloError, HloParseError, VerificationError
-from .fileio import write_output
+from .errors import HloError, HloParseError
+from .fileio import check_writable, write_output
+from .formats import module_files
 from .parser import load
 from .stats import module_stats
 from .verifier import verify
+from .xla import XlaCompileError
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Kept for callers of the old name: ``fileio.write_output``."""
+    """The old name of ``fileio.write_output``, kept while ``demo.py`` uses it."""
     write_output(path, text)
+
+
+def _inputs(paths: list[str]) -> list[str]:
+    """The files ``check`` reads: each file as given, each folder walked for its
+    module files (``formats.is_module_file``: an XLA dump's side files are skipped).
+    A folder with no module files is an HloParseError naming the folder."""
+    out: list[str] = []
+    for f in paths:
+        if not os.path.isdir(f):
+            out.append(f)
+            continue
+        found = module_files(f)
+        if not found:
+            raise HloParseError("a folder with no module files (.hlo .txt .pb .mlir, optionally .gz)", f, 1, 1)
+        out += [str(p) for p in found]
+    return out
 
 
 def _cmd_check(args) -> int:
     status = 0
+    files: list[str] = []
     for f in args.files:
+        try:
+            files += _inputs([f])
+        except HloParseError as e:
+            print(e.format(), file=sys.stderr)
+            status = 1
+    for f in files:
         try:
             module = load(f)
             verify(module)
@@ -31,7 +57,7 @@ def _cmd_check(args) -> int:
             print(e.format(), file=sys.stderr)
             status = 1
             continue
-        except VerificationError as e:
+        except HloError as e:  # VerificationError and the like: one file's problem, the others are still checked
             print(f"{f}: {e}", file=sys.stderr)
             status = 1
             continue
@@ -41,13 +67,15 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_fmt(args) -> int:
+    if args.output:
+        check_writable(args.output)
     try:
         text = load(args.file).to_text()
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 1
     if args.output:
-        write_atomic(args.output, text)
+        write_output(args.output, text)
     else:
         sys.stdout.write(text)
     return 0
@@ -79,6 +107,11 @@ def _cmd_stats(args) -> int:
 def _cmd_demo(args) -> int:
     from .demo import run_demo
 
+    # The demo takes minutes: an output it could not write must fail now, not at the end.
+    check_writable(args.report)
+    out = Path(args.report).resolve().parent
+    for folder in ("scan", "pages"):
+        check_writable(out / folder, directory=True)
     return run_demo(args.report)
 
 
@@ -88,14 +121,20 @@ def _cmd_corpus(args) -> int:
     if args.corpus_cmd == "list":
         sys.stdout.write(corpus.list_table(args.dir))
         return 0
-    return corpus.main_generate(args.only, args.out)
+    if args.out:
+        check_writable(args.out, directory=True)
+    try:
+        return corpus.main_generate(args.only, args.out)
+    except RuntimeError as e:  # the generator's environment is missing
+        print(f"hlo corpus generate: {e}", file=sys.stderr)
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hlo", description="Parse, check, rewrite and measure XLA HLO modules.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("check", help="parse and verify HLO files; FILE:LINE:COL on errors")
-    c.add_argument("files", nargs="+")
+    c = sub.add_parser("check", help="parse and verify module files (or every module file of a folder); FILE:LINE:COL on errors")
+    c.add_argument("files", nargs="+", metavar="FILE|DIR")
     c.add_argument("-q", "--quiet", action="store_true")
     c.set_defaults(func=_cmd_check)
     f = sub.add_parser("fmt", help="print a module as canonical HLO text")
@@ -133,15 +172,126 @@ def build_parser() -> argparse.ArgumentParser:
 _EXTENSIONS = ("hlo_tools.cli_xla", "passes.cli", "fusion_analysis.cli", "visualize.cli")
 
 
+#: Commands whose failures exit 2 ("cannot compile/run"), so that compare's exit 1
+#: keeps meaning "the outputs differ".
+_CANNOT_RUN_EXIT = {"compile": 2, "run": 2, "compare": 2, "bench": 2}
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Runs one command.  The one place that turns what goes wrong with the
+    user's input into one line on stderr and an exit code (1: bad input or
+    output path; 2: cannot compile or run), never a Python traceback: parse
+    errors with file:line:column, unwritable outputs, OSErrors on the user's
+    paths, a file that is not a database, a closed stdout pipe (``| head``)."""
     args = build_parser().parse_args(argv)
+    name = args.cmd + (f" {args.corpus_cmd}" if args.cmd == "corpus" else "")
+    failed = _CANNOT_RUN_EXIT.get(args.cmd, 1)
     try:
-        return args.func(args)
-    except HloError as e:
-        print(f"hlo: {e}", file=sys.stderr)
-        return 1
+        usage = _unknown_pass(args) or _bad_xla_flag(args)
+        if usage:
+            print(f"hlo {name}: {usage}", file=sys.stderr)
+            return 2  # a usage error, as argparse reports one
+        bad_db = _not_a_database(args)
+        if bad_db:
+            print(f"hlo {name}: {bad_db}", file=sys.stderr)
+            return failed
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows up here, inside the handler below
+        return status
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return 141  # what a process killed by SIGPIPE reports; the reader has gone, there is nothing to say
+    except HloParseError as e:
+        print(e.format(), file=sys.stderr)
+        return failed
+    except XlaCompileError as e:
+        print(f"hlo {name}: {_first_line(str(e))}", file=sys.stderr)
+        return 2
+    except HloError as e:  # OutputError, VerificationError, IrError ...
+        print(f"hlo {name}: {_first_line(str(e))}", file=sys.stderr)
+        return failed
+    except sqlite3.DatabaseError as e:
+        db = getattr(args, "db", None)
+        print(f"hlo {name}: {db + ': ' if db else ''}{e} (give --db a results database, or a new path)", file=sys.stderr)
+        return failed
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"hlo {name}: {where}{e.strerror or e}", file=sys.stderr)
+        return failed
     except KeyboardInterrupt:
         return 130
+
+
+#: Commands whose ``--passes`` names Python passes from the registry.
+_TAKES_PASSES = ("opt", "bench")
+
+
+def _unknown_pass(args: argparse.Namespace) -> str | None:
+    """The registry's message for an unknown name in ``--passes``, checked before
+    any file is read or compiled; None when every name is known."""
+    spec = getattr(args, "passes", None)
+    if args.cmd not in _TAKES_PASSES or not isinstance(spec, str) or not spec.strip():
+        return None
+    try:
+        from passes.registry import parse_pipeline  # lazy: hlo_tools does not depend on passes
+    except ModuleNotFoundError:
+        return None
+    try:
+        parse_pipeline(spec)
+    except KeyError as e:
+        return str(e.args[0]) if e.args else f"unknown pass in {spec!r}"
+    return None
+
+
+def _bad_xla_flag(args: argparse.Namespace) -> str | None:
+    """What is wrong with an ``--xla-flag``, checked before any compile; None if nothing."""
+    flags = getattr(args, "xla_flag", None)
+    if not flags:
+        return None
+    from .xla_compile import parse_flags
+
+    try:
+        parse_flags(flags)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+_SQLITE_MAGIC = b"SQLite format 3\0"
+
+
+def _not_a_database(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``--db``, before anything is run or recorded: an
+    existing path must be an SQLite file.  ``bench`` may start a database in an
+    empty file; ``history`` only reads, and must never turn a file into a database."""
+    db = getattr(args, "db", None)
+    if not db or args.cmd not in ("history", "bench") or not os.path.exists(db):
+        return None  # a new database (bench), or no results yet (history)
+    if os.path.isdir(db):
+        return f"--db {db}: is a folder, not a results database"
+    try:
+        with open(db, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        return f"--db {db}: {e.strerror or e}"
+    if head == _SQLITE_MAGIC or (not head and args.cmd == "bench"):
+        return None
+    return f"--db {db}: {'an empty file' if not head else 'not an SQLite file'}, not a results database"
+
+
+def _stdout_to_devnull() -> None:
+    """After EPIPE, point stdout at /dev/null so the interpreter's final flush
+    does not raise again (Python's documented recipe)."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (pytest's capture)
+        pass
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ def _cmd_compile(args) -> int:
     from .xla import XlaCompileError
     from .xla_compile import compile
 
+    from .fileio import check_writable
+
+    if args.dump_optimized:
+        check_writable(args.dump_optimized)  # before compiling: a bad path fails at once
+    if args.dump_dir:
+        check_writable(args.dump_dir, directory=True)
     try:
         res = compile(_load(args.file), args.backend, args.pipeline, flags=_flags(args), target=args.target,
                       dump_dir=args.dump_dir)
@@ -33,9 +39,9 @@ def _cmd_compile(args) -> int:
         print(f"hlo compile: {e}", file=sys.stderr)
         return 2
     if args.dump_optimized:
-        from .cli import write_atomic
+        from .fileio import write_output
 
-        write_atomic(args.dump_optimized, res.optimized_text)
+        write_output(args.dump_optimized, res.optimized_text)
     kinds: dict[str, int] = {}
     for _, kind in res.fusions():
         kinds[kind] = kinds.get(kind, 0) + 1

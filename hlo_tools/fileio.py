@@ -49,7 +49,7 @@ def check_writable(path: str | os.PathLike, *, directory: bool = False) -> Path:
     target = _resolve(p)
     try:
         st = os.stat(target)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # not there yet (or under a file: said below)
         st = None
     except OSError as e:
         raise OutputError(f"cannot write {p}: {_reason(e)}") from None
@@ -57,6 +57,8 @@ def check_writable(path: str | os.PathLike, *, directory: bool = False) -> Path:
         if st is not None and not stat.S_ISDIR(st.st_mode):
             raise OutputError(f"cannot write into {p}: it exists and is not a folder")
         probe = target if st is not None else _existing_parent(target)
+        if not probe.is_dir():
+            raise OutputError(f"cannot write into {p}: {probe} is not a folder")
         if not os.access(probe, os.W_OK | os.X_OK):
             raise OutputError(f"cannot write into {p}: {probe} is not writable")
         return target
@@ -70,10 +72,10 @@ def check_writable(path: str | os.PathLike, *, directory: bool = False) -> Path:
         if not stat.S_ISREG(st.st_mode):
             raise OutputError(f"cannot write {p}: not a regular file ({_kind(st.st_mode)}); refusing to replace it")
     parent = _existing_parent(target.parent)
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {p}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {p}: folder {parent} is not writable")
-    if parent != target.parent and not stat.S_ISDIR(os.stat(parent).st_mode):
-        raise OutputError(f"cannot write {p}: {parent} is not a folder")
     return target
 
 
@@ -111,7 +113,7 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> Path:
     target = _resolve(p)
     try:
         st = os.stat(target)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # not there yet (or under a file: said below)
         st = None
     except OSError as e:
         raise OutputError(f"cannot write {p}: {_reason(e)}") from None

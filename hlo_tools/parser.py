@@ -8,11 +8,10 @@ follow.  Both produce the same records, built into IR by one builder.
 from __future__ import annotations
 
 import gc
-import gzip
 import os
 from pathlib import Path
 
-from . import grammar
+from . import formats, grammar
 from .errors import HloParseError
 from .ir import Module
 from .builder import Builder
@@ -69,24 +68,37 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True) -> M
             gc.enable()
 
 
-def read_text(path: str | os.PathLike) -> str:
-    """Reads ``.hlo``/``.txt`` files, gzip-compressed or not."""
+def read_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> str:
+    """HLO text of a module file, whatever form it has on disk: HLO text, a
+    serialized HloModuleProto/HloProto (``*.hlo.pb``, converted by XLA), or
+    StableHLO (``*.mlir``, text or bytecode), each optionally gzip'd.
+
+    Every problem with the file is an HloParseError naming it (a missing file,
+    corrupt or truncated gzip, a gzip that decompresses past ``max_bytes``
+    (default 4 GiB or ``HLO_MAX_DECOMPRESSED_BYTES``), binary that is not a module).
+    jaxlib is imported only for proto and StableHLO files.
+    """
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise HloParseError(f"cannot read file: {e.strerror}", str(p), 1, 1) from None
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+    data = formats.read_module_bytes(p, max_bytes=max_bytes)
+    kind = formats.module_format(p, data)
+    if kind == "proto":
+        from .xla_proto import hlo_text_from_proto
+
+        return hlo_text_from_proto(data, str(p))
+    if kind == "stablehlo":
+        from .xla_proto import hlo_text_from_stablehlo
+
+        return hlo_text_from_stablehlo(data, str(p))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise HloParseError("file is not UTF-8 text (is it a binary HloModuleProto? load .pb files through hlo_tools.xla)", str(p), line, col) from None
+        raise HloParseError("file is not UTF-8 text, nor a binary HloModuleProto or MLIR bytecode", str(p), line, col) from None
 
 
 def load(path: str | os.PathLike) -> Module:
-    """Loads a module from a file: HLO text, gzip'd text, or an XLA dump file
-    (``module_0001.jit_step.before_optimizations.txt``)."""
+    """Loads a module from a file: HLO text (an XLA dump's
+    ``module_0001.jit_step.before_optimizations.txt``), ``.hlo.pb`` or ``.mlir``,
+    optionally gzip'd; see ``read_text``."""
     return parse(read_text(path), source=str(path))

@@ -89,13 +89,12 @@ def target_config(name: str) -> str:
         raise UnknownTargetError(
             f"no target config for {name!r}: not in {', '.join(str(d) for d in _spec_dirs()[:-1])}, and the CUDA "
             "plugin (jax-cuda12-plugin) is missing or does not embed it")
+    from .fileio import OutputError, write_output
+
     try:  # cache it: reading the 500 MB plugin takes a second
-        _cache_dir().mkdir(parents=True, exist_ok=True)
-        tmp = _cache_dir() / (fname + f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, _cache_dir() / fname)
-    except OSError:
-        pass
+        write_output(_cache_dir() / fname, text)
+    except OutputError:
+        pass  # no cache: read from the plugin again next time
     return text
 
 

@@ -7,7 +7,7 @@ import sys
 
 def _cmd_opt(args) -> int:
     from hlo_tools import HloParseError, load
-    from hlo_tools.cli import write_atomic
+    from hlo_tools.fileio import check_writable, write_output
 
     from .manager import PassError, PassManager
     from .registry import available_passes, parse_pipeline
@@ -23,6 +23,11 @@ def _cmd_opt(args) -> int:
     except KeyError as e:
         print(f"hlo opt: {e.args[0]}", file=sys.stderr)
         return 2
+    # Outputs are checked before any pass runs: a bad path fails at once, with one line.
+    if args.output:
+        check_writable(args.output)
+    if args.dump_dir:
+        check_writable(args.dump_dir, directory=True)
     try:
         module = load(args.file)
     except HloParseError as e:
@@ -37,7 +42,7 @@ def _cmd_opt(args) -> int:
     print(result.table(), file=sys.stderr if not args.output else sys.stdout)
     text = module.to_text()
     if args.output:
-        write_atomic(args.output, text)
+        write_output(args.output, text)
     else:
         sys.stdout.write(text)
     return 0

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hlo_tools import Module, VerificationError, verify
+from hlo_tools.fileio import make_dirs, write_output
 
 from .base import Pass
 
@@ -79,7 +80,7 @@ class PassManager:
         dump = Path(self.dump_dir) if self.dump_dir else None
         step = 0
         if dump is not None:
-            dump.mkdir(parents=True, exist_ok=True)
+            make_dirs(dump)  # an OutputError naming the folder if it cannot be made
             self._dump(dump / "00.input.hlo", module)
         for iteration in range(1, (self.max_iterations if self.fixed_point else 1) + 1):
             result.iterations = iteration
@@ -112,6 +113,4 @@ class PassManager:
 
     @staticmethod
     def _dump(path: Path, module: Module) -> None:
-        from hlo_tools.cli import write_atomic
-
-        write_atomic(path, module.to_text())
+        write_output(path, module.to_text())

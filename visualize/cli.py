@@ -36,6 +36,9 @@ def _cmd_viz(args: argparse.Namespace) -> int:
 
     from .view import VisualizeError
 
+    from hlo_tools.fileio import check_writable
+
+    check_writable(args.output)  # before parsing and drawing: a bad -o fails at once
     try:
         before = load(args.file)
         after = load(args.after) if args.after else None
@@ -49,11 +52,29 @@ def _cmd_viz(args: argparse.Namespace) -> int:
         return 1
 
 
+def _read_summary(path: str) -> list[dict]:
+    """The ``--summary`` file: a JSON list of objects, one per pass (what the
+    page's pass table shows); anything else is a VisualizeError saying so."""
+    from .view import VisualizeError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except OSError as e:
+        raise VisualizeError(f"--summary {path}: {e.strerror or e}") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise VisualizeError(f"--summary {path}: not JSON ({e})") from None
+    if not isinstance(summary, list) or not all(isinstance(row, dict) for row in summary):
+        raise VisualizeError(f"--summary {path}: expected a JSON list of objects, one per pass "
+                             f'(e.g. [{{"pass": "dce", "changed": true}}]), got {type(summary).__name__}')
+    return summary
+
+
 def _write(args: argparse.Namespace, before, after) -> int:
-    from pathlib import Path
+    from hlo_tools.fileio import write_output
 
     from .dot import to_dot
-    from .render import _write_atomic, write_graph
+    from .render import write_graph
     from .view import VisualizeError, select
 
     options = _focus(args)
@@ -61,9 +82,9 @@ def _write(args: argparse.Namespace, before, after) -> int:
     if out.endswith(".html"):
         from .page import before_after_html, single_html
 
-        summary = json.loads(open(args.summary).read()) if args.summary else None
+        summary = _read_summary(args.summary) if args.summary else None
         text = before_after_html(before, after, options, summary=summary) if after is not None else single_html(before, options)
-        _write_atomic(Path(out), text.encode())
+        write_output(out, text)
     else:
         if after is not None:
             raise VisualizeError("--after makes a before/after page: write it to a .html file")

@@ -7,6 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from hlo_tools.fileio import write_output
+
 from .view import VisualizeError
 
 #: Output formats ``dot`` renders; ``.dot``/``.gv`` are written as text, ``.html`` by ``page``.
@@ -51,17 +53,5 @@ def write_graph(dot_source: str, path: str | os.PathLike) -> Path:
         data = render(dot_source, fmt)
     else:
         raise VisualizeError(f"{path}: unknown output suffix {path.suffix!r}; use .dot, .svg, .png, .pdf or .html")
-    _write_atomic(path, data)
+    write_output(path, data)
     return path
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Writes via a temporary file and a rename, so a failure leaves no partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()

@@ -1,0 +1,74 @@
+"""Binary and StableHLO module files to HLO text, through jaxlib.
+
+Imported only when such a file is loaded (``parser.read_text``), so that
+``import hlo_tools`` stays free of jax.  XLA prints the module; our parser
+then reads that text like any other.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import HloParseError
+from .formats import find_module_proto
+
+_NOT_A_MODULE = ("not an HLO module: not UTF-8 text, and not a serialized HloModuleProto, HloProto or HloSnapshot "
+                 "(XLA dumps also write memory-usage reports, compile options and topologies as .pb)")
+
+
+def _xla_client():
+    try:
+        from .xla import _xc
+
+        return _xc()
+    except ImportError as e:
+        raise ImportError(f"reading binary or StableHLO modules needs jaxlib: {e}") from None
+
+
+def hlo_text_from_proto(data: bytes, source: str) -> str:
+    """HLO text of a serialized ``HloModuleProto`` (or an ``HloProto`` or
+    ``HloSnapshot`` holding one); an ``HloParseError`` at ``source``:1:1 otherwise."""
+    blob = find_module_proto(data)
+    if blob is None:
+        raise HloParseError(_NOT_A_MODULE, source, 1, 1)
+    try:
+        xc = _xla_client()
+    except ImportError as e:
+        raise HloParseError(str(e), source, 1, 1) from None
+    try:
+        return xc.hlo.HloModule.from_serialized_hlo_module_proto(blob).to_string()
+    except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error types
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise HloParseError(f"XLA cannot read this HloModuleProto: {first}", source, 1, 1) from None
+
+
+_MLIR_ERROR_RE = re.compile(r"(?:^|\s)-:(\d+):(\d+): error: (.*)")
+
+
+def hlo_text_from_stablehlo(data: bytes, source: str) -> str:
+    """HLO text of a StableHLO (or MHLO) module, MLIR text or bytecode, as XLA
+    converts it; MLIR's own errors become ``HloParseError`` at their line and column."""
+    try:
+        _xla_client()
+        from .xla import stablehlo_to_hlo_text
+    except ImportError as e:
+        raise HloParseError(str(e), source, 1, 1) from None
+    is_bytecode = data[:4] == b"ML\xefR"
+    module: str | bytes = data
+    if not is_bytecode:
+        try:
+            module = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise HloParseError("not UTF-8 text, and not MLIR bytecode", source, 1, e.start + 1) from None
+    try:
+        return stablehlo_to_hlo_text(module)
+    except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error types
+        msg = str(e)
+        m = _MLIR_ERROR_RE.search(msg)
+        if m and not is_bytecode:
+            line, col = int(m.group(1)), int(m.group(2))
+            lines = module.splitlines() if isinstance(module, str) else []
+            text = lines[line - 1] if 0 < line <= len(lines) else ""
+            raise HloParseError(f"StableHLO: {m.group(3).strip()}", source, max(line, 1), max(col, 1), text) from None
+        first = m.group(3).strip() if m else (msg.strip().splitlines() or [type(e).__name__])[0]
+        raise HloParseError(f"XLA cannot convert this StableHLO module: {first}", source, 1, 1) from None

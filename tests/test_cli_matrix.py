@@ -1,0 +1,165 @@
+"""Every ``hlo`` subcommand against bad input: a missing path, a folder, an empty
+file, a binary file, a corrupt gzip, an unknown pass name (commands that take
+``--passes``) and an output it cannot write (commands that write one).  Each must
+end with one line on stderr, exit 1 or 2, and no Python traceback.
+
+The commands run in-process through ``hlo_tools.cli.main`` (fast); a few run
+through the console script too.  None of these inputs may reach XLA: commands
+that compile must fail before compiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hlo_tools.cli import build_parser, main
+from tests.test_parser_errors import GOOD
+
+INPUTS = ("missing", "folder", "empty", "binary", "corrupt-gzip")
+
+#: command -> its argv for each case.  ``{IN}``: the bad input; ``{GOOD}``: a
+#: valid module; ``{OUT}``: a writable folder; ``{BAD}``: a path under a regular
+#: file, which nobody (root included) can write into.
+COMMANDS: dict[str, dict[str, list[list[str]]]] = {
+    "check": {"input": [["check", "{IN}"]]},
+    "fmt": {"input": [["fmt", "{IN}"]], "output": [["fmt", "{GOOD}", "-o", "{BAD}/x.hlo"]]},
+    "stats": {"input": [["stats", "{IN}"], ["stats", "--json", "{IN}"]]},
+    "demo": {"output": [["demo", "--report", "{BAD}/report.md"]]},
+    "corpus list": {"input": [["corpus", "list", "{IN}"]]},
+    "corpus generate": {"output": [["corpus", "generate", "--out", "{BAD}/corpus"]]},
+    "compile": {"input": [["compile", "{IN}"]],
+                "output": [["compile", "{GOOD}", "--dump-optimized", "{BAD}/o.hlo"],
+                           ["compile", "{GOOD}", "--dump-dir", "{BAD}/dumps"]]},
+    "run": {"input": [["run", "{IN}"]]},
+    "compare": {"input": [["compare", "{IN}", "{GOOD}"], ["compare", "{GOOD}", "{IN}"]]},
+    "bench": {"input": [["bench", "{IN}", "--no-record"]],
+              "passes": [["bench", "{GOOD}", "--passes", "dce,nosuch", "--no-record"],
+                         ["bench", "{GOOD}", "--passes", "nosuch", "--hook", "pre-scheduler", "--no-record"]]},
+    "history": {"input": [["history", "--db", "{IN}"]]},
+    "opt": {"input": [["opt", "{IN}"]], "passes": [["opt", "{GOOD}", "--passes", "dce,nosuch"]],
+            "output": [["opt", "{GOOD}", "-o", "{BAD}/x.hlo"], ["opt", "{GOOD}", "--dump-dir", "{BAD}/dumps"],
+                       ["opt", "{GOOD}", "--dump-dir", "{BAD}"]]},
+    "analyze": {"input": [["analyze", "{IN}"], ["analyze", "--json", "{IN}"]]},
+    "scan": {"input": [["scan", "{IN}", "-o", "{OUT}/scan", "-q", "-j", "1"]],
+             "output": [["scan", "{GOOD}", "-o", "{BAD}/scan", "-q", "-j", "1"]]},
+    "viz": {"input": [["viz", "{IN}", "-o", "{OUT}/g.dot"], ["viz", "{GOOD}", "--after", "{IN}", "-o", "{OUT}/p.html"]],
+            "output": [["viz", "{GOOD}", "-o", "{BAD}/g.dot"], ["viz", "{GOOD}", "-o", "{BAD}/p.html"]]},
+    "diff": {"input": [["diff", "{IN}", "{GOOD}"], ["diff", "{GOOD}", "{IN}"]]},
+    "passes-dump": {"input": [["passes-dump", "{IN}"]]},
+    "fusion-log": {"input": [["fusion-log", "{IN}"]]},
+}
+
+#: (command, case) pairs that do not apply, and why.
+SKIPS = {
+    ("scan", "folder"): "a folder is what scan reads (an empty one is a report of 0 modules)",
+    ("corpus list", "folder"): "a folder is what corpus list reads (an empty one is a table of 0 modules)",
+    ("history", "missing"): "a database that does not exist yet is 'no results yet', exit 0",
+    ("fusion-log", "empty"): "an empty file is a valid, empty text-format FusionProcessDumpProto (0 steps)",
+}
+
+
+def _subcommands() -> set[str]:
+    names: set[str] = set()
+
+    def walk(parser: argparse.ArgumentParser, prefix: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    has_sub = any(isinstance(a, argparse._SubParsersAction) for a in sub._actions)
+                    if has_sub:
+                        walk(sub, f"{prefix}{name} ")
+                    else:
+                        names.add(prefix + name)
+
+    walk(build_parser(), "")
+    return names
+
+
+def test_the_matrix_covers_every_subcommand():
+    missing = _subcommands() - set(COMMANDS)
+    assert not missing, f"add {sorted(missing)} to COMMANDS (and SKIPS where a case does not apply)"
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("matrix")
+    (d / "good.hlo").write_text(GOOD)
+    (d / "folder").mkdir()
+    (d / "empty.hlo").write_bytes(b"")
+    (d / "binary.hlo").write_bytes(bytes(range(256)) * 16)
+    (d / "corrupt.hlo.gz").write_bytes(gzip.compress(GOOD.encode())[:40] + b"\xff" * 40)
+    (d / "afile").write_text("a regular file: nothing can be created under it\n")
+    (d / "out").mkdir()
+    return {"missing": str(d / "missing.hlo"), "folder": str(d / "folder"), "empty": str(d / "empty.hlo"),
+            "binary": str(d / "binary.hlo"), "corrupt-gzip": str(d / "corrupt.hlo.gz"), "GOOD": str(d / "good.hlo"),
+            "OUT": str(d / "out"), "BAD": str(d / "afile")}
+
+
+def _cases():
+    registered = _subcommands()
+    for cmd, kinds in COMMANDS.items():
+        for case in (*INPUTS, "unknown-pass", "unwritable-output"):
+            key = {"unknown-pass": "passes", "unwritable-output": "output"}.get(case, "input")
+            argvs = kinds.get(key)
+            if cmd not in registered:
+                yield pytest.param(cmd, case, None, id=f"{cmd}-{case}",
+                                   marks=pytest.mark.skip(reason=f"`hlo {cmd}` is not registered in this checkout"))
+            elif (cmd, case) in SKIPS:
+                yield pytest.param(cmd, case, None, id=f"{cmd}-{case}",
+                                   marks=pytest.mark.skip(reason=SKIPS[(cmd, case)]))
+            elif argvs is None:
+                what = {"input": "takes no module file", "passes": "takes no --passes",
+                        "output": "writes no file"}[key]
+                yield pytest.param(cmd, case, None, id=f"{cmd}-{case}", marks=pytest.mark.skip(reason=f"{cmd} {what}"))
+            else:
+                yield pytest.param(cmd, case, argvs, id=f"{cmd}-{case}")
+
+
+def _fill(argv: list[str], paths: dict[str, str], case: str) -> list[str]:
+    values = dict(paths, IN=paths.get(case, paths["GOOD"]))
+    return [a.format(**values) for a in argv]
+
+
+@pytest.mark.parametrize(("cmd", "case", "argvs"), list(_cases()))
+def test_bad_input_gives_one_line(cmd, case, argvs, paths, capsys):
+    for template in argvs:
+        argv = _fill(template, paths, case)
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, (argv, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, (argv, err)
+        assert rc in (1, 2), (argv, rc, err)
+        if case in ("missing", "folder", "empty", "binary", "corrupt-gzip") and cmd != "history":
+            assert Path(paths[case]).name in lines[0], (argv, err)  # the message names the file
+
+
+#: The same through the console script: nothing but one line reaches the terminal.
+SUBPROCESS_CASES = [
+    (["check", "{corrupt-gzip}"], 1, "corrupt gzip"),
+    (["stats", "{binary}"], 1, "not UTF-8"),
+    (["fmt", "{GOOD}", "-o", "{BAD}/x.hlo"], 1, "is not a folder"),
+    (["opt", "{GOOD}", "--passes", "nosuch"], 2, "unknown pass 'nosuch'"),
+    (["history", "--db", "{empty}"], 1, "not a results database"),
+    (["compare", "{GOOD}", "{missing}"], 2, "cannot read file"),
+]
+
+
+@pytest.mark.parametrize(("argv", "code", "says"), SUBPROCESS_CASES, ids=[c[0][0] for c in SUBPROCESS_CASES])
+def test_console_script_gives_one_line(argv, code, says, paths):
+    filled = [a.format(**paths) for a in argv]
+    r = subprocess.run([sys.executable, "-m", "hlo_tools.cli", *filled], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
+    assert r.returncode == code, r.stderr
+
+
+def test_history_leaves_an_empty_file_alone(paths, capsys):
+    assert main(["history", "--db", paths["empty"]]) == 1
+    assert Path(paths["empty"]).read_bytes() == b""
