@@ -163,3 +163,28 @@ def test_console_script_gives_one_line(argv, code, says, paths):
 def test_history_leaves_an_empty_file_alone(paths, capsys):
     assert main(["history", "--db", paths["empty"]]) == 1
     assert Path(paths["empty"]).read_bytes() == b""
+
+
+HOSTILE = Path(__file__).resolve().parent / "data" / "hostile"
+
+
+@pytest.mark.parametrize(("argv", "code", "says"), [
+    (["viz", "{small}", "--after", "{small}", "--summary", "{tmp}/nope.json", "-o", "{tmp}/p.html"], 1, "No such file"),
+    (["viz", "{small}", "--after", "{small}", "--summary", "{tmp}/obj.json", "-o", "{tmp}/p.html"], 1, "a JSON list of objects"),
+    (["viz", "{small}", "--after", "{small}", "--summary", "{small}", "-o", "{tmp}/p.html"], 1, "not JSON"),
+    (["compile", "{small}", "--xla-flag=--no_such_flag=1"], 2, "not an XLA debug option"),
+    (["history", "--db", "{small}"], 1, "not an SQLite file"),
+    (["corpus", "list", "{tmp}/nonexistent"], 1, "no such folder"),
+    (["opt", "{small}", "--dump-dir", "{small}"], 1, "not a folder"),
+    (["check", "{hostile}/corrupt.hlo.gz"], 1, "corrupt gzip data"),
+    (["check", "{hostile}/truncgz.hlo.gz"], 1, "truncated gzip"),
+], ids=["summary-missing", "summary-object", "summary-not-json", "xla-flag", "db-not-sqlite", "corpus-list-missing",
+        "dump-dir-is-a-file", "corrupt-gz", "truncated-gz"])
+def test_hostile_cli_reproducers(argv, code, says, tmp_path, capsys):
+    """The CLI reproducers of tests/data/hostile/README.md: each one line, no traceback."""
+    (tmp_path / "obj.json").write_text('{"a": 1}')
+    values = {"small": str(HOSTILE / "small.hlo"), "hostile": str(HOSTILE), "tmp": str(tmp_path)}
+    assert main([a.format(**values) for a in argv]) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and says in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["obj.json"]  # nothing written on failure
