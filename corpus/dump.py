@@ -19,7 +19,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-__all__ = ["DumpModule", "PassDump", "from_dump_dir", "read_hlo_file"]
+__all__ = ["DumpModule", "PassDump", "from_dump_dir", "is_dump_file_name", "is_module_file", "read_hlo_file"]
 
 _MODULE_RE = re.compile(r"^module_(?P<id>\d+)\.(?P<rest>.+)$")
 _PASS_RE = re.compile(
@@ -31,6 +31,22 @@ _STAGE_RE = re.compile(
 # Other whole-module HLO snapshots XLA:GPU dumps, e.g. ``after_spmd_partitioner.txt``.
 _SNAPSHOT_RE = re.compile(r"^(?P<name>.+?)\.(?P<stage>(?:after|before)_[A-Za-z0-9_]+)\.(?P<ext>txt|hlo\.pb|pb)$")
 _HLO_EXTS = ("txt", "hlo.pb", "pb")
+
+
+def is_dump_file_name(name: str) -> bool:
+    """Whether ``name`` is one XLA gives the files of a dump folder (``module_<id>.<name>...``)."""
+    return _MODULE_RE.match(name) is not None
+
+
+def is_module_file(path: str | Path) -> bool:
+    """Whether a file's name says it holds a module, not one of the side files an
+    XLA dump holds (buffer assignments, live ranges, memory reports, debug
+    options, thunk sequences, autotune results, object files, target configs):
+    ``hlo_tools.formats.is_module_file``, the one rule ``hlo check DIR`` and the
+    scan share."""
+    from hlo_tools.formats import is_module_file as rule  # plain Python: no jax
+
+    return rule(path)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,14 +76,195 @@ def _cmd_scan(args) -> int:
         report = scan(args.dir, args.output, device=args.device, jobs=args.jobs, use_ray=args.ray,
                       ray_address=args.ray_address, stages=args.stage or None, progress=not args.quiet,
                       cache=not args.no_cache)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+    except (FileNotFoundError, ValueError, RuntimeError) as e:  # NoModulesError too: nothing scanned is a failure
         print(f"hlo scan: {e}", file=sys.stderr)
         return 2
-    print(f"{report['modules_scanned']} modules, {len(report['errors'])} errors, {report['seconds']:.1f} s -> "
-          f"{args.output}/report.{{json,md,html}}")
+    except KeyboardInterrupt:
+        print(f"hlo scan: interrupted; {args.output}/report.json records the run as interrupted",
+              file=sys.stderr)
+        return 130
+    n, files = report["modules_analysed"], report["modules_scanned"]
+    line = (f"{n} modules" + (f" ({files} files)" if files != n else "") + f", {len(report['errors'])} errors"
+            + (f", {len(report['skipped'])} skipped" if report["skipped"] else "")
+            + f", {report['seconds']:.1f} s -> {args.output}/report.{{json,md,html}}")
+    if args.json:
+        keys = ("run_id", "status", "source", "kind", "modules_found", "modules_analysed", "files", "modules_scanned",
+                "cached", "skipped", "seconds")
+        print(json.dumps({**{k: report[k] for k in keys},
+                          "errors": [{**e, "error": (e["error"].splitlines() or [""])[0]} for e in report["errors"]],
+                          "report": [f"{args.output}/report.{x}" for x in ("json", "md", "html")]}, indent=1))
+    else:
+        print(line)
     for e in report["errors"]:
-        print(f"error: {e['file']}: {e['error'].splitlines()[0]}", file=sys.stderr)
+        print(f"error: {e['file']}: {(e['error'].splitlines() or [''])[0]}", file=sys.stderr)
+    for x in report["skipped"]:
+        print(f"skipped: {x['file']}: {x['reason']}", file=sys.stderr)
     return 1 if report["errors"] else 0
+
+
+def _cmd_passes_dump(args) -> int:
+    """``hlo passes-dump``: one module's per-pass dumps in order (corpus.pass_dumps)."""
+    from corpus import pass_dumps
+
+    try:
+        if args.module is None and len(mods := pass_dumps.modules_with_passes(args.dir)) > 1:
+            return _list_pass_modules(mods, args.json)
+        module = pass_dumps.find_module(args.dir, args.module)
+    except (LookupError, NotADirectoryError) as e:
+        print(f"hlo passes-dump: {str(e).strip(chr(39))}", file=sys.stderr)
+        return 2
+    with _progress(not args.json and sys.stderr.isatty(), "parsing pass dumps") as tick:
+        w = pass_dumps.walk(module, find=args.find or (), progress=tick)
+    diffs: list[tuple[int, object]] = []
+    try:
+        for spec in args.diff or ():
+            diffs += [(i, pass_dumps.diff_steps(w, i)) for i in w.select(spec)]
+    except KeyError as e:
+        print(f"hlo passes-dump: {str(e).strip(chr(39))}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - a dump the diff cannot read: one line, not a traceback
+        print(f"hlo passes-dump: cannot diff: {(str(e).splitlines() or [type(e).__name__])[0]}", file=sys.stderr)
+        return 1
+    finds = {n: pass_dumps.first_changes(w, n) for n in args.find or ()}
+    failed = [s for s in w.steps if s.error]
+    if args.json:
+        print(json.dumps({"module": {"id": module.module_id, "name": module.name},
+                          "steps": [{**s.as_dict(), "opcode_delta": dict(w.opcode_delta(i, top=None))} for i, s in enumerate(w.steps)],
+                          "find": {n: [{"step": w.steps[k].label, "seq": w.steps[k].seq, "from": a, "to": b}
+                                       for k, a, b in ch] for n, ch in finds.items()},
+                          "diffs": [{"step": w.steps[i].label, "seq": w.steps[i].seq, **d.as_dict()} for i, d in diffs]},
+                         indent=1))
+        return 1 if failed else 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=None if sys.stdout.isatty() else 200)
+    t = Table(title=f"module_{module.module_id:04d}.{module.name}: {len(w.steps)} dumps "
+                    f"({len(module.passes)} after passes that changed it)")
+    for col, just in (("#", "right"), ("pipeline", "left"), ("after pass", "left"), ("instr", "right"),
+                      ("d instr", "right"), ("fusions", "right"), ("d fus", "right"), ("opcodes changed (outside fusion bodies)", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    prev = None
+    for i, s in enumerate(w.steps):
+        if s.error:
+            t.add_row("-" if s.seq is None else f"{s.seq:04d}", s.pipeline, s.pass_name, "-", "", "-", "",
+                      f"[red]does not parse: {s.error}[/]")
+            continue
+        d_i = "" if prev is None else f"{s.instructions - prev.instructions:+d}" if s.instructions != prev.instructions else ""
+        d_f = "" if prev is None else f"{s.fusions - prev.fusions:+d}" if s.fusions != prev.fusions else ""
+        ops = ", ".join(f"{op} {d:+d}" for op, d in w.opcode_delta(i))
+        t.add_row("-" if s.seq is None else f"{s.seq:04d}", s.pipeline, s.pass_name, str(s.instructions), d_i,
+                  str(s.fusions), d_f, ops)
+        prev = s
+    con.print(t)
+    for name, ch in finds.items():
+        if not ch:
+            con.print(f"%{name}: in none of the {len(w.steps)} dumps")
+        for k, a, b in ch:
+            step = w.steps[k].label
+            if a is None:
+                con.print(f"%{name}: appears in {step} (in {b})" if k else f"%{name}: present from the start (in {b})")
+            elif b is None:
+                con.print(f"%{name}: disappears in {step} (was in {a})")
+            else:
+                con.print(f"%{name}: moves in {step}: {a} -> {b}")
+    if diffs:
+        from visualize.diff import format_diff
+
+        for i, d in diffs:
+            con.print(f"\n[bold]what {w.steps[i].label} changed[/] (against {w.previous(i).label})")
+            sys.stdout.write(format_diff(d, limit=args.limit))
+    if failed:
+        print(f"hlo passes-dump: {len(failed)} of {len(w.steps)} dumps do not parse (rows marked)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _list_pass_modules(mods, as_json: bool) -> int:
+    """Several modules have pass dumps: say which, so the user can pick one with --module."""
+    rows = [{"id": m.module_id, "name": m.name, "pass_dumps": len(m.passes),
+             "stages": sorted(k for k in m.stages if k.endswith("optimizations"))} for m in mods]
+    if as_json:
+        print(json.dumps({"modules": rows}, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{len(rows)} modules with pass dumps (pick one: --module ID or NAME)")
+    for col in ("id", "name", "pass dumps", "stages"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(f"{r['id']:04d}", r["name"], str(r["pass_dumps"]), ", ".join(r["stages"]))
+    Console(width=None if sys.stdout.isatty() else 200).print(t)
+    return 0
+
+
+def _cmd_fusion_log(args) -> int:
+    """``hlo fusion-log``: XLA:GPU's priority-fusion decisions, step by step."""
+    from . import xla_fusion_log as fl
+
+    try:
+        logs = fl.dump_logs(args.path, args.module)
+    except (LookupError, NotADirectoryError) as e:
+        print(f"hlo fusion-log: {str(e).strip(chr(39))}", file=sys.stderr)
+        return 2
+    out = []
+    for label, path in logs:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                log = fl.parse_dump(fh.read(), module_name=label)
+        except (OSError, UnicodeDecodeError, LookupError, ValueError) as e:
+            print(f"hlo fusion-log: {path}: cannot read the log: {e}", file=sys.stderr)
+            return 1
+        steps = [s for s in log.steps if (not args.kind or fl.step_kind(s) in args.kind)
+                 and (not args.producer or fl.matches(s, args.producer))]
+        out.append((label, path, log, steps))
+    if args.json:
+        print(json.dumps([{"module": label, "file": path, "summary": fl.summary(log),
+                           "steps": [fl.step_dict(s) for s in steps]} for label, path, log, steps in out], indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=None if sys.stdout.isatty() else 200)
+    for label, path, log, steps in out:
+        sm = fl.summary(log)
+        shown = steps if args.limit <= 0 else steps[: args.limit]
+        t = Table(title=f"{label}: priority fusion, {sm['steps']} steps: {sm['fuse']} fusions, {sm['price']} "
+                        f"priority updates, {sm['refuse']} refusals")
+        for col in ("#", "event", "producer -> consumers", "outcome"):
+            t.add_column(col, overflow="fold", justify="right" if col == "#" else "left")
+        index = {id(s): k for k, s in enumerate(log.steps, 1)}
+        for s in shown:
+            kind, who, what = fl.describe_step(s)
+            t.add_row(str(index[id(s)]), kind, who, what)
+        con.print(t)
+        if len(shown) < len(steps):
+            con.print(f"... {len(steps) - len(shown)} more steps (--limit 0 shows all)")
+    return 0
+
+
+def _progress(enabled: bool, what: str):
+    """A context giving ``tick(k, n, step)`` that drives a progress bar on stderr
+    (a no-op when not a terminal)."""
+    import contextlib
+
+    if not enabled:
+        return contextlib.nullcontext(None)
+
+    @contextlib.contextmanager
+    def bar():
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True), transient=True) as p:
+            tid = p.add_task(what, total=None)
+
+            def tick(k: int, n: int, step) -> None:
+                p.update(tid, total=n, completed=k, description=f"{what}: {getattr(step, 'label', '')}"[:80])
+
+            yield tick
+
+    return bar()
 
 
 def register(subparsers) -> None:
@@ -106,4 +287,33 @@ def register(subparsers) -> None:
     s.add_argument("--stage", action="append", help="only this corpus stage (repeatable)")
     s.add_argument("--no-cache", action="store_true", help="analyse everything again (ignore .cache)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    s.add_argument("--json", action="store_true", help="print the run's summary (counts, errors, skipped) as JSON")
     s.set_defaults(func=_cmd_scan)
+
+    p = subparsers.add_parser("passes-dump", help="walk one module's per-pass XLA dumps: what each pass changed",
+                              description="One module of an --xla_dump_to folder made with "
+                                          "--xla_dump_hlo_pass_re=.*: its dumps in pipeline order with instruction "
+                                          "and fusion counts before/after each pass, where named instructions "
+                                          "appear or disappear, and a diff of the passes asked for.")
+    p.add_argument("dir", help="the --xla_dump_to folder")
+    p.add_argument("--module", "-m", default=None, help="module id (18 or 0018) or name (jit_train_step); "
+                                                        "needed when several modules have pass dumps")
+    p.add_argument("--find", action="append", metavar="NAME", help="the first pass where instruction NAME appears, "
+                                                                    "disappears or moves (repeatable)")
+    p.add_argument("--diff", action="append", metavar="PASS", help="what this pass changed: a dump number (47) or "
+                                                                    "a pass name (every dump after it; repeatable)")
+    p.add_argument("--limit", type=int, default=20, help="names listed per diff section (default 20)")
+    p.add_argument("--json", action="store_true", help="steps, finds and diffs as JSON")
+    p.set_defaults(func=_cmd_passes_dump)
+
+    f = subparsers.add_parser("fusion-log", help="XLA:GPU's priority-fusion log of a dump folder, step by step",
+                              description="Prints the *.priority_fusion_dump.txt XLA:GPU writes when the dump's "
+                                          "--xla_dump_hlo_pass_re matches priority-fusion: each fusion, each "
+                                          "priority estimate (fused vs unfused time) and each refusal, in order.")
+    f.add_argument("path", help="an --xla_dump_to folder, or one *.priority_fusion_dump.txt")
+    f.add_argument("--module", "-m", default=None, help="module id or name, when the folder has several logs")
+    f.add_argument("--producer", metavar="NAME", help="only steps involving this instruction")
+    f.add_argument("--kind", action="append", choices=("fuse", "price", "refuse"), help="only these events (repeatable)")
+    f.add_argument("--limit", type=int, default=200, help="steps shown per module (0: all; default 200)")
+    f.add_argument("--json", action="store_true", help="summary and steps as JSON")
+    f.set_defaults(func=_cmd_fusion_log)

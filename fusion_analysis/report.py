@@ -11,6 +11,8 @@ from typing import Any
 
 from hlo_tools.fileio import make_dirs, write_output
 
+from .md import md_block, md_code, md_escape
+
 CATEGORY_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "memory-bound fusion": "#ff7f0e",
                    "collective": "#2ca02c", "copy": "#8c564b", "other": "#7f7f7f"}
 
@@ -68,13 +70,13 @@ def _pattern_rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 def _md_table(cols: list[str], rows: list[list[str]]) -> str:
-    esc = [[c.replace("|", "\\|") for c in r] for r in rows]
+    esc = [[md_escape(c) for c in r] for r in rows]  # names come from the scanned folder: text, never markup
     return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] + ["| " + " | ".join(r) + " |" for r in esc])
 
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        f"# Fusion analysis: {report['source']}",
+        f"# Fusion analysis: {md_escape(report['source'])}",
         "",
         f"Device `{report['device']}`; {report['modules_scanned']} modules scanned ({report['cached']} from cache), "
         f"{len(report['errors'])} errors; {report['seconds']:.1f} s on {report['jobs']} workers ({report['engine']}).",
@@ -95,11 +97,13 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     if report["errors"]:
-        lines.append(_md_table(["file", "error"], [[e["file"], "`" + e["error"].splitlines()[0] + "`"] for e in report["errors"]]))
+        lines.append(_md_table(["file", "error"], [[e["file"], (e["error"].splitlines() or [""])[0]] for e in report["errors"]]))
         for e in report["errors"]:
-            lines += ["", f"`{e['file']}`:", "", "```", e["error"], "```"]
+            lines += ["", f"{md_code(e['file'])}:", "", md_block(e["error"])]
     else:
         lines.append("None.")
+    if report.get("skipped"):
+        lines += ["", "## Skipped (not read)", "", _md_table(["file", "reason"], [[x["file"], x["reason"]] for x in report["skipped"]])]
     return "\n".join(lines) + "\n"
 
 
@@ -148,6 +152,12 @@ def scatter_svg(report: dict[str, Any], width: int = 760, height: int = 440) -> 
     return "\n".join(out)
 
 
+def _html_skipped(report: dict[str, Any]) -> str:
+    if not report.get("skipped"):
+        return ""
+    return '<h2 id="skipped">Skipped (not read)</h2>\n' + _html_table(["file", "reason"], [[x["file"], x["reason"]] for x in report["skipped"]])
+
+
 def _html_table(cols: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
@@ -180,5 +190,6 @@ workers ({html.escape(report['engine'])}).</p>
 {_html_table(HEADROOM_COLUMNS, _headroom_rows(report))}
 <h2 id="errors">Errors</h2>
 {errors}
+{_html_skipped(report)}
 </body></html>
 """

@@ -1,84 +1,190 @@
 """Corpus-wide analysis: every module of a folder, in parallel, resumable.
 
 ``scan(source, out_dir)`` finds the modules (the bundled corpus, a corpus root
-with ``manifest.json``, an ``--xla_dump_to`` folder, or any folder of ``.hlo`` /
-``.txt`` / ``.gz`` files), analyses each in a process pool (or on Ray), caches
-each result under ``out_dir/.cache`` by the SHA-256 of the module text, and
-writes ``report.json``, ``report.md`` and ``report.html``. A file that does not
-parse is listed in the report's ``errors`` with its parse error; the rest is
-scanned.
+with ``manifest.json``, an ``--xla_dump_to`` folder, or any folder of module
+files: HLO text, ``.hlo.pb``, ``.mlir``, optionally gzip'd), analyses each in a
+process pool (or on Ray), caches each result under ``out_dir/.cache`` by the
+SHA-256 of the file, and writes ``report.json``, ``report.md`` and
+``report.html``.
+
+What it promises, because a scan meets folders nobody checked:
+
+* nothing outside the scanned folder is read: a symlink (or a manifest path)
+  that leads out of it is skipped and listed in the report's ``skipped``;
+* a file that cannot be read or parsed, a corrupt gzip, even a worker process
+  that dies (an abort inside XLA while decoding a proto) is one entry in the
+  report's ``errors``; the other modules' results are kept;
+* workers die with the scan (``kill -9`` included) and Ctrl-C stops it at once;
+* the report files are replaced by an "in progress" marker when a scan starts,
+  so a report left by a killed scan never passes for a current one; every
+  report carries its ``run_id`` and ``status``.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
+import secrets
+import signal
+import sys
+import tempfile
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 #: Bump when the analysis changes what it computes: old cache entries are ignored.
-ANALYSIS_VERSION = 1
-HLO_SUFFIXES = (".hlo", ".hlo.txt", ".txt", ".hlo.gz", ".txt.gz", ".gz")
+ANALYSIS_VERSION = 2
 SCATTER_POINTS_PER_MODULE = 150
 GROUPS_PER_MODULE = 40
+REPORT_FORMAT = "fusion_analysis.scan/2"
+REPORT_FILES = ("report.json", "report.md", "report.html")
+
+
+class NoModulesError(ValueError):
+    """The scanned place holds no module file: nothing to analyse."""
 
 
 @dataclass(frozen=True)
 class Task:
-    """One module file to analyse; ``label`` names it in the report."""
+    """One module file to analyse; ``label`` names it in the report, ``module``
+    groups the files of one module (a dump's module id, a corpus entry), and
+    ``root`` is the folder it must stay inside (resolved), checked again by the
+    worker right before it reads."""
 
     label: str
     path: str
     stage: str = ""
     size: int = 0
+    module: str = ""
+    root: str = ""
+
+
+@dataclass
+class Found:
+    """What discovery found: the tasks, the files it would not read (and why),
+    and what kind of place it scanned."""
+
+    tasks: list[Task] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    kind: str = "folder"  # "corpus", "dump", "folder" or "file"
 
 
 def read_text(path: str | Path) -> str:
-    data = Path(path).read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    return data.decode()
+    """HLO text of any module file (``hlo_tools.parser.read_text``: text, proto,
+    StableHLO, gzip'd with a bound); kept for callers of the old name."""
+    from hlo_tools.parser import read_text as _read
+
+    return _read(path)
+
+
+# -- which files are modules, and which may be read -----------------------------------
+
+def is_module_file(path: str | os.PathLike) -> bool:
+    """Whether a file's name says it holds a module (``corpus.dump.is_module_file``:
+    the side files an XLA dump holds are not modules)."""
+    from corpus.dump import is_module_file as rule
+
+    return rule(path)
+
+
+def _inside(path: str | os.PathLike, root: str) -> bool:
+    """Whether ``path``, all symlinks followed, lies inside the resolved folder ``root``."""
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _size(p: str | os.PathLike) -> int:
+    try:
+        return os.stat(p).st_size
+    except OSError:
+        return 0
 
 
 def discover(source: str | Path | None = None, *, stages: Iterable[str] | None = None) -> list[Task]:
     """The module files under ``source`` (None: the bundled corpus)."""
+    return find(source, stages=stages).tasks
+
+
+def find(source: str | Path | None = None, *, stages: Iterable[str] | None = None) -> Found:
+    """The module files under ``source`` (None: the bundled corpus), and the files
+    left out because reading them would leave the folder."""
     import corpus
 
     wanted = set(stages) if stages else None
     root = None if source is None else Path(source)
     if root is None or (root / "manifest.json").is_file():
-        tasks = []
-        for e in corpus.load(root=root):
+        base = os.path.realpath(corpus.CORPUS_DIR if root is None else root)
+        found = Found(kind="corpus")
+        try:
+            entries = list(corpus.load(root=root))
+        except (KeyError, TypeError, ValueError) as e:  # JSONDecodeError is a ValueError
+            raise ValueError(f"{Path(base) / 'manifest.json'}: not a corpus manifest ({type(e).__name__}: {e})") from None
+        for e in entries:
             for stage in e.stages:
-                if wanted is None or stage in wanted:
-                    p = e.path(stage)
-                    tasks.append(Task(f"{e.name}/{stage}", str(p), stage, p.stat().st_size))
-        return tasks
+                if wanted is not None and stage not in wanted:
+                    continue
+                p = e.path(stage)
+                if not _inside(p, base):
+                    found.skipped.append({"file": str(p), "reason": "manifest path leads outside the corpus folder"})
+                    continue
+                found.tasks.append(Task(f"{e.name}/{stage}", str(p), stage, _size(p), e.name, base))
+        return found
     if not root.exists():
         raise FileNotFoundError(f"no such folder or file: {root}")
-    if root.is_file():
-        return [Task(root.name, str(root), "", root.stat().st_size)]
-    dump_files = list(root.glob("module_*.txt"))
-    if dump_files:
-        tasks = []
-        for m in corpus.from_dump_dir(root):
-            for stage, p in sorted(m.stages.items()):
-                if "optimizations" not in stage or stage == "after_optimizations":
-                    continue
-                if wanted is None or stage in wanted:
-                    tasks.append(Task(f"{m.name}/{stage}", str(p), stage, Path(p).stat().st_size))
-        if tasks:
-            return tasks
-    tasks = []
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name.endswith(HLO_SUFFIXES) and not any(part.startswith(".") for part in p.relative_to(root).parts):
-            tasks.append(Task(str(p.relative_to(root)), str(p), "", p.stat().st_size))
-    return tasks
+    if root.is_file():  # named by the user: read wherever it points
+        return Found([Task(root.name, str(root), "", _size(root), root.name, "")], kind="file")
+    base = os.path.realpath(root)
+    if any(corpus.dump.is_dump_file_name(p.name) for p in root.iterdir()):
+        found = _find_in_dump(root, base, wanted)
+        if found.tasks:
+            return found
+    found = Found(kind="folder")
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        here = Path(dirpath)
+        for d in sorted(dirnames):
+            if not d.startswith(".") and (here / d).is_symlink() and not _inside(here / d, base):
+                found.skipped.append({"file": str((here / d).relative_to(root)),
+                                      "reason": "symlink to a folder outside the scanned folder"})
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            p = here / name
+            if not is_module_file(p):
+                continue
+            label = str(p.relative_to(root))
+            if not _inside(p, base):
+                found.skipped.append({"file": label, "reason": "symlink to a file outside the scanned folder"})
+                continue
+            found.tasks.append(Task(label, str(p), "", _size(p), label, base))
+    return found
+
+
+def _find_in_dump(root: Path, base: str, wanted: set[str] | None) -> Found:
+    """An ``--xla_dump_to`` folder: each module's ``*optimizations`` stages
+    (per-pass dumps and side files are not scanned; ``hlo passes-dump`` walks passes)."""
+    import corpus
+
+    found = Found(kind="dump")
+    for m in corpus.from_dump_dir(root):
+        per_pass = {x.key for x in m.passes}
+        for stage, p in sorted(m.stages.items()):
+            if not stage.endswith(("before_optimizations", "after_optimizations")) or stage in per_pass:
+                continue  # per-pass dumps and XLA:GPU's snapshots (after_spmd_partitioner...) are not scanned
+            if wanted is not None and stage not in wanted:
+                continue
+            key = f"module_{m.module_id:04d}.{m.name}"
+            if not _inside(p, base):
+                found.skipped.append({"file": p.name, "reason": "symlink to a file outside the scanned folder"})
+                continue
+            found.tasks.append(Task(f"{key}/{stage}", str(p), stage, _size(p), key, base))
+    return found
 
 
 def _round(x: float) -> float:
@@ -89,10 +195,18 @@ def analyze_text(text: str, *, label: str, device: str, source: str = "<string>"
     """Everything the report needs about one module, as plain JSON data."""
     from hlo_tools import parse
 
+    t0 = time.perf_counter()
+    out = analyze_module(parse(text, source=source), label=label, device=device)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # module: hlo_tools.ir.Module
+    """``analyze_text`` for a module already in our IR (a proto or StableHLO file
+    loaded by ``hlo_tools.load``)."""
     from . import cost, devices, opportunities, roofline
 
     t0 = time.perf_counter()
-    module = parse(text, source=source)
     dev = devices.load(device)
     mc = cost.analyze(module)
     rf = roofline.roofline(module, dev, mc)
@@ -136,15 +250,25 @@ def analyze_text(text: str, *, label: str, device: str, source: str = "<string>"
     }
 
 
+def _describe(e: BaseException) -> str:
+    from hlo_tools.errors import HloParseError
+
+    return e.format() if isinstance(e, HloParseError) else f"{type(e).__name__}: {e}"
+
+
 def analyze_task(task: Task, device: str, cache_dir: str | None) -> dict[str, Any]:
-    """Runs in a worker: reads, hashes, uses the cache or analyses. Never raises
-    for a bad module: the error goes into the result."""
-    base = {"label": task.label, "path": task.path, "stage": task.stage}
+    """Runs in a worker: checks the file is still inside the scanned folder,
+    hashes it, uses the cache or analyses. Never raises for a bad module: the
+    error goes into the result."""
+    base = {"label": task.label, "path": task.path, "stage": task.stage, "module_key": task.module or task.label}
+    if task.root and not _inside(task.path, task.root):
+        return {**base, "error": "not read: it now resolves outside the scanned folder"}
     try:
-        text = read_text(task.path)
-    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as e:
-        return {**base, "error": f"{type(e).__name__}: {e}"}
-    digest = hashlib.sha256(text.encode()).hexdigest()
+        data = Path(task.path).read_bytes()
+    except Exception as e:  # noqa: BLE001 - OSError, a folder, a vanished file: one error entry
+        return {**base, "error": f"cannot read file: {getattr(e, 'strerror', None) or e}"}
+    digest = hashlib.sha256(data).hexdigest()
+    del data
     key = hashlib.sha256(f"{digest}:{device}:{ANALYSIS_VERSION}".encode()).hexdigest()[:32]
     cache = Path(cache_dir) / f"{key}.json" if cache_dir else None
     if cache is not None and cache.is_file():
@@ -152,80 +276,297 @@ def analyze_task(task: Task, device: str, cache_dir: str | None) -> dict[str, An
             out = json.loads(cache.read_text())
             out.update(base, cached=True)
             return out
-        except json.JSONDecodeError:
-            pass
-    try:
-        out = {**analyze_text(text, label=task.label, device=device, source=task.path), **base, "sha256": digest}
-    except Exception as e:  # noqa: BLE001 - reported per file, the scan goes on
-        from hlo_tools.errors import HloParseError
+        except (OSError, ValueError):
+            pass  # unreadable or half-written: analyse again
+    import hlo_tools
 
-        msg = e.format() if isinstance(e, HloParseError) and hasattr(e, "format") else f"{type(e).__name__}: {e}"
-        return {**base, "sha256": digest, "error": msg}
+    t0 = time.perf_counter()
+    try:
+        module = hlo_tools.load(task.path)  # text, .hlo.pb, .mlir; gzip'd with a bound
+        out = {**analyze_module(module, label=task.label, device=device), **base, "sha256": digest}
+    except Exception as e:  # noqa: BLE001 - reported per file, the scan goes on
+        return {**base, "sha256": digest, "error": _describe(e)}
+    out["seconds"] = time.perf_counter() - t0
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(out))
-        os.replace(tmp, cache)
+        from hlo_tools.errors import HloError
+        from hlo_tools.fileio import write_output
+
+        try:
+            write_output(cache, json.dumps(out))
+        except (HloError, OSError):
+            pass  # a cache that cannot be written costs time on the next run, nothing else
     out["cached"] = False
     return out
 
 
-def _run_pool(tasks: list[Task], device: str, cache_dir: str | None, jobs: int, on_done: Callable) -> None:
-    if jobs <= 1:
-        for t in tasks:
-            on_done(analyze_task(t, device, cache_dir))
-        return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(analyze_task, t, device, cache_dir) for t in tasks]
-        for f in as_completed(futures):
-            on_done(f.result())
+def _worker_died(task: Task, how: str) -> dict[str, Any]:
+    return {"label": task.label, "path": task.path, "stage": task.stage, "module_key": task.module or task.label,
+            "error": f"the worker process died while analysing this file ({how}); a crash or abort in native code "
+                     f"(XLA decoding a proto or StableHLO), or the system killed it; the other files were analysed"}
+
+
+# -- workers that never outlive the scan ----------------------------------------------
+
+def _worker_init(scan_pid: int) -> None:
+    """Pool initializer. Ctrl-C is the scan's to handle (it stops the workers);
+    and a worker dies with the scan even when the scan is killed with SIGKILL:
+    Linux's parent-death signal, and a thread that watches the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # the watcher below still ends us
+    if os.getppid() != parent or not _alive(scan_pid):  # the scan died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent or not _alive(scan_pid):
+                os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-scan", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _tracked(fn: Callable[..., dict[str, Any]], index: int, track_dir: str, task: Task, *args) -> dict[str, Any]:
+    """Runs ``fn(task, *args)`` in a worker, leaving a note of which task it is
+    on (``track_dir/<pid>``), so that when the worker dies the scan knows which
+    file was being analysed."""
+    note = os.path.join(track_dir, str(os.getpid()))
+    with open(note, "w") as f:
+        f.write(str(index))
+    try:
+        return fn(task, *args)
+    finally:
+        try:
+            os.unlink(note)
+        except OSError:
+            pass
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancels what has not started and ends the workers now (SIGTERM, then SIGKILL)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(2)
+        if p.is_alive():
+            p.kill()
+            p.join(1)
+
+
+def _run_batch(fn: Callable, tasks: list[tuple[int, Task]], args: tuple, jobs: int, on_done: Callable,
+               track_dir: str) -> tuple[list[int], list[int]]:
+    """Runs ``tasks`` on a fresh pool. Returns ``(done, in_flight_when_broken)``:
+    the indices finished, and (if a worker died) the indices being analysed at
+    that moment; the rest were never finished and can simply run again."""
+    done: list[int] = []
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init, initargs=(os.getpid(),))
+    broken = False
+    try:
+        futures: dict[Future, tuple[int, Task]] = {pool.submit(_tracked, fn, i, track_dir, t, *args): (i, t)
+                                                   for i, t in tasks}
+        pending = set(futures)
+        while pending and not broken:
+            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for f in finished:
+                i, t = futures[f]
+                try:
+                    r = f.result()
+                except BrokenProcessPool:
+                    broken = True
+                    continue
+                except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be pickled back
+                    r = {"label": t.label, "path": t.path, "stage": t.stage, "module_key": t.module or t.label,
+                         "error": _describe(e)}
+                done.append(i)
+                on_done(r)
+        if broken:  # results that came back before the break are kept, not run again
+            for f in pending:
+                if f.done() and not f.cancelled() and f.exception() is None:
+                    done.append(futures[f][0])
+                    on_done(f.result())
+    except BaseException:
+        _stop(pool)  # Ctrl-C, or anything else: no worker outlives this
+        raise
+    if not broken:
+        pool.shutdown(wait=True)
+        return done, []
+    _stop(pool)
+    in_flight = []
+    for note in os.listdir(track_dir):
+        try:
+            in_flight.append(int(Path(track_dir, note).read_text() or -1))
+        except (OSError, ValueError):
+            pass
+        Path(track_dir, note).unlink(missing_ok=True)
+    return done, [i for i in in_flight if i >= 0 and i not in done]
+
+
+def _run_pool(tasks: list[Task], device: str, cache_dir: str | None, jobs: int, on_done: Callable,
+              fn: Callable[..., dict[str, Any]] = analyze_task) -> None:
+    """Every task on a process pool; when a worker dies (BrokenProcessPool) the
+    finished results are kept, the files it was on are tried again alone (one
+    that kills its worker again is an error entry), and the rest run on a new
+    pool. ``fn`` is the task function (tests give one that aborts)."""
+    todo = list(enumerate(tasks))
+    args = (device, cache_dir)
+    with tempfile.TemporaryDirectory(prefix="hlo-scan-") as track_dir:
+        while todo:
+            done, suspects = _run_batch(fn, todo, args, max(1, min(jobs, len(todo))), on_done, track_dir)
+            finished = set(done)
+            if not suspects and len(finished) == len(todo):
+                return
+            if not suspects:  # broke with no note left: try each remaining file alone
+                suspects = [i for i, _ in todo if i not in finished]
+            for i in suspects:
+                alone, _ = _run_batch(fn, [(i, tasks[i])], args, 1, on_done, track_dir)
+                if not alone:
+                    on_done(_worker_died(tasks[i], "again when it was analysed alone"))
+                finished.add(i)
+            todo = [(i, t) for i, t in todo if i not in finished]
 
 
 def _run_ray(tasks: list[Task], device: str, cache_dir: str | None, address: str | None, jobs: int,
              on_done: Callable) -> None:
-    """Runs the tasks as Ray tasks; a local cluster started here gets ``jobs`` CPUs and is shut down after."""
+    """Runs the tasks as Ray tasks (no retries: a task whose worker dies is an
+    error entry). A local cluster started here listens on 127.0.0.1 only, gets
+    ``jobs`` CPUs and is shut down after."""
     try:
         import ray
     except ImportError as e:
         raise RuntimeError("--ray needs the `ray` package: pip install 'hlo-pass-lab[ray]'") from e
     started = not ray.is_initialized()
     if started:
-        local = {} if address else {"num_cpus": jobs, "include_dashboard": False}
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, **local)
+        if address:
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        else:
+            _init_local_ray(ray, jobs)
+    remote = ray.remote(max_retries=0)(analyze_task)
+    refs = {remote.remote(t, device, cache_dir): t for t in tasks}
+    pending = list(refs)
     try:
-        remote = ray.remote(analyze_task)
-        pending = [remote.remote(t, device, cache_dir) for t in tasks]
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                on_done(ray.get(ref))
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                try:
+                    on_done(ray.get(ref))
+                except ray.exceptions.RayError as e:
+                    on_done(_worker_died(refs[ref], type(e).__name__))
+    except BaseException:
+        for ref in pending:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - already finished or gone
+                pass
+        raise
     finally:
         if started:
             ray.shutdown()
 
 
+def _init_local_ray(ray, jobs: int) -> None:
+    """``ray.init`` for a cluster of this machine only. Ray turns an explicit
+    127.0.0.1 node address into the machine's reachable one; with clusters off
+    (Ray's setting for single machines) the node address is loopback and every
+    Ray service binds to 127.0.0.1."""
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(num_cpus=jobs, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
+# -- the scan ---------------------------------------------------------------------------
+
+def _new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _mark(out: Path, run_id: str, status: str, source: str, note: str = "") -> None:
+    """Replaces the report files with a marker saying this run is not finished
+    (or failed): whatever an earlier scan left there must not pass for this one."""
+    from hlo_tools.fileio import write_output
+
+    from .md import md_escape
+
+    data = {"format": REPORT_FORMAT, "status": status, "run_id": run_id, "pid": os.getpid(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": source, "note": note}
+    what = {"running": "is running", "interrupted": "was interrupted", "failed": "failed"}.get(status, status)
+    text = f"This scan {what}; there is no report from it" + (f": {note}" if note else ".")
+    write_output(out / "report.json", json.dumps(data, indent=1))
+    write_output(out / "report.md", f"# Fusion analysis: {md_escape(source)}\n\n**{md_escape(text)}** "
+                                    f"(run `{run_id}`, pid {os.getpid()})\n")
+    import html
+
+    write_output(out / "report.html", f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                                      f"<title>Fusion analysis: {html.escape(source)}</title></head><body>"
+                                      f"<h1>Fusion analysis: {html.escape(source)}</h1><p><b>{html.escape(text)}</b> "
+                                      f"(run {run_id}, pid {os.getpid()})</p></body></html>\n")
+
+
 def scan(source: str | Path | None, out_dir: str | Path, *, device: str = "h100", jobs: int | None = None,
          use_ray: bool = False, ray_address: str | None = None, stages: Iterable[str] | None = None,
-         progress: bool = True, cache: bool = True) -> dict[str, Any]:
-    """Scans ``source`` and writes the report into ``out_dir``; returns report.json's data."""
+         progress: bool = True, cache: bool = True,
+         _task_fn: Callable[..., dict[str, Any]] = analyze_task) -> dict[str, Any]:
+    """Scans ``source`` and writes the report into ``out_dir``; returns report.json's data.
+
+    Raises ``NoModulesError`` when there is no module file to scan (the report
+    files then say so), FileNotFoundError for a missing ``source``."""
+    from hlo_tools.fileio import make_dirs, write_output
+
     from . import devices
-    from .report import write_reports
+    from .report import html_page, markdown
 
     devices.load(device)  # fail early on an unknown device (and measure the host once, here)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tasks = sorted(discover(source, stages=stages), key=lambda t: -t.size)  # biggest first: better packing
+    out = make_dirs(out_dir)
+    label = str(source or "bundled corpus")
+    run_id = _new_run_id()
+    _mark(out, run_id, "running", label)
+    try:
+        found = find(source, stages=stages)
+        if not found.tasks:
+            skipped = f"; {len(found.skipped)} skipped (see report.json)" if found.skipped else ""
+            raise NoModulesError(f"no module files in {label} (HLO text .hlo/.txt, .hlo.pb, .mlir, optionally "
+                                 f".gz; an XLA dump's side files do not count){skipped}")
+    except Exception as e:
+        _mark(out, run_id, "failed", label, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        raise
+    tasks = sorted(found.tasks, key=lambda t: -t.size)  # biggest first: better packing
     cache_dir = str(out / ".cache") if cache else None
-    jobs = jobs or min(len(tasks) or 1, os.cpu_count() or 1)
+    jobs = max(1, jobs or min(len(tasks), os.cpu_count() or 1))
     results: list[dict[str, Any]] = []
     t0 = time.perf_counter()
 
     bar = None
     if progress:
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         bar = Progress(TextColumn("[bold]scan[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       TextColumn("{task.description}"), transient=False)
+                       TextColumn("{task.description}"), transient=False,
+                       console=Console(stderr=True))  # stdout is for the result (--json)
         bar.start()
         tid = bar.add_task("", total=len(tasks))
 
@@ -238,19 +579,32 @@ def scan(source: str | Path | None, out_dir: str | Path, *, device: str = "h100"
         if use_ray:
             _run_ray(tasks, device, cache_dir, ray_address, jobs, on_done)
         else:
-            _run_pool(tasks, device, cache_dir, jobs, on_done)
-    finally:
+            _run_pool(tasks, device, cache_dir, jobs, on_done, _task_fn)
+    except BaseException as e:
         if bar is not None:
             bar.stop()
-    report = build_report(results, device=device, source=str(source or "bundled corpus"),
-                          seconds=time.perf_counter() - t0, jobs=jobs, engine="ray" if use_ray else "process-pool")
-    write_reports(report, out)
+        status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        _mark(out, run_id, status, label, f"{len(results)} of {len(tasks)} files analysed"
+              + (f"; their results are cached in {out / '.cache'} for the next run" if cache else ""))
+        raise
+    if bar is not None:
+        bar.stop()
+    report = build_report(results, device=device, source=label, seconds=time.perf_counter() - t0, jobs=jobs,
+                          engine="ray" if use_ray else "process-pool", found=found, run_id=run_id)
+    write_output(out / "report.json", json.dumps(report, indent=1))
+    write_output(out / "report.md", markdown(report))
+    write_output(out / "report.html", html_page(report))
     return report
 
 
 def build_report(results: list[dict[str, Any]], *, device: str, source: str, seconds: float, jobs: int,
-                 engine: str) -> dict[str, Any]:
-    """Merges per-module results: corpus-wide opportunity groups and pattern totals."""
+                 engine: str, found: Found | None = None, run_id: str = "") -> dict[str, Any]:
+    """Merges per-module results: corpus-wide opportunity groups and pattern totals.
+
+    ``modules_scanned`` counts files analysed (a dump module has a file per
+    stage); ``modules_found`` / ``modules_analysed`` count modules as
+    ``hlo corpus list`` does (a dump's module ids, the corpus's entries; in a
+    plain folder every file is a module)."""
     ok = sorted((r for r in results if "error" not in r), key=lambda r: r["label"])
     errors = sorted(({"file": r["path"], "label": r["label"], "error": r["error"]} for r in results if "error" in r),
                     key=lambda e: e["label"])
@@ -275,16 +629,24 @@ def build_report(results: list[dict[str, Any]], *, device: str, source: str, sec
             a["time_saved_s"] += p["time_saved_s"]
             a["modules"] += 1
     top = sorted(groups.values(), key=lambda g: -g["bytes_saved"])
+    tasks = found.tasks if found is not None else []
     return {
-        "format": "fusion_analysis.scan/1",
+        "format": REPORT_FORMAT,
+        "status": "complete",
+        "run_id": run_id,
         "source": source,
+        "kind": found.kind if found is not None else "",
         "device": device,
         "engine": engine,
         "jobs": jobs,
         "seconds": seconds,
+        "files": len(tasks) or len(results),
+        "modules_found": len({t.module or t.label for t in tasks}) or len({r.get("module_key", r["label"]) for r in results}),
+        "modules_analysed": len({r.get("module_key", r["label"]) for r in ok}),
         "modules_scanned": len(ok),
         "cached": sum(1 for r in ok if r.get("cached")),
         "errors": errors,
+        "skipped": list(found.skipped) if found is not None else [],
         "patterns": patterns,
         "top_opportunities": top[:100],
         "modules": ok,

@@ -397,3 +397,73 @@ def base_name(name: str) -> str:
     name = _CLONE_SUFFIX.sub("", name)
     head, dot, tail = name.rpartition(".")
     return head if dot and tail.isdigit() and head else name
+
+
+# -- reading the log from a dump folder, for people ----------------------------------------
+
+def dump_logs(folder: str, module: str | None = None) -> list[tuple[str, str]]:
+    """``(module label, path)`` of every priority-fusion log in a dump folder
+    (XLA:GPU writes one per module when ``--xla_dump_hlo_pass_re`` matches
+    ``priority-fusion``), or of the one file given; ``module`` picks a module by
+    id (``1``, ``0001``) or name. A ``LookupError`` says what there is."""
+    from corpus.dump import from_dump_dir
+
+    if os.path.isfile(folder):
+        return [(os.path.basename(folder).removesuffix("." + DUMP_SUFFIX), folder)]
+    logs = [(f"module_{m.module_id:04d}.{m.name}", str(p), m) for m in from_dump_dir(folder)
+            for key, p in sorted(m.aux.items()) if key.endswith(DUMP_SUFFIX)]
+    if not logs:
+        raise LookupError(f"{folder}: no *{DUMP_SUFFIX} (XLA:GPU writes it with --xla_dump_to and "
+                          f"--xla_dump_hlo_pass_re matching priority-fusion; XLA:CPU has no priority fusion)")
+    if module is not None:
+        picked = [x for x in logs if (module.isdigit() and x[2].module_id == int(module))
+                  or module in (x[2].name, x[0])]
+        if not picked:
+            raise LookupError(f"{folder}: no priority-fusion log for module {module!r}; there are: "
+                              + ", ".join(x[0] for x in logs))
+        logs = picked
+    return [(label, path) for label, path, _ in logs]
+
+
+def step_kind(step: Step) -> str:
+    """``fuse``, ``price`` (a priority update) or ``refuse`` (not eligible)."""
+    return "fuse" if isinstance(step, FusionStep) else "price" if isinstance(step, PriorityUpdate) else "refuse"
+
+
+def describe_step(step: Step) -> tuple[str, str, str]:
+    """``(kind, producer -> consumers, what happened)`` of one step, for a table."""
+    if isinstance(step, FusionStep):
+        return "fuse", f"{step.producer} -> {step.consumer}", f"= {step.fusion}"
+    if isinstance(step, PriorityUpdate):
+        gain = step.us_unfused - step.us_fused
+        verdict = "fuse" if gain >= 0 else "keep apart"
+        return ("price", f"{step.producer} -> {', '.join(step.consumers) or '(no consumers)'}",
+                f"fused {step.us_fused:.4g} us, unfused {step.us_unfused:.4g} us: {verdict} ({gain:+.4g} us)")
+    return "refuse", step.producer, step.reason
+
+
+def step_dict(step: Step) -> dict:
+    """One step as JSON data, with its ``kind``."""
+    from dataclasses import asdict
+
+    return {"kind": step_kind(step), **asdict(step)}
+
+
+def summary(log: FusionLog) -> dict[str, int]:
+    """How many steps of each kind, and how many distinct producers XLA fused."""
+    kinds = {"fuse": 0, "price": 0, "refuse": 0}
+    for s in log.steps:
+        kinds[step_kind(s)] += 1
+    return {"steps": len(log.steps), **kinds, "producers_fused": len({p for p, _ in log.fused_pairs()})}
+
+
+def matches(step: Step, name: str) -> bool:
+    """Whether ``step`` involves the instruction ``name`` (as producer, consumer
+    or result; ``broadcast.12`` also finds the log's ``broadcast.12.0``)."""
+    names = [step.producer]
+    if isinstance(step, FusionStep):
+        names += [step.consumer, step.fusion]
+    elif isinstance(step, PriorityUpdate):
+        names += list(step.consumers)
+    want = name.lstrip("%")
+    return any(n == want or base_name(n) == want for n in names)

@@ -342,6 +342,26 @@ def test_from_dump_dir_gpu_file_names(tmp_path: Path) -> None:
     assert "thunk_sequence.txt" in m.aux and "debug_options" in m.aux
 
 
+def test_dump_names_modules_side_files_and_pass_pipelines(tmp_path: Path) -> None:
+    """Names only (real XLA:GPU names): a per-pass dump whose pipeline is called
+    ``collective-optimizations`` is a pass, not an ``*_optimizations`` stage, and
+    a dump's side files are not module files."""
+    from corpus.dump import is_dump_file_name, is_module_file
+
+    names = ["module_0001.jit_decode.0018.collective-optimizations.after_pipeline-start.before_all-gather-combiner.txt",
+             "module_0001.jit_decode.before_optimizations.txt", "module_0001.jit_decode.sm_9.0a_gpu_after_optimizations.txt",
+             "module_0001.jit_decode.priority_fusion_dump.txt", "module_0001.jit_decode.thunk_metadata.pb",
+             "module_0001.jit_decode.sm_9.0a_gpu_after_optimizations-memory-usage-report.pb"]
+    for n in names:
+        (tmp_path / n).write_text("")
+    (m,) = corpus.from_dump_dir(tmp_path)
+    assert [p.key for p in m.passes] == ["0018.collective-optimizations.after_pipeline-start"]
+    assert sorted(k for k in m.stages if k.endswith("optimizations") and k not in {p.key for p in m.passes}) == [
+        "before_optimizations", "sm_9.0a_gpu_after_optimizations"]
+    assert [n for n in names if is_module_file(n)] == names[:3]
+    assert all(is_dump_file_name(n) for n in names) and not is_dump_file_name("jit_decode.txt")
+
+
 def test_from_dump_dir_errors(tmp_path: Path) -> None:
     with pytest.raises(NotADirectoryError):
         corpus.from_dump_dir(tmp_path / "missing")

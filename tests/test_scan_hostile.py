@@ -1,0 +1,278 @@
+"""`hlo scan` on hostile and broken folders (issue 23): workers never outlive the
+scan (kill -9, Ctrl-C), nothing outside the folder is read, one bad file (or one
+dead worker) is one error entry, a killed run's report cannot pass for current,
+names stay text in report.md, a local Ray cluster listens on loopback only."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import corpus
+from fusion_analysis import scan
+
+HERE = Path(__file__).resolve().parent
+HOSTILE = HERE / "data" / "hostile"
+needs_corpus = pytest.mark.skipif(not (corpus.CORPUS_DIR / "manifest.json").exists(), reason="corpus not generated")
+
+
+def _children(pid: int) -> list[int]:
+    """Live (non-zombie) descendants of ``pid``, from /proc (pool workers are
+    children of the scan, or of its fork server)."""
+    parent: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            state, ppid = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if state != "Z":
+            parent[int(d)] = int(ppid)
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [k for k, pp in parent.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _slow_folder(tmp_path: Path) -> Path:
+    """Four full-size train steps: several seconds each, so a scan is mid-way when we strike."""
+    folder = tmp_path / "slow"
+    folder.mkdir()
+    for i, name in enumerate(("mixtral", "gemma2", "llama3", "mistral")):
+        shutil.copy(next(corpus.load(f"{name}-full-train-bf16")).path("cpu_after_optimizations"), folder / f"{i}.hlo.gz")
+    return folder
+
+
+def _start_scan(folder: Path, out: Path) -> subprocess.Popen:
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.Popen([sys.executable, "-m", "hlo_tools.cli", "scan", str(folder), "-o", str(out), "-j", "2",
+                             "-q", "--no-cache"], start_new_session=True, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_workers(p: subprocess.Popen, n: int = 2, timeout: float = 30) -> list[int]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        kids = _children(p.pid)
+        if len(kids) >= n:
+            time.sleep(1.0)  # let them start on a module
+            return _children(p.pid)
+        assert p.poll() is None, p.communicate()
+        time.sleep(0.1)
+    raise AssertionError("the scan started no workers")
+
+
+def _gone(pids: list[int], timeout: float) -> list[int]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and any(_alive(k) for k in pids):
+        time.sleep(0.05)
+    return [k for k in pids if _alive(k)]
+
+
+@needs_corpus
+def test_kill_9_mid_scan_leaves_no_worker_and_no_current_looking_report(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps({"status": "complete", "modules_scanned": 99}))  # an older run's
+    p = _start_scan(_slow_folder(tmp_path), out)
+    workers = _wait_for_workers(p)
+    assert len(workers) == 2
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(10)
+    assert _gone(workers, timeout=3) == [], "pool workers outlived a kill -9 of the scan"
+    marker = json.loads((out / "report.json").read_text())
+    assert marker["status"] == "running" and marker["pid"] == p.pid and "modules_scanned" not in marker
+    assert "is running" in (out / "report.md").read_text()
+
+
+@needs_corpus
+def test_ctrl_c_stops_the_scan_and_its_workers_at_once(tmp_path):
+    out = tmp_path / "out"
+    p = _start_scan(_slow_folder(tmp_path), out)
+    workers = _wait_for_workers(p)
+    t0 = time.monotonic()
+    os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    _, err = p.communicate(timeout=20)
+    took = time.monotonic() - t0
+    assert p.returncode == 130 and took < 5, (p.returncode, took, err)
+    assert "Traceback" not in err and "interrupted" in err
+    assert _gone(workers, timeout=3) == []
+    assert json.loads((out / "report.json").read_text())["status"] == "interrupted"
+
+
+def test_symlinks_out_of_the_folder_are_not_read(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.hlo"
+    secret.write_text((HOSTILE / "small.hlo").read_text().replace("HloModule small", "HloModule secret_outside"))
+    folder = tmp_path / "scanned"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(HOSTILE / "small.hlo", folder / "real.hlo")
+    (folder / "leak.hlo").symlink_to(secret)
+    (folder / "passwd.hlo").symlink_to("/etc/passwd")
+    (folder / "outdir").symlink_to(outside, target_is_directory=True)
+    (folder / "sub" / "inside.hlo").symlink_to(folder / "real.hlo")  # a link that stays inside is followed
+    r = scan.scan(folder, tmp_path / "out", jobs=1, progress=False, cache=False)
+    assert sorted(m["label"] for m in r["modules"]) == ["real.hlo", "sub/inside.hlo"]
+    assert all(m["module"] == "small" for m in r["modules"]) and r["errors"] == []
+    assert {x["file"]: x["reason"] for x in r["skipped"]} == {
+        "leak.hlo": "symlink to a file outside the scanned folder",
+        "passwd.hlo": "symlink to a file outside the scanned folder",
+        "outdir": "symlink to a folder outside the scanned folder"}
+    text = "".join((tmp_path / "out" / f).read_text() for f in ("report.json", "report.md", "report.html"))
+    assert "secret_outside" not in text and "root:" not in text
+    assert "Skipped (not read)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_manifest_paths_that_leave_the_corpus_are_not_read(tmp_path):
+    root = tmp_path / "corpus"
+    (root / "modules" / "m").mkdir(parents=True)
+    (tmp_path / "secret.hlo.gz").write_bytes(gzip.compress((HOSTILE / "small.hlo").read_bytes()))
+    shutil.copy(HOSTILE / "small.hlo", root / "modules" / "m" / "ok.hlo")
+    record = {"name": "m", "model": "m", "source_package": "test", "config": {}, "workload": "decode", "size": "tiny",
+              "sharded": False, "dtype": "f32", "sha256": {}, "runnable": False,
+              "files": {"ok": "modules/m/ok.hlo", "leak": "../secret.hlo.gz"}}
+    manifest = {"format": 1, "modules": [record]}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    r = scan.scan(root, tmp_path / "out", jobs=1, progress=False, cache=False)
+    assert [m["label"] for m in r["modules"]] == ["m/ok"]
+    assert r["skipped"] == [{"file": str(root / "../secret.hlo.gz"),
+                             "reason": "manifest path leads outside the corpus folder"}]
+
+
+def test_corrupt_and_truncated_gzip_are_one_error_entry_each(tmp_path):
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    for name in ("corrupt.hlo.gz", "truncgz.hlo.gz", "small.hlo"):
+        shutil.copy(HOSTILE / name, folder / name)
+    (folder / "unreadable.hlo").write_text("HloModule x")
+    (folder / "unreadable.hlo").chmod(0)
+    (folder / "folder.hlo").mkdir()  # a folder with a module's name is not a file: not listed
+    r = scan.scan(folder, tmp_path / "out", jobs=2, progress=False, cache=False)
+    assert [m["label"] for m in r["modules"]] == ["small.hlo"]
+    errors = {e["label"]: e["error"] for e in r["errors"]}
+    assert set(errors) == {"corrupt.hlo.gz", "truncgz.hlo.gz", "unreadable.hlo"}, errors  # root reads it: a parse error
+    for e in r["errors"]:
+        assert len(e["error"].splitlines()[0]) < 300 and "Traceback" not in e["error"]
+
+
+def _abort_on_bad(task, device, cache_dir):
+    """A task function whose worker dies the way an XLA CHECK failure kills it."""
+    if "abort" in task.label:
+        import faulthandler
+
+        faulthandler.disable()  # pytest's handler would print the dying worker's stack: noise, not a failure
+        os.abort()
+    return scan.analyze_task(task, device, cache_dir)
+
+
+def test_a_worker_that_dies_loses_only_its_own_module(tmp_path):
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    for i in range(5):
+        shutil.copy(HOSTILE / "small.hlo", folder / f"ok{i}.hlo")
+    shutil.copy(HOSTILE / "small.hlo", folder / "abort_here.hlo")
+    r = scan.scan(folder, tmp_path / "out", jobs=2, progress=False, cache=False, _task_fn=_abort_on_bad)
+    assert sorted(m["label"] for m in r["modules"]) == [f"ok{i}.hlo" for i in range(5)]
+    assert [e["label"] for e in r["errors"]] == ["abort_here.hlo"]
+    assert "worker process died" in r["errors"][0]["error"]
+    assert r["status"] == "complete"
+
+
+def test_file_names_are_text_in_report_md(tmp_path):
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    evil = "[click](http:evil.example) <img src=x> `tick` *a|b* .hlo"
+    (folder / evil).write_text((HOSTILE / "small.hlo").read_text())
+    (folder / "bad ``` fence.hlo").write_text("HloModule x\nENTRY e {\n  ROOT r = f32[] frob()\n}\n")
+    scan.scan(folder, tmp_path / "out", jobs=1, progress=False, cache=False)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "[click](" not in md and re.search(r"(?<!\\)<img", md) is None and "*a|b*" not in md
+    assert r"\[click\]\(http\:evil\.example\) \<img src\=x\> \`tick\` \*a\|b\* \.hlo" in md
+    assert re.search(r"\n````[^`\n]*/bad ``` fence\.hlo````:\n", md)  # a code span its backticks cannot close
+    assert "<img" not in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_no_modules_is_an_error_not_an_empty_success(tmp_path, capsys):
+    from hlo_tools.cli import main
+
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    (folder / "notes.txt.o").write_text("x")
+    (folder / "module_0001.jit_f.cpu_after_optimizations-buffer-assignment.txt").write_text("not a module")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").write_text('{"status": "complete", "modules_scanned": 7}')
+    assert main(["scan", str(folder), "-o", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "no module files in" in err and "Traceback" not in err
+    assert json.loads((out / "report.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="listening sockets read from /proc/net")
+def test_local_ray_cluster_listens_on_loopback_only(tmp_path):
+    ray = pytest.importorskip("ray")
+    folder = tmp_path / "one"
+    folder.mkdir()
+    shutil.copy(HOSTILE / "small.hlo", folder / "m.hlo")
+    seen: list[str] = []
+
+    def record(r):
+        seen.extend(_listening_addresses())
+        seen_results.append(r)
+
+    seen_results: list[dict] = []
+    tasks = scan.discover(folder)
+    scan._run_ray(tasks, "h100", None, None, 1, record)
+    assert not ray.is_initialized() and len(seen_results) == 1 and "error" not in seen_results[0]
+    ours = [a for a in seen if not a.startswith("127.") and a != "::1"]
+    assert seen and not ours, f"Ray services listening beyond loopback: {sorted(set(ours))}"
+
+
+def _listening_addresses() -> list[str]:
+    """Addresses of TCP sockets in LISTEN state owned by this process's descendants."""
+    import ipaddress
+
+    mine = {os.getpid(), *_children(os.getpid())}
+    inodes = set()
+    for pid in mine:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+    out = []
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] != "0A" or f[9] not in inodes:  # 0A: LISTEN
+                continue
+            hexaddr = f[1].split(":")[0]
+            raw = bytes.fromhex(hexaddr)
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # /proc prints 32-bit words host-endian
+            addr = ipaddress.IPv6Address(raw) if v6 else ipaddress.IPv4Address(raw)
+            out.append(str(getattr(addr, "ipv4_mapped", None) or addr))
+    return out
