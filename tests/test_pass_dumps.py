@@ -78,6 +78,21 @@ def test_scan_and_corpus_list_agree_on_the_module_count(which, pass_dump, proto_
     assert all(m["path"].endswith(".hlo.pb" if which == "proto" else ".txt") for m in report["modules"])
 
 
+def test_scan_reads_the_stablehlo_a_dump_holds(pass_dump, tmp_path):
+    """jax writes each jitted function's StableHLO as ``module_<id>.<name>/module.mlir``."""
+    from fusion_analysis import scan
+
+    folder = tmp_path / "mlir"
+    folder.mkdir()
+    mlirs = sorted(pass_dump.glob("module_*/module.mlir"))
+    assert mlirs
+    for p in mlirs:
+        (folder / f"{p.parent.name}.mlir").write_bytes(p.read_bytes())
+    r = scan.scan(folder, tmp_path / "rep", jobs=2, progress=False, cache=False)
+    assert r["errors"] == [] and r["modules_scanned"] == len(mlirs)
+    assert any(m["instructions"] > 100 for m in r["modules"])  # the train step, converted by XLA and analysed
+
+
 def test_a_dumps_side_files_are_not_modules(pass_dump, proto_dump):
     side = [p for d in (pass_dump, proto_dump) for p in d.iterdir()
             if re.search(r"buffer-assignment|live-range|memory-usage-report|debug_options|thunk_|autotune_results"
