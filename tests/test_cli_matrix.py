@@ -57,7 +57,6 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
 
 #: (command, case) pairs that do not apply, and why.
 SKIPS = {
-    ("scan", "folder"): "a folder is what scan reads (an empty one is a report of 0 modules)",
     ("corpus list", "folder"): "a folder is what corpus list reads (an empty one is a table of 0 modules)",
     ("history", "missing"): "a database that does not exist yet is 'no results yet', exit 0",
     ("fusion-log", "empty"): "an empty file is a valid, empty text-format FusionProcessDumpProto (0 steps)",
