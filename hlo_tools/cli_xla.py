@@ -31,11 +31,11 @@ def _cmd_compile(args) -> int:
         check_writable(args.dump_dir, directory=True)
     try:
         res = compile(_load(args.file), args.backend, args.pipeline, flags=_flags(args), target=args.target,
-                      dump_dir=args.dump_dir)
+                      dump_dir=args.dump_dir, contained=True)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
-    except XlaCompileError as e:
+    except (XlaCompileError, HloError, ValueError) as e:
         print(f"hlo compile: {e}", file=sys.stderr)
         return 2
     if args.dump_optimized:
@@ -51,7 +51,8 @@ def _cmd_compile(args) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
     else:
-        print(f"{res.module_name}: XLA:{res.backend} ({res.device}) {res.pipeline} in {res.compile_seconds:.3f} s; "
+        how = "XLA's optimized module handed over as written" if res.handed_over else res.pipeline
+        print(f"{res.module_name}: XLA:{res.backend} ({res.device}) {how} in {res.compile_seconds:.3f} s; "
               f"{info['instructions']} instructions, fusions {kinds or 'none'}")
         if res.cost:
             print("cost: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(res.cost.items()) if "{" not in k))
@@ -64,18 +65,16 @@ def _cmd_run(args) -> int:
     import numpy as np
 
     from .xla import XlaCompileError
-    from .xla_compile import compile
-    from .xla_inputs import make_inputs
-    from .xla_run import run
+    from .xla_run import run_module
 
     try:
         module = _load(args.file)
-        res = compile(module, args.backend, args.pipeline, flags=_flags(args))
-        outs = run(res, make_inputs(module, seed=args.seed)[0])
+        outs = run_module(module, backend=args.backend, pipeline=args.pipeline, flags=_flags(args), seed=args.seed,
+                          contained=True)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
-    except (XlaCompileError, ValueError) as e:
+    except (XlaCompileError, HloError, ValueError) as e:
         print(f"hlo run: {e}", file=sys.stderr)
         return 2
     for i, o in enumerate(outs):
@@ -91,45 +90,52 @@ def _cmd_compare(args) -> int:
 
     try:
         cmp = compare(_load(args.a), _load(args.b), backend=args.backend, pipeline_a=args.pipeline_a,
-                      pipeline_b=args.pipeline_b, flags=_flags(args), seed=args.seed)
+                      pipeline_b=args.pipeline_b, flags=_flags(args), seed=args.seed, contained=True)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
-    except (XlaCompileError, ValueError) as e:
+    except (XlaCompileError, HloError, ValueError) as e:
         print(f"hlo compare: {e}", file=sys.stderr)
         return 2
     print(cmp)
     return 0 if cmp.ok else 1
 
 
-def _apply_passes(module, spec: str):
+def _pipeline(spec: str) -> list:
+    """The passes named in ``spec``; an unknown name is a ValueError naming the
+    known ones, raised before anything is compiled."""
     import passes  # lazy: hlo_tools does not depend on passes; the CLI glues them
 
+    try:
+        return passes.parse_pipeline(spec)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None  # it lists the known names
+
+
+def _apply_passes(module, pipeline: list):
+    import passes
+
     rewritten = module.clone()
-    passes.PassManager(passes.parse_pipeline(spec)).run(rewritten)
+    passes.PassManager(pipeline).run(rewritten)
     return rewritten
 
 
-def _bench_hooked(original, args):
+def _bench_hooked(original, pipeline: list, args):
     """The original under ``--pipeline-a`` against the original under
-    ``--pipeline-b`` with ``--passes`` run at XLA's ``--hook`` stage (how fusion
-    pipelines are measured: they then see XLA's layout-assigned, unfused module)."""
-    from passes import PassManager, parse_pipeline  # lazy, as in _apply_passes
+    ``--pipeline-b`` with the passes run at XLA's ``--hook`` stage (how fusion
+    pipelines are measured: they then see XLA's layout-assigned, unfused module).
+    The hooked compile runs in the XLA worker, so the passes go there (by name,
+    as pickled Pass objects) and the module they left comes back."""
+    from passes.fusion.pipeline import FusionHook
 
     from .xla_bench import benchmark
-    from .xla_compile import Hook, compile
+    from .xla_compile import Hook
 
-    seen: list = []
-
-    def run(module):
-        changed = PassManager(parse_pipeline(args.passes)).run(module).changed
-        seen.append(module)
-        return changed
-
-    a = compile(original, args.backend, args.pipeline_a, flags=_flags(args))
-    b = compile(original, args.backend, args.pipeline_b, flags=_flags(args), hook=Hook(run, args.hook))
-    res = benchmark(a, b, reps=args.reps, warmup=args.warmup)
-    return res, (seen[-1] if seen else original)
+    passes_hook = FusionHook(pipeline)
+    res = benchmark(original, original, backend=args.backend, pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b,
+                    reps=args.reps, warmup=args.warmup, flags=_flags(args), hook_b=Hook(passes_hook, args.hook),
+                    contained=True)
+    return res, (passes_hook.modules[-1] if passes_hook.modules else original)
 
 
 def _cmd_bench(args) -> int:
@@ -138,20 +144,22 @@ def _cmd_bench(args) -> int:
     from .xla_results import record
 
     try:
-        original = _load(args.file)
         if args.hook and not args.passes:
             raise ValueError("--hook needs --passes (the passes to run inside XLA's pipeline)")
+        pipeline = _pipeline(args.passes) if args.passes else []
+        original = _load(args.file)
         if args.hook:
-            res, rewritten = _bench_hooked(original, args)
+            res, rewritten = _bench_hooked(original, pipeline, args)
         else:
             if args.against:
                 rewritten = _load(args.against)
             elif args.passes:
-                rewritten = _apply_passes(original, args.passes)
+                rewritten = _apply_passes(original, pipeline)
             else:
                 rewritten = original
             res = benchmark(original, rewritten, backend=args.backend, pipeline_a=args.pipeline_a,
-                            pipeline_b=args.pipeline_b, reps=args.reps, warmup=args.warmup, flags=_flags(args))
+                            pipeline_b=args.pipeline_b, reps=args.reps, warmup=args.warmup, flags=_flags(args),
+                            contained=True)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
@@ -226,7 +234,8 @@ def register(subparsers) -> None:
     b = subparsers.add_parser("bench", help="time the original (stock) against the rewrite (as-written), interleaved")
     b.add_argument("file")
     _common(b, pipeline=False)
-    b.add_argument("--passes", help="comma-separated Python passes that make the rewrite (see `hlo passes`)")
+    b.add_argument("--passes", help="comma-separated Python passes that make the rewrite (`hlo opt --list` lists "
+                                    "them; e.g. dce,cse,simplify or producer-consumer-fusion,dce)")
     b.add_argument("--against", metavar="FILE", help="an already rewritten module to time instead")
     b.add_argument("--hook", choices=["pre-scheduler", "post-scheduler"],
                    help="run --passes inside XLA's pipeline at this stage instead of on the file "

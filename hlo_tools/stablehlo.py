@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from . import xla
 from .ir import Module
 
@@ -23,22 +25,26 @@ def to_module(mlir_module: str | bytes, source: str = "<stablehlo>") -> Module:
     return parse(text, source=source)
 
 
-def from_module(module: Module | str) -> str:
-    """StableHLO text of a module (fusions appear as ``mhlo.fusion``)."""
+def from_module(module: Module | str, *, debug_info: bool = True) -> str:
+    """StableHLO text of a module (fusions appear as ``mhlo.fusion``).  With
+    ``debug_info`` its metadata is printed as MLIR locations (``loc("jit(f)/add")``),
+    which ``to_module`` turns back into metadata."""
     text = module.to_text(tuple_sugar=False) if isinstance(module, Module) else module
     name = module.name if isinstance(module, Module) else xla.module_name_of_text(text)
     bytecode = xla.hlo_to_stablehlo_bytes(text, name)
-    return mlir_text(bytecode)
+    return mlir_text(bytecode, debug_info=debug_info)
 
 
-def mlir_text(bytecode: bytes) -> str:
-    """Prints MLIR bytecode as text (jax's MLIR context knows the dialects)."""
+def mlir_text(bytecode: bytes, *, debug_info: bool = False) -> str:
+    """Prints MLIR bytecode as text (jax's MLIR context knows the dialects);
+    ``debug_info`` prints the locations too."""
     xla._xc()
     from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
 
     with jax_mlir.make_ir_context():
-        return str(ir.Module.parse(bytecode))
+        module = ir.Module.parse(bytecode)
+        return module.operation.get_asm(enable_debug_info=debug_info) if debug_info else str(module)
 
 
 def from_jax(fn, *example_args, **example_kwargs) -> Module:
@@ -47,12 +53,42 @@ def from_jax(fn, *example_args, **example_kwargs) -> Module:
     xla._xc()  # picks the CPU platform first when no GPU is present
     import jax
 
+    _hide_from_jax_tracebacks()
+
     lowered = jax.jit(fn).lower(*example_args, **example_kwargs)
     name = getattr(fn, "__name__", "fn")
-    try:
-        text = lowered.as_text(dialect="hlo")  # keeps jax's names (jax >= 0.4.3x)
-    except TypeError:
-        text = xla.stablehlo_to_hlo_text(lowered.as_text())
+    text = _hlo_text_with_metadata(lowered)
     from .parser import parse
 
     return parse(text, source=f"<from_jax {name}>")
+
+
+def _hlo_text_with_metadata(lowered) -> str:
+    """HLO text of a jax ``Lowered`` keeping jax's names and every
+    ``metadata={op_name=... source_file=...}`` (pattern labels and diffs read them).
+    ``as_text(dialect="hlo", debug_info=True)`` does it (jax 0.10-0.12; without
+    ``debug_info`` jax prints no metadata); a jax without that keyword gets the
+    StableHLO printed with its locations, converted by XLA (locations become metadata)."""
+    try:
+        return lowered.as_text(dialect="hlo", debug_info=True)
+    except TypeError:  # no debug_info keyword in this jax
+        pass
+    try:
+        return xla.stablehlo_to_hlo_text(lowered.as_text(debug_info=True))
+    except TypeError:
+        from jax._src.interpreters import mlir as jax_mlir
+
+        return xla.stablehlo_to_hlo_text(jax_mlir.module_to_string(lowered.compiler_ir("stablehlo"),
+                                                                   enable_debug_info=True))
+
+
+@lru_cache(maxsize=1)
+def _hide_from_jax_tracebacks() -> None:
+    """jax records the Python stack of each op as its source metadata, leaving out
+    its own frames; leave ours out too, so metadata points at the user's code."""
+    try:
+        from jax._src import source_info_util
+
+        source_info_util.register_exclusion(__file__)
+    except Exception:  # noqa: BLE001 - only the stack frames' contents depend on it
+        pass

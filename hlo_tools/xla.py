@@ -6,7 +6,10 @@ the names that moved between jax 0.10, 0.11 and 0.12, so a rename in a new jax
 release is one fix.  The user-facing layer is in ``xla_compile`` (compile),
 ``xla_run`` (inputs, run, compare), ``xla_bench`` (timing) and ``xla_results``
 (the SQLite db); ``compile``, ``run``, ``compare`` and ``benchmark`` are also
-reachable as ``hlo_tools.xla.compile`` etc.
+reachable as ``hlo_tools.xla.compile`` etc.  ``xla_worker`` runs them in a child
+process when asked (``contained=True``, what the ``hlo`` commands and the fusion
+study do), so that an XLA abort becomes ``XlaAbortError`` instead of the end of
+the caller.
 """
 
 from __future__ import annotations
@@ -37,6 +40,38 @@ class XlaCompileError(HloError):
         self.xla_message = xla_message or message
         where = f"{backend} " if backend else ""
         super().__init__(f"module {module_name!r}: {where}{stage} failed: {message}")
+
+
+class XlaAbortError(XlaCompileError):
+    """XLA ended the process it ran in (a C++ ``CHECK`` failure, ``LOG(FATAL)``, a
+    crash) while compiling or running a module.  It was contained in the XLA worker
+    process (``xla_worker``), so the caller lives on: ``phase`` is "compiling" or
+    "running", ``module`` the module's name, ``message`` XLA's last fatal line
+    (``Check failed: ...``)."""
+
+    def __init__(self, message: str, *, phase: str, module: str, backend: str = "", exit_status: int | None = None):
+        self.phase = phase
+        self.module = module
+        self.message = message
+        self.exit_status = exit_status
+        super().__init__(message, module_name=module, backend=backend,
+                         stage="run" if phase == "running" else "compile", xla_message=message)
+
+    def __str__(self) -> str:
+        return f"XLA aborted while {self.phase} {self.module}: {self.message}"
+
+
+class NoDeviceError(XlaCompileError):
+    """Nothing can run on the requested backend here (no GPU): said before any
+    compile, since XLA:GPU would compile deviceless first and fail only then."""
+
+    def __init__(self, backend: str):
+        super().__init__(f"no {backend.upper()} here (jax sees no {backend} device), so nothing can run on it; "
+                         f"compiling for one works without it: hlo compile --backend {backend} --target h100",
+                         backend=backend, stage="run")
+
+    def __str__(self) -> str:
+        return self.xla_message
 
 
 def _first_line(e: BaseException) -> str:
@@ -138,10 +173,31 @@ def hlo_to_stablehlo_bytes(text: str, module_name: str = "?") -> bytes:
         raise XlaCompileError(_first_line(e), module_name=module_name, stage="convert", xla_message=str(e)) from None
 
 
+def print_options():
+    """XLA's default print options with large constants printed in full (the
+    default elides them as ``{...}``, which no parser reads back) and metadata on."""
+    opts = _xc().hlo.HloPrintOptions()
+    opts.print_large_constants = True
+    opts.print_metadata = True
+    return opts
+
+
 def stablehlo_to_hlo_text(mlir_module: str | bytes) -> str:
-    """StableHLO / MHLO text or bytecode -> HLO text (XLA's print)."""
+    """StableHLO / MHLO text or bytecode -> HLO text (XLA's print).  MLIR locations
+    (``loc("jit(f)/add")``) become ``metadata={op_name=...}``, and are kept."""
     comp = _jaxlib_ext().mlir.mlir_module_to_xla_computation(mlir_module, use_tuple_args=False, return_tuple=False)
-    return comp.as_hlo_text()
+    get = getattr(comp, "get_hlo_module", None)
+    if get is None:  # older jaxlib: only the text print (no metadata)
+        return comp.as_hlo_text(print_large_constants=True)
+    return get().to_string(print_options())
+
+
+def entry_signature(text: str, module_name: str = "?") -> tuple[list[str], str]:
+    """The entry computation's parameter shapes and result shape, with layouts, as
+    XLA's parser reads ``text`` (no need for our parser to read the module)."""
+    proto = proto_from_text(text, module_name)
+    shape = _xc().XlaComputation(proto).program_shape()
+    return [str(s) for s in shape.parameter_shapes()], str(shape.result_shape())
 
 
 # -- clients, compile, run ----------------------------------------------------------
@@ -198,7 +254,8 @@ def compile_stablehlo(client, mlir_bytes: bytes, device, debug_options: dict[str
 
 
 def optimized_text(executable) -> str:
-    return executable.hlo_modules()[0].to_string()
+    """XLA's optimized module as text, large constants in full (so it reads back)."""
+    return executable.hlo_modules()[0].to_string(print_options())
 
 
 def cost_analysis(executable) -> dict[str, float]:
@@ -212,9 +269,16 @@ def cost_analysis(executable) -> dict[str, float]:
     return {str(k): float(v) for k, v in dict(ca or {}).items()}
 
 
-def cost_analysis_of_text(text: str) -> dict[str, float]:
+def cost_analysis_of_text(text: str, *, contained: bool = False) -> dict[str, float]:
     """XLA's HloCostAnalysis of a module's text, through the CPU client (works for
-    any module XLA parses, e.g. XLA:GPU's optimized module compiled without a GPU)."""
+    any module XLA parses, e.g. XLA:GPU's optimized module compiled without a GPU).
+    ``contained``: in the XLA worker, where an abort raises ``XlaAbortError``."""
+    if contained:
+        from . import xla_worker
+
+        if not xla_worker.in_worker():
+            return xla_worker.contained(cost_analysis_of_text, (text,), phase="analysing",
+                                        module=module_name_of_text(text))
     ext = _jaxlib_ext()
     fn = getattr(ext, "hlo_module_cost_analysis", None)
     if fn is None:
@@ -390,7 +454,8 @@ def compile_deviceless_gpu(text: str, target_config_text: str, debug_options: di
 
 _LAZY = {
     "compile": "xla_compile", "CompileResult": "xla_compile", "AS_WRITTEN_DISABLED_PASSES": "xla_compile",
-    "make_inputs": "xla_inputs", "run": "xla_run", "compare": "xla_run", "compare_outputs": "xla_run",
+    "make_inputs": "xla_inputs", "run": "xla_run", "run_module": "xla_run", "compare": "xla_run",
+    "compare_outputs": "xla_run", "contained": "xla_worker",
     "Comparison": "xla_run", "benchmark": "xla_bench", "BenchResult": "xla_bench",
 }
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import xla
+from . import xla, xla_worker
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,11 @@ class _Runner:
 
     def __init__(self, compiled, host_sets: list[list[np.ndarray]]):
         if not compiled.runnable:
-            raise xla.XlaCompileError(f"compiled for {compiled.target or compiled.backend} without a device: cannot time",
-                                      module_name=compiled.module_name, backend=compiled.backend, stage="run")
+            from .xla_run import _not_runnable
+
+            raise xla.XlaCompileError(_not_runnable(compiled), module_name=compiled.module_name,
+                                      backend=compiled.backend, stage="run")
+        xla_worker.note("running", compiled.module_name)
         self.compiled = compiled
         self.host_sets = host_sets
         self.dev = compiled.device_handle
@@ -114,23 +117,58 @@ def time_compiled(compiled, input_sets: list[list[np.ndarray]], *, reps: int = 5
 
 def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b: str = "as-written",
               reps: int = 50, warmup: int = 5, input_sets: int = 3, seed: int = 0, flags=None,
-              check: bool = True) -> BenchResult:
+              check: bool = True, hook_b=None, contained: bool = False) -> BenchResult:
     """Compiles (unless given CompileResults) and times A and B interleaved on the
     same inputs; ``check`` first compares B's outputs with A's (the verdict is part
-    of the result).  ``b=None`` times A alone."""
+    of the result).  ``b=None`` times A alone.  ``hook_b``: a ``Hook`` (or
+    ``(pass, stage)``) run inside XLA's pipeline when compiling B.
+
+    ``contained``: compile, run and time in the XLA worker (Modules and texts
+    only), where an abort raises ``XlaAbortError`` instead of ending this process;
+    the timings are as good there (both sides run in that one process).  What
+    ``hook_b`` saw comes back onto it."""
+    from .xla_compile import CompileResult, Hook, adopt_hook_state, parse_flags
     from .xla_inputs import make_inputs
-    from .xla_run import _compiled, _module_of, compare_outputs, run
+    from .xla_run import _compiled, _module_of, compare_outputs, labels, require_device, run
 
     if reps < 1:
         raise ValueError("reps must be >= 1")
+    if isinstance(hook_b, tuple):
+        hook_b = Hook(*hook_b)
+    if contained and not xla_worker.in_worker():
+        if any(isinstance(x, CompileResult) for x in (a, b)):
+            raise TypeError("benchmark(contained=True) compiles in the XLA worker: give Modules or HLO texts, "
+                            "not CompileResults (their executables cannot move there)")
+        parse_flags(flags)
+        kwargs = dict(backend=backend, pipeline_a=pipeline_a, pipeline_b=pipeline_b, reps=reps, warmup=warmup,
+                      input_sets=input_sets, seed=seed, flags=flags, check=check, hook_b=hook_b)
+        res, remote_hook = xla_worker.contained(_benchmark_with_hook, (a, b), kwargs, phase="compiling",
+                                                module=_label(a), backend=backend)
+        if hook_b is not None and remote_hook is not None:
+            adopt_hook_state(hook_b, remote_hook)
+        return res
+    require_device(backend)
     ma = _module_of(a)
     sets = make_inputs(ma, seed=seed, sets=max(1, input_sets))
-    ca = _compiled(a, backend, pipeline_a, flags, None)
-    cb = _compiled(b, backend, pipeline_b, flags, None) if b is not None else None
+    name_b = _label(b) if b is not None else ""
+    la, lb = labels(_label(a), name_b, pipeline_a, pipeline_b) if b is not None else (_label(a), "")
+    with xla_worker.naming(la):
+        ca = _compiled(a, backend, pipeline_a, flags, None)
+    with xla_worker.naming(lb):
+        cb = _compiled(b, backend, pipeline_b, flags, None, hook_b) if b is not None else None
     verdict = "unchecked"
     if check and cb is not None:
-        verdict = compare_outputs(run(ca, sets[0]), run(cb, sets[0])).verdict
-    runners = [_Runner(ca, sets)] + ([_Runner(cb, sets)] if cb is not None else [])
+        with xla_worker.naming(la):
+            out_a = run(ca, sets[0])
+        with xla_worker.naming(lb):
+            out_b = run(cb, sets[0])
+        verdict = compare_outputs(out_a, out_b).verdict
+    with xla_worker.naming(la):
+        runners = [_Runner(ca, sets)]
+    if cb is not None:
+        with xla_worker.naming(lb):
+            runners.append(_Runner(cb, sets))
+    xla_worker.note("running", f"{la} and {lb}" if cb is not None else la)  # the timed loop runs both
     n = len(sets)
     for i in range(warmup):
         for r in runners:
@@ -151,6 +189,17 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
         pipeline_b=cb.pipeline if cb else "", backend=ca.backend, device=ca.device, reps=reps, warmup=warmup,
         input_sets=n, a=ta, b=tb, speedup=sp, speedup_p10=sp10, speedup_p90=sp90, verdict=verdict,
         compile_seconds=(ca.compile_seconds, cb.compile_seconds if cb else None))
+
+
+def _label(x) -> str:
+    from .xla_run import _name_of
+
+    return _name_of(x)
+
+
+def _benchmark_with_hook(a, b, **kwargs):
+    """``benchmark`` in the XLA worker, returning the hook too (its state goes back)."""
+    return benchmark(a, b, **kwargs), kwargs.get("hook_b")
 
 
 TRIVIAL_MODULE = """HloModule trivial, entry_computation_layout={(f32[])->f32[]}

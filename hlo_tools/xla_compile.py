@@ -10,14 +10,16 @@ a Python pass hooked inside XLA's pipeline.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import os
 import re
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable
 
-from . import xla
+from . import xla, xla_worker
 from .ir import Module
 from .opcode import HloOpcode
 from .xla import XlaCompileError
@@ -144,7 +146,13 @@ class _Substitute:
 @dataclass(frozen=True, eq=False)
 class CompileResult:
     """One XLA compile: the optimized module, XLA's figures, and (when there is a
-    device) the loaded executable."""
+    device and it was compiled in this process) the loaded executable.
+
+    ``contained``: compiled in the XLA worker; its executable stayed there (an
+    executable cannot leave the process that loaded it), so run it with
+    ``run_module`` / ``compare`` / ``benchmark`` and ``contained=True``.
+    ``handed_over``: the source was a module XLA had already optimized, handed to
+    XLA as written after its fusion passes (see ``compile``)."""
 
     module_name: str
     backend: str
@@ -160,10 +168,19 @@ class CompileResult:
     device_handle: Any = field(repr=False)
     source_text: str = field(repr=False)
     hook: Hook | None = field(default=None, repr=False)
+    contained: bool = False
+    handed_over: bool = False
 
     @property
     def runnable(self) -> bool:
         return self.executable is not None and self.device_handle is not None and self.target is None
+
+    def __reduce__(self):
+        """Pickles without the executable and device (they cannot leave this
+        process): what crosses from the XLA worker is the optimized text and figures."""
+        state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        state.update(executable=None, device_handle=None, contained=True)
+        return _rebuild_result, (state,)
 
     @cached_property
     def optimized_module(self) -> Module:
@@ -187,6 +204,66 @@ class CompileResult:
         return run(self, inputs)
 
 
+def _rebuild_result(state: dict) -> CompileResult:
+    return CompileResult(**state)
+
+
+def adopt_hook_state(hook: Hook, remote: Hook) -> None:
+    """Copies what a hook learnt in the XLA worker (calls, texts seen, the pass
+    object's own attributes, e.g. ``FusionHook.modules``) onto the caller's hook,
+    so that code holding the hook or its pass reads them as after an in-process
+    compile."""
+    pass_ = hook.pass_
+    hook.__dict__.update({k: v for k, v in remote.__dict__.items() if k != "pass_"})
+    if type(remote.pass_) is type(pass_) and hasattr(pass_, "__dict__"):
+        pass_.__dict__.update(remote.pass_.__dict__)
+
+
+#: XLA's scheduler sets ``is_scheduled=true``: the module came out of XLA's pipeline
+#: (an ``*after_optimizations*`` dump, or ``--dump-optimized``).
+_SCHEDULED_RE = re.compile(r"^\s*HloModule\s+[^\n]*\bis_scheduled=true\b")
+#: Traces of XLA:GPU's own optimizations (library calls and Triton fusions).
+_GPU_OPTIMIZED_RE = re.compile(r'custom_call_target="__cublas|custom_call_target="__cudnn|"kind":"__triton')
+
+
+def is_optimized(text: str) -> bool:
+    """True for a module XLA has already optimized (scheduled): XLA's pipeline
+    cannot run on it again (its layout-changing bitcasts and fusions break the
+    passes before layout assignment), so ``compile`` hands it over as written."""
+    return _SCHEDULED_RE.search(text[:65536]) is not None
+
+
+def _leaf_text(shape_text: str, lines: list[str], k: list[int]) -> str:
+    """Appends instructions making a zero value of ``shape_text``; returns its name."""
+    from .shape import parse_shape
+
+    shape = parse_shape(shape_text)
+    k[0] += 1
+    name = f"%standin.{k[0]}"
+    if shape.is_tuple:
+        parts = [_leaf_text(s.to_text(), lines, k) for s in shape.tuple_shapes]
+        lines.append(f"  {name} = {shape.to_text()} tuple({', '.join(parts)})")
+    elif shape.is_token:
+        lines.append(f"  {name} = token[] after-all()")
+    else:
+        lines.append(f"  {name}.zero = {shape.element_type.value}[] constant(0)")
+        lines.append(f"  {name} = {shape.to_text()} broadcast({name}.zero), dimensions={{}}")
+    return name
+
+
+def stand_in(text: str, name: str) -> str:
+    """A trivial module with ``text``'s entry signature (parameters unused, outputs
+    zeros): what XLA compiles up to the hook where the real module is handed over."""
+    params, result = xla.entry_signature(text, name)
+    lines: list[str] = []
+    for i, p in enumerate(params):
+        lines.append(f"  %p.{i} = {p} parameter({i})")
+    _leaf_text(result, lines, [0])
+    lines[-1] = "  ROOT " + lines[-1].strip()  # the value of the whole result shape is made last
+    sig = ", ".join(f"p.{i}: {p}" for i, p in enumerate(params))
+    return f"HloModule {name}\n\nENTRY %main ({sig}) -> {result} {{\n" + "\n".join(lines) + "\n}\n"
+
+
 def _text_and_name(module: Module | str) -> tuple[str, str]:
     if isinstance(module, Module):
         return module.to_text(tuple_sugar=False), module.name  # every XLA version parses plain GTEs
@@ -204,6 +281,7 @@ def compile(  # noqa: A001 - the name users expect
     target: str | None = None,
     hook: Hook | tuple | None = None,
     dump_dir: str | None = None,
+    contained: bool = False,
 ) -> CompileResult:
     """Compiles ``module`` with XLA.
 
@@ -214,11 +292,35 @@ def compile(  # noqa: A001 - the name users expect
     backend "gpu"; nothing can run).  ``hook``: ``(pass, stage)`` or a ``Hook``, run
     inside XLA's pipeline and cleared afterwards whatever happens.  ``dump_dir``:
     XLA dumps every pass there.  Raises XlaCompileError with XLA's message.
+
+    ``contained``: compile in the XLA worker process (``xla_worker``), where an XLA
+    abort raises ``XlaAbortError`` instead of ending this process; the result then
+    has no executable here (``CompileResult.contained``), and a hook's pass must be
+    importable by name (a ``Pass``, ``FusionHook``, module-level function); what the
+    hook saw comes back onto ``hook`` (``adopt_hook_state``).
+
+    A module XLA already optimized (``is_scheduled=true``: an ``after_optimizations``
+    dump) cannot go through XLA's pipeline again; on CPU it is handed to XLA as
+    written at the pre-scheduler hook, after XLA compiled a stand-in with its
+    signature (``stand_in``), so only scheduling and code generation run on it
+    (``CompileResult.handed_over``; needs jax >= 0.12).
     """
     text, name = _text_and_name(module)
     if target is not None:
         backend = "gpu"
     bkey = _backend_key(backend)
+    parse_flags(flags)  # a malformed flag fails here, before anything starts
+    if isinstance(hook, tuple):
+        hook = Hook(*hook)
+    if contained and not xla_worker.in_worker():
+        res = xla_worker.contained(
+            compile, (text, backend, pipeline),
+            dict(flags=flags, target=target, hook=hook, dump_dir=os.path.abspath(dump_dir) if dump_dir else None),
+            phase="compiling", module=name, backend=bkey)
+        if hook is not None and res.hook is not None:
+            adopt_hook_state(hook, res.hook)
+            res = dataclasses.replace(res, hook=hook)
+        return res
     opts = parse_flags(flags)
     disabled = [p for p in str(opts.pop("xla_disable_hlo_passes", "") or "").split(",") if p]
     disabled = list(dict.fromkeys([*disabled_passes(bkey, pipeline), *disabled]))
@@ -229,8 +331,6 @@ def compile(  # noqa: A001 - the name users expect
         opts.setdefault("xla_dump_hlo_pass_re", ".*")
     if bkey == "gpu" and "xla_gpu_cuda_data_dir" not in opts and xla.cuda_data_dir():
         opts["xla_gpu_cuda_data_dir"] = xla.cuda_data_dir()
-    if isinstance(hook, tuple):
-        hook = Hook(*hook)
     deviceless = bkey == "gpu" and (target is not None or not xla.backend_available("gpu"))
     if deviceless and target is None:
         target = "h100"
@@ -238,7 +338,11 @@ def compile(  # noqa: A001 - the name users expect
     hooks = [hook] if hook is not None else []
     compile_text = text
     substitute = None
-    if bkey == "gpu" and _FUSION_RE.search(text):
+    handed_over = is_optimized(text)
+    if handed_over:
+        compile_text, substitute = _hand_over(text, name, bkey)
+        hooks.insert(0, substitute)
+    elif bkey == "gpu" and _FUSION_RE.search(text):
         # XLA:GPU is a PJRT plugin fed portable StableHLO, where mhlo.fusion does not
         # legalize.  Send a stand-in with each fusion turned into a call (same
         # semantics), and hand XLA the module as written, fusions and all, at its
@@ -269,6 +373,7 @@ def compile(  # noqa: A001 - the name users expect
         exe = xla.compile_stablehlo(client, mlir_bytes, dev, opts)
         return exe, dev, xla.device_name(dev), time.perf_counter() - t0
 
+    xla_worker.note("compiling", name)
     try:
         with contextlib.ExitStack() as stack:
             for h in hooks:
@@ -284,18 +389,48 @@ def compile(  # noqa: A001 - the name users expect
         if hook is not None and hook.error is not None:
             raise XlaCompileError(f"the hooked pass raised {type(hook.error).__name__}: {hook.error}",
                                   module_name=name, backend=bkey, stage="hook") from hook.error
-        raise XlaCompileError(xla._first_line(e), module_name=name, backend=bkey, stage="compile",
+        raise XlaCompileError(xla._first_line(e) + _hint(str(e)), module_name=name, backend=bkey, stage="compile",
                               xla_message=str(e)) from None
     if hook is not None and hook.error is not None:
         raise XlaCompileError(f"the hooked pass raised {type(hook.error).__name__}: {hook.error}",
                               module_name=name, backend=bkey, stage="hook") from hook.error
     if substitute is not None and not substitute.calls:
-        raise XlaCompileError("XLA:GPU never called the pipeline hook, so the module's own fusions could not be "
-                              "handed over ('as-written' on GPU needs jax.extend.xla, jax >= 0.12)",
+        what = "XLA's optimized module" if handed_over else "the module's own fusions"
+        raise XlaCompileError(f"XLA:{bkey.upper()} never called the pipeline hook, so {what} could not be "
+                              "handed over (this needs jax.extend.xla, jax >= 0.12)",
                               module_name=name, backend=bkey, stage="hook")
     opt_text = xla.optimized_text(exe)
     cost = xla.cost_analysis(exe) if not deviceless else {}
     return CompileResult(
         module_name=name, backend=bkey, pipeline=pipeline, device=dev_name, target=target if deviceless else None,
         debug_options=opts, compile_seconds=seconds, optimized_text=opt_text, cost=cost,
-        memory=xla.memory_stats(exe), executable=exe, device_handle=dev, source_text=text, hook=hook)
+        memory=xla.memory_stats(exe), executable=exe, device_handle=dev, source_text=text, hook=hook,
+        handed_over=handed_over)
+
+
+def _hand_over(text: str, name: str, backend: str) -> tuple[str, _Substitute]:
+    """The stand-in to compile and the hook that swaps in XLA's optimized module."""
+    if backend != "cpu":
+        raise XlaCompileError("this module was already optimized by XLA (is_scheduled=true): XLA's pipeline cannot "
+                              "run on it again, and handing it over as written is done for XLA:CPU only; compile "
+                              "its before_optimizations dump for GPU instead",
+                              module_name=name, backend=backend, stage="compile")
+    if _GPU_OPTIMIZED_RE.search(text):
+        raise XlaCompileError("this module was optimized by XLA:GPU (cuBLAS/cuDNN calls or Triton fusions), which "
+                              "XLA:CPU cannot run, and an optimized module is handed over to XLA:CPU only; compile "
+                              "its before_optimizations dump instead", module_name=name, backend=backend,
+                              stage="compile")
+    if not xla.hook_supported():
+        raise XlaCompileError("this module was already optimized by XLA (is_scheduled=true): XLA's pipeline cannot "
+                              "run on it again, and handing it over as written needs the pipeline hook "
+                              f"(jax.extend.xla, jax >= 0.12; this is jax {xla.jax_versions()['jax']}); compile its "
+                              "before_optimizations dump instead", module_name=name, backend=backend, stage="hook")
+    return stand_in(text, name), _Substitute(xla.proto_from_text(text, name), stage="pre-scheduler")
+
+
+def _hint(message: str) -> str:
+    """What to do about XLA errors whose cause is not in their words."""
+    if "layout minor_to_major field contains" in message:
+        return (" (the module has been through XLA's layout assignment, e.g. a per-pass dump after it, and XLA's "
+                "pipeline cannot run on it again: use its before_optimizations or after_optimizations dump)")
+    return ""

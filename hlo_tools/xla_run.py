@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import xla
+from . import xla, xla_worker
 from .ir import Module
 from .xla import XlaCompileError
 
@@ -43,8 +43,9 @@ def tolerance(dtype: np.dtype) -> tuple[float, float]:
 def run(compiled, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Runs a ``CompileResult`` on host arrays; returns host arrays, one per output."""
     if not compiled.runnable:
-        raise XlaCompileError(f"compiled for {compiled.target or compiled.backend} without a device: nothing can run",
-                              module_name=compiled.module_name, backend=compiled.backend, stage="run")
+        raise XlaCompileError(_not_runnable(compiled), module_name=compiled.module_name, backend=compiled.backend,
+                              stage="run")
+    xla_worker.note("running", compiled.module_name)
     try:
         bufs = [xla.device_put(x, compiled.device_handle) for x in inputs]
         outs = xla.executor(compiled.executable)(bufs)
@@ -52,6 +53,51 @@ def run(compiled, inputs: list[np.ndarray]) -> list[np.ndarray]:
     except Exception as e:  # noqa: BLE001 - jaxlib's runtime errors
         raise XlaCompileError(xla._first_line(e), module_name=compiled.module_name, backend=compiled.backend,
                               stage="run", xla_message=str(e)) from None
+
+
+def _not_runnable(compiled) -> str:
+    if getattr(compiled, "contained", False) and compiled.target is None:
+        return ("compiled in the XLA worker (contained=True), where its executable stays: use run_module, compare "
+                "or benchmark with contained=True to run it there")
+    return f"compiled for {compiled.target or compiled.backend} without a device: nothing can run"
+
+
+def require_device(backend: str) -> None:
+    """Raises at once when nothing can run on ``backend`` here (no GPU), rather
+    than after a long compile; ``compile`` alone still works without one."""
+    if backend != "cpu" and not xla.backend_available(backend):
+        raise xla.NoDeviceError(backend)
+
+
+def run_module(module, inputs: list[np.ndarray] | None = None, *, backend: str = "cpu", pipeline: str = "stock",
+               flags=None, seed: int = 0, contained: bool = False) -> list[np.ndarray]:
+    """Compiles ``module`` (a Module or HLO text) and runs it on ``inputs`` (default
+    ``make_inputs(module, seed)``); returns host arrays.  ``contained``: both in the
+    XLA worker, where an abort raises ``XlaAbortError`` instead of ending this process."""
+    from .xla_compile import compile
+
+    if contained and not xla_worker.in_worker():
+        from .xla_compile import parse_flags
+
+        parse_flags(flags)
+        return xla_worker.contained(run_module, (module, inputs),
+                                    dict(backend=backend, pipeline=pipeline, flags=flags, seed=seed),
+                                    phase="compiling", module=_name_of(module), backend=backend)
+    require_device(backend)
+    m = _module_of(module)
+    if inputs is None:
+        from .xla_inputs import make_inputs
+
+        inputs = make_inputs(m, seed=seed)[0]
+    return run(compile(module, backend, pipeline, flags=flags), inputs)
+
+
+def _name_of(x) -> str:
+    if isinstance(x, Module):
+        return x.name
+    if isinstance(x, str):
+        return xla.module_name_of_text(x)
+    return getattr(x, "module_name", "?")
 
 
 @dataclass(frozen=True)
@@ -173,12 +219,14 @@ def compare_outputs(a: list[np.ndarray], b: list[np.ndarray], *, rtol: float | N
     return Comparison(verdict, diffs, "", names)
 
 
-def _compiled(x, backend: str, pipeline: str, flags, target):
+def _compiled(x, backend: str, pipeline: str, flags, target, hook=None):
     from .xla_compile import CompileResult, compile
 
     if isinstance(x, CompileResult):
+        if hook is not None:
+            raise TypeError("a hook applies to a module being compiled, not to a CompileResult")
         return x
-    return compile(x, backend, pipeline, flags=flags, target=target)
+    return compile(x, backend, pipeline, flags=flags, target=target, hook=hook)
 
 
 def _module_of(x) -> Module:
@@ -196,23 +244,53 @@ def _signature(m: Module) -> list[str]:
     return [p.shape.without_layout().to_text() for p in m.entry.parameters]
 
 
+def labels(a_name: str, b_name: str, pipeline_a: str, pipeline_b: str) -> tuple[str, str]:
+    """How A and B are named in verdicts and errors (by pipeline when the names agree)."""
+    if a_name != b_name:
+        return a_name, b_name
+    if pipeline_a == pipeline_b:
+        return f"{a_name} (A)", f"{b_name} (B)"
+    return f"{a_name} ({pipeline_a})", f"{b_name} ({pipeline_b})"
+
+
 def compare(a, b, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b: str = "stock", flags=None,
             inputs: list[np.ndarray] | None = None, seed: int = 0, rtol: float | None = None,
-            atol: float | None = None) -> Comparison:
+            atol: float | None = None, contained: bool = False) -> Comparison:
     """Compiles A and B (Modules, HLO texts or CompileResults), runs both on the
     same inputs (``make_inputs(A, seed)`` unless given) and compares every output.
     Compile and run errors raise ``XlaCompileError``; differing outputs, output
-    counts or parameter lists are a ``mismatch`` verdict, not an exception."""
+    counts or parameter lists are a ``mismatch`` verdict, not an exception.
+    ``contained``: all of it in the XLA worker (Modules and texts only), where an
+    abort raises ``XlaAbortError`` naming A or B instead of ending this process."""
+    from .xla_compile import CompileResult
     from .xla_inputs import make_inputs
 
+    if contained and not xla_worker.in_worker():
+        if isinstance(a, CompileResult) or isinstance(b, CompileResult):
+            raise TypeError("compare(contained=True) compiles in the XLA worker: give Modules or HLO texts, "
+                            "not CompileResults (their executables cannot move there)")
+        from .xla_compile import parse_flags
+
+        parse_flags(flags)
+        kwargs = dict(backend=backend, pipeline_a=pipeline_a, pipeline_b=pipeline_b, flags=flags, inputs=inputs,
+                      seed=seed, rtol=rtol, atol=atol)
+        return xla_worker.contained(compare, (a, b), kwargs, phase="compiling",
+                                    module=labels(_name_of(a), _name_of(b), pipeline_a, pipeline_b)[0], backend=backend)
+    require_device(backend)
     ma, mb = _module_of(a), _module_of(b)
-    names = (ma.name, mb.name) if ma.name != mb.name else (f"{ma.name} ({pipeline_a})", f"{mb.name} ({pipeline_b})")
-    ca = _compiled(a if not isinstance(a, Module) else ma, backend, pipeline_a, flags, None)
-    cb = _compiled(b if not isinstance(b, Module) else mb, backend, pipeline_b, flags, None)
+    names = labels(ma.name, mb.name, pipeline_a, pipeline_b)
+    with xla_worker.naming(names[0]):
+        ca = _compiled(a if not isinstance(a, Module) else ma, backend, pipeline_a, flags, None)
+    with xla_worker.naming(names[1]):
+        cb = _compiled(b if not isinstance(b, Module) else mb, backend, pipeline_b, flags, None)
     if inputs is None:
         sa, sb = _signature(ma), _signature(mb)
         if sa != sb:
             return Comparison("mismatch", (), f"parameters differ: ({', '.join(sa)}) vs ({', '.join(sb)})", names)
         inputs = make_inputs(ma, seed=seed)[0]
-    out = compare_outputs(run(ca, inputs), run(cb, inputs), rtol=rtol, atol=atol, names=names)
+    with xla_worker.naming(names[0]):
+        out_a = run(ca, inputs)
+    with xla_worker.naming(names[1]):
+        out_b = run(cb, inputs)
+    out = compare_outputs(out_a, out_b, rtol=rtol, atol=atol, names=names)
     return Comparison(out.verdict, out.outputs, out.message, names, inputs)

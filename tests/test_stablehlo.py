@@ -6,6 +6,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 from hlo_tools import parse  # noqa: E402
 from hlo_tools.opcode import HloOpcode  # noqa: E402
@@ -40,3 +41,32 @@ def test_fusions_appear_as_mhlo_fusion():
 def test_bad_stablehlo_is_a_typed_error():
     with pytest.raises(XlaCompileError, match="convert failed"):
         to_module("module { func.func @main() -> tensor<f32> { nonsense } }")
+
+
+def _op_names(module) -> list[str]:
+    return [i.attributes["metadata"] for i in module.entry if "op_name=" in (i.attributes.get("metadata") or "")]
+
+
+def test_metadata_survives_from_jax_to_module_and_back():
+    def f(x, y):
+        return jnp.tanh(x @ y) + 1
+
+    args = (jnp.ones((4, 8), jnp.float32), jnp.ones((8, 3), jnp.float32))
+    m = from_jax(f, *args)
+    names = _op_names(m)
+    assert any('op_name="jit(f)/tanh"' in n for n in names) and any("dot_general" in n for n in names)
+    assert "hlo_tools/stablehlo.py" not in m.to_text()  # the stack frames point at the user's code, not ours
+    lowered = jax.jit(f).lower(*args)
+    assert _op_names(to_module(lowered.as_text(debug_info=True))) == names
+    assert _op_names(to_module(from_module(m))) == names  # metadata -> MLIR locations -> metadata
+
+
+def test_to_module_keeps_large_constants():
+    table = np.arange(100, dtype=np.float32)
+    lowered = jax.jit(lambda x: x * table).lower(jnp.ones(100, jnp.float32))
+    m = to_module(lowered.as_text())
+    assert "{...}" not in m.to_text()
+    x = np.linspace(-1, 1, 100, dtype=np.float32)
+    from hlo_tools.xla_run import run_module
+
+    assert np.array_equal(run_module(m, [x])[0], x * table)

@@ -11,6 +11,10 @@ GPU (compiled, no GPU needed): stock XLA:GPU compiled here for a target
 hook (``pipeline.HOOK_STAGE``), kernels and bytes from XLA's HloCostAnalysis
 of both optimized modules, time predicted by our roofline for that device, and
 whether XLA:GPU compiled every fusion we wrote.
+
+Both run in the XLA worker by default (``contained=True``): an XLA abort on one
+module raises ``XlaAbortError`` (an ``XlaCompileError``) for that module, and a
+caller looping over modules records it and goes on (``studies`` does).
 """
 
 from __future__ import annotations
@@ -70,12 +74,19 @@ class CpuRow:
         return d
 
 
-def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 5, backend: str = "cpu") -> CpuRow:
+def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 5, backend: str = "cpu",
+              contained: bool = True) -> CpuRow:
     """Stock XLA vs our pipeline at the pre-scheduler hook, outputs compared.
     ``backend="gpu"`` does the same on a real GPU (CPU-only passes dropped); with
-    this jax it fails at compile time (see the module docstring)."""
+    this jax it fails at compile time (see the module docstring).  ``contained``:
+    all of it in the XLA worker (``spec`` goes there as names or Pass objects)."""
+    from hlo_tools import xla_worker
     from hlo_tools.xla_bench import benchmark
     from hlo_tools.xla_compile import Hook, compile
+
+    if contained and not xla_worker.in_worker():
+        return xla_worker.contained(cpu_study, (name, text, spec), dict(reps=reps, warmup=warmup, backend=backend),
+                                    phase="compiling", module=name, backend=backend)
 
     t0 = time.perf_counter()
     if backend != "cpu":
@@ -123,14 +134,19 @@ def gpu_pipeline(spec: str) -> str:
     return ",".join(p for p in spec.split(",") if p.strip() and p.strip() not in CPU_ONLY)
 
 
-def gpu_study(name: str, text: str, spec: str, target: str = "h100") -> GpuRow:
+def gpu_study(name: str, text: str, spec: str, target: str = "h100", *, contained: bool = True) -> GpuRow:
     """Stock XLA:GPU vs XLA:GPU as written with our pipeline at its post-scheduler
     hook, both compiled here for ``target`` without a GPU: kernels and bytes from
-    XLA's optimized modules (HloCostAnalysis), time from our roofline."""
+    XLA's optimized modules (HloCostAnalysis), time from our roofline.
+    ``contained``: in the XLA worker."""
     from fusion_analysis import devices
     from fusion_analysis.roofline import roofline
-    from hlo_tools import xla
+    from hlo_tools import xla, xla_worker
     from hlo_tools.xla_compile import Hook, compile
+
+    if contained and not xla_worker.in_worker():
+        return xla_worker.contained(gpu_study, (name, text, spec, target), phase="compiling", module=name,
+                                    backend="gpu")
 
     device = devices.load(target)
     stock = compile(text, target=target)
@@ -142,3 +158,31 @@ def gpu_study(name: str, text: str, spec: str, target: str = "h100") -> GpuRow:
                   bytes_ours=xla.cost_analysis_of_text(ours.optimized_text).get("bytes accessed", float("nan")),
                   predicted_us_stock=roofline(a, device).time_s * 1e6, predicted_us_ours=roofline(b, device).time_s * 1e6,
                   fusions_written=fusion_hook.fusions_out, kept=fusion_hook.kept_in(b))
+
+
+@dataclass
+class StudyError:
+    """A module whose study failed (an XLA error or abort): the row it gets."""
+
+    module: str
+    error: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def studies(modules, spec: str, *, reps: int = 30, warmup: int = 5, backend: str = "cpu",
+            target: str | None = None) -> list[CpuRow | GpuRow | StudyError]:
+    """``cpu_study`` (or ``gpu_study`` for ``target``) of each ``(name, text)``, in
+    order; a module XLA refuses or aborts on becomes a ``StudyError`` row and the
+    others go on."""
+    from hlo_tools.xla import XlaCompileError
+
+    rows: list[CpuRow | GpuRow | StudyError] = []
+    for name, text in modules:
+        try:
+            rows.append(gpu_study(name, text, spec, target) if target else
+                        cpu_study(name, text, spec, reps=reps, warmup=warmup, backend=backend))
+        except XlaCompileError as e:
+            rows.append(StudyError(name, str(e)))
+    return rows
