@@ -19,11 +19,6 @@ from .verifier import verify
 from .xla import XlaCompileError
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """The old name of ``fileio.write_output``, kept while ``demo.py`` uses it."""
-    write_output(path, text)
-
-
 def _inputs(paths: list[str]) -> list[str]:
     """The files ``check`` reads: each file as given, each folder walked for its
     module files (``formats.is_module_file``: an XLA dump's side files are skipped).
