@@ -19,6 +19,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+from hlo_tools.parser import read_text
+
 __all__ = ["DumpModule", "PassDump", "from_dump_dir", "is_dump_file_name", "is_module_file", "read_hlo_file"]
 
 _MODULE_RE = re.compile(r"^module_(?P<id>\d+)\.(?P<rest>.+)$")
@@ -159,60 +161,7 @@ def from_dump_dir(path: str | Path) -> list[DumpModule]:
     return [mods[k] for k in sorted(mods)]
 
 
-def _hlo_module_proto_from_hlo_proto(data: bytes) -> bytes | None:
-    """Field 1 (``hlo_module``) of a serialized ``xla.HloProto``, if present."""
-
-    def varint(i: int) -> tuple[int, int]:
-        shift = val = 0
-        while True:
-            b = data[i]
-            val |= (b & 0x7F) << shift
-            i += 1
-            if not b & 0x80:
-                return val, i
-            shift += 7
-
-    i = 0
-    try:
-        while i < len(data):
-            tag, i = varint(i)
-            field, wt = tag >> 3, tag & 7
-            if wt == 2:
-                n, i = varint(i)
-                if field == 1:
-                    return data[i:i + n]
-                i += n
-            elif wt == 0:
-                _, i = varint(i)
-            elif wt == 1:
-                i += 8
-            elif wt == 5:
-                i += 4
-            else:
-                return None
-    except IndexError:
-        return None
-    return None
-
-
 def read_hlo_file(path: str | Path) -> str:
-    """HLO text of a dumped ``.txt``, ``.txt.gz``, ``.hlo.pb`` (HloProto) or ``.pb`` file."""
-    p = Path(path)
-    if p.suffix == ".gz":
-        import gzip
-
-        return gzip.decompress(p.read_bytes()).decode()
-    if p.name.endswith(".pb"):
-        from jax._src.lib import xla_client as xc  # lazy: only for binary dumps
-
-        data = p.read_bytes()
-        errors = []
-        for blob in (_hlo_module_proto_from_hlo_proto(data), data):
-            if not blob:
-                continue
-            try:
-                return xc.hlo.HloModule.from_serialized_hlo_module_proto(blob).to_string()
-            except Exception as e:  # noqa: BLE001 - try the other interpretation
-                errors.append(str(e))
-        raise ValueError(f"{p}: not an HloProto or HloModuleProto ({'; '.join(errors)})")
-    return p.read_text()
+    """HLO text of a dumped ``.txt``, ``.txt.gz``, ``.hlo.pb`` or ``.mlir`` file
+    (``hlo_tools.parser.read_text``: bounded gunzip, protos read by XLA in its worker)."""
+    return read_text(path)

@@ -29,7 +29,7 @@ def _cmd_analyze(args) -> int:
     if args.compare_xla:
         from hlo_tools import xla
 
-        x = xla.cost_analysis_of_text(text)
+        x = xla.cost_analysis_of_text(text, contained=True)
         r["xla_cost"] = {k: x.get(k) for k in r["cost"]}
     if args.json:
         print(json.dumps(r, indent=1))

@@ -11,6 +11,8 @@ import re
 
 from .errors import HloParseError
 from .formats import find_module_proto
+from .xla import XlaAbortError
+from .xla_worker import contained
 
 _NOT_A_MODULE = ("not an HLO module: not UTF-8 text, and not a serialized HloModuleProto, HloProto or HloSnapshot "
                  "(XLA dumps also write memory-usage reports, compile options and topologies as .pb)")
@@ -32,14 +34,20 @@ def hlo_text_from_proto(data: bytes, source: str) -> str:
     if blob is None:
         raise HloParseError(_NOT_A_MODULE, source, 1, 1)
     try:
-        xc = _xla_client()
+        # In the XLA worker: a proto XLA CHECK-fails on ends the worker, not us.
+        return contained(_proto_to_text, (blob,), phase="reading", module=source)
+    except XlaAbortError as e:
+        raise HloParseError(f"XLA aborted while reading this HloModuleProto: {e.message}", source, 1, 1) from None
     except ImportError as e:
         raise HloParseError(str(e), source, 1, 1) from None
-    try:
-        return xc.hlo.HloModule.from_serialized_hlo_module_proto(blob).to_string()
     except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error types
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise HloParseError(f"XLA cannot read this HloModuleProto: {first}", source, 1, 1) from None
+
+
+def _proto_to_text(blob: bytes) -> str:
+    """XLA's print of a serialized HloModuleProto (runs in the XLA worker)."""
+    return _xla_client().hlo.HloModule.from_serialized_hlo_module_proto(blob).to_string()
 
 
 _MLIR_ERROR_RE = re.compile(r"(?:^|\s)-:(\d+):(\d+): error: (.*)")
@@ -61,7 +69,9 @@ def hlo_text_from_stablehlo(data: bytes, source: str) -> str:
         except UnicodeDecodeError as e:
             raise HloParseError("not UTF-8 text, and not MLIR bytecode", source, 1, e.start + 1) from None
     try:
-        return stablehlo_to_hlo_text(module)
+        return contained(stablehlo_to_hlo_text, (module,), phase="reading", module=source)
+    except XlaAbortError as e:
+        raise HloParseError(f"XLA aborted while converting this StableHLO module: {e.message}", source, 1, 1) from None
     except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error types
         msg = str(e)
         m = _MLIR_ERROR_RE.search(msg)

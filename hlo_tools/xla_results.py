@@ -95,8 +95,12 @@ def history(db: str | os.PathLike | None = None, *, limit: int = 20, module: str
     path = Path(db) if db is not None else default_db()
     if not path.exists():
         return []
-    conn = connect(path)
+    # Read-only: reading history never writes a schema into someone's file.
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    conn.row_factory = sqlite3.Row
     try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
+            return []
         q = "SELECT * FROM runs" + (" WHERE module = ?" if module else "") + " ORDER BY id DESC LIMIT ?"
         return [dict(r) for r in conn.execute(q, ([module] if module else []) + [limit])]
     finally:

@@ -105,3 +105,18 @@ def test_cli_bench_runs_fusion_passes_at_the_hook(files, capsys):
     assert "speedup A/B" in out and ("outputs: exact" in out or "outputs: close" in out)
     assert main(["bench", str(files / "a.hlo"), "--hook", "pre-scheduler", "--no-record"]) == 2
     assert "--hook needs --passes" in capsys.readouterr().err
+
+
+def test_history_only_reads(tmp_path):
+    """Reading history never writes: a foreign SQLite file keeps its bytes."""
+    import sqlite3
+
+    db = tmp_path / "other.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE notes (x TEXT)")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    assert history(db) == []
+    assert db.read_bytes() == before
+    assert not (tmp_path / "other.db-wal").exists()
