@@ -22,7 +22,7 @@ from .bundled import CORPUS_DIR, Entry, load, manifest
 from .dump import DumpModule, PassDump, from_dump_dir, read_hlo_file
 
 __all__ = ["CORPUS_DIR", "DumpModule", "Entry", "PassDump", "from_dump_dir", "list_table", "load",
-           "main_generate", "manifest", "read_hlo_file", "generator_python"]
+           "list_json", "list_rows", "main_generate", "manifest", "read_hlo_file", "generator_python"]
 
 REPO_ROOT = CORPUS_DIR.parent
 
@@ -51,8 +51,9 @@ def _render(title: str, columns: list[str], rows: list[list[str]]) -> str:
     return buf.getvalue()
 
 
-def list_table(dir: str | Path | None = None) -> str:  # noqa: A002 - CLI-facing name
-    """A table of the bundled corpus (``dir`` None or a corpus root) or of a dump folder."""
+def list_rows(dir: str | Path | None = None) -> tuple[str, list[str], list[list[str]]]:  # noqa: A002
+    """(title, columns, rows) of the bundled corpus (``dir`` None or a corpus root)
+    or of a dump folder: what ``hlo corpus list`` prints, as a table or ``--json``."""
     if dir is None or (Path(dir) / "manifest.json").is_file():
         root = CORPUS_DIR if dir is None else Path(dir)
         rows = []
@@ -68,14 +69,30 @@ def list_table(dir: str | Path | None = None) -> str:  # noqa: A002 - CLI-facing
                 "yes" if e.runnable else "", _kb(gz)])
         cols = ["name", "workload", "size", "sharded", "dtype", "instr before", "instr cpu",
                 "instr h100", "h100 fusions", "runnable", "gz"]
-        return _render(f"corpus: {len(rows)} modules ({root})", cols, rows)
+        return f"corpus: {len(rows)} modules ({root})", cols, rows
     if not Path(dir).is_dir():
         what = "not a folder" if Path(dir).exists() else "no such folder"
         raise NotADirectoryError(errno.ENOTDIR, f"{what} (give an --xla_dump_to folder or a corpus root)", str(dir))
     mods = from_dump_dir(dir)
-    rows = [[f"{m.module_id:04d}", m.name, ", ".join(sorted(k for k in m.stages if "optimizations" in k)) or "-",
-             str(len(m.passes)), str(len(m.aux))] for m in mods]
-    return _render(f"dump: {len(rows)} modules ({dir})", ["id", "name", "stages", "pass dumps", "other files"], rows)
+    rows = []
+    for m in mods:
+        per_pass = {x.key for x in m.passes}
+        # the whole-module stages, as the scan reads them (not a per-pass dump of a
+        # pipeline that happens to be called ...-optimizations)
+        stages = sorted(k for k in m.stages if k.endswith(("before_optimizations", "after_optimizations")) and k not in per_pass)
+        rows.append([f"{m.module_id:04d}", m.name, ", ".join(stages) or "-", str(len(m.passes)), str(len(m.aux))])
+    return f"dump: {len(rows)} modules ({dir})", ["id", "name", "stages", "pass dumps", "other files"], rows
+
+
+def list_table(dir: str | Path | None = None) -> str:  # noqa: A002 - CLI-facing name
+    """A table of the bundled corpus (``dir`` None or a corpus root) or of a dump folder."""
+    return _render(*list_rows(dir))
+
+
+def list_json(dir: str | Path | None = None) -> list[dict[str, str]]:  # noqa: A002
+    """``hlo corpus list --json``: one object per module, keyed by column name."""
+    _, cols, rows = list_rows(dir)
+    return [dict(zip(cols, r)) for r in rows]
 
 
 def generator_python() -> str | None:

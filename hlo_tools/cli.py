@@ -114,7 +114,10 @@ def _cmd_corpus(args) -> int:
     import corpus  # lazy: hlo_tools does not depend on the corpus package
 
     if args.corpus_cmd == "list":
-        sys.stdout.write(corpus.list_table(args.dir))
+        if args.json:
+            print(json.dumps(corpus.list_json(args.dir), indent=1))
+        else:
+            sys.stdout.write(corpus.list_table(args.dir))
         return 0
     if args.out:
         check_writable(args.out, directory=True)
@@ -147,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     ksub = k.add_subparsers(dest="corpus_cmd", required=True)
     kl = ksub.add_parser("list", help="table of the bundled corpus, or of an --xla_dump_to folder")
     kl.add_argument("dir", nargs="?")
+    kl.add_argument("--json", action="store_true", help="one object per module")
     kg = ksub.add_parser("generate", help="regenerate the corpus (needs the generator environment)")
     kg.add_argument("--only")
     kg.add_argument("--out")
