@@ -12,15 +12,15 @@ from .records import CompRecord, InstrRecord, Locator, ModuleRecord
 from .literal import LiteralError, check_literal
 from .printer import signature_text
 from .scanner import Unsupported, parse_signature, split_raw_attributes
-from .shape import ShapeError, parse_shape, parse_shape_prefix
+from .shape import PrimitiveType, Shape, ShapeError, parse_shape, parse_shape_prefix
 from .text import split_top_level
 
-_COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
+_COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _NAME_RE = re.compile(r"\s*%?([A-Za-z_][\w.\-]*)\s*$")
 
 
 def _blank_comments(text: str) -> str:
-    """Replaces /*...*/ comments with spaces so offsets stay valid."""
+    """Replaces /*...*/ and // comments with spaces so offsets stay valid."""
     return _COMMENT_RE.sub(lambda m: " " * len(m.group()), text)
 
 
@@ -79,6 +79,8 @@ class Builder:
         return module
 
     def _resolve_computations(self, text: str, pos: int, comps: dict[str, Computation]) -> tuple[Computation, ...]:
+        if "/" in text:  # `body=while_body  // 25`: XLA skips the comment
+            text = _blank_comments(text)
         body = text.strip()
         inner_pos = pos + (len(text) - len(text.lstrip()))
         if body.startswith("{") and body.endswith("}"):
@@ -107,7 +109,7 @@ class Builder:
         pending_ctrl: list[tuple[Instruction, str, int]] = []
         loc = self.loc
         shapes_get = _SHAPES.get
-        opcodes_get = OPCODES.get
+        opcodes_get = _FAST_OPCODES.get
         link = comp._link
         new_instruction = Instruction._from_parser
         PARAMETER, CONSTANT = HloOpcode.PARAMETER, HloOpcode.CONSTANT
@@ -158,7 +160,7 @@ class Builder:
             shape = _SHAPES.get(r.shape_text)
             if shape is None and r.shape_text:
                 try:
-                    shape = parse_shape(r.shape_text)
+                    shape = parse_shape(_blank_comments(r.shape_text) if "/" in r.shape_text else r.shape_text)
                 except ShapeError as e:
                     raise loc.error(str(e), r.shape_pos + e.offset) from None
                 _SHAPES[r.shape_text] = shape
@@ -182,6 +184,8 @@ class Builder:
                     self._check_literal(r, literal, shape)
             else:
                 operands = self._operands(r.operand_text, r.operand_pos, r.name, names)
+            if opcode in _XLA_BUILT_SHAPES:
+                shape = _xla_built_shape(opcode, shape, operands)
             raw_attrs = r.attrs
             if raw_attrs.__class__ is str:  # raw tail from the scanner, nothing to resolve
                 if shape is None:
@@ -202,13 +206,15 @@ class Builder:
                     raise loc.error(f"attribute '{key}' is given twice", pos)
                 if key in COMPUTATION_ATTRS:
                     attrs[key] = None
+                    if _INLINE_BODY.match(value):
+                        value = self._inline_computation(value, pos)
                     called_keys.append((key, value, pos))
                 elif key == "control-predecessors":
                     attrs[key] = None
                 else:
                     attrs[key] = value
             if shape is None:
-                shape = self._infer(r, opcode, operands, attrs)
+                shape = self._infer(r, opcode, operands, attrs, called_keys)
             instr = Instruction(r.name, opcode, shape, operands, attrs, None, param_no, literal, wrapped)
             for key, value, pos in called_keys:
                 pending_calls.append((instr, key, value, pos + len(key) + 1))
@@ -285,13 +291,47 @@ class Builder:
             raise self.loc.error(
                 f"computation %{crec.name} is declared to return {result_text}, its root %{comp.root.name} is {comp.root.shape.to_text(False)}", crec.pos)
 
-    def _infer(self, r: InstrRecord, opcode, operands, attrs):
+    def _infer(self, r: InstrRecord, opcode, operands, attrs, called=()):
         raw = attrs if r.attrs.__class__ is str else {k: v for k, v, _ in r.attrs}
+        raw.update((k, v) for k, v, _ in called)  # inline computations, by their new names
         return self._infer_shape(r.name, r.opcode_pos, opcode, operands, attrs, raw)
+
+    def _inline_computation(self, value: str, key_pos: int) -> str:
+        """A computation written as the attribute's value (``to_apply={ p = ...
+        }``): XLA adds it to the module as ``_`` (``_.1``, ...), before the
+        computation that calls it.  Returns the name the attribute now holds."""
+        from . import grammar
+
+        # the value follows `key=` (the record's value text may be the relaid one)
+        m = _VALUE_START.match(self.loc.text, key_pos)
+        start = m.end() if m else key_pos
+        depth = getattr(self, "_inline_depth", 0)
+        if depth >= _MAX_INLINE_DEPTH:
+            raise self.loc.error(f"computations written inside attributes nest deeper than {_MAX_INLINE_DEPTH} levels", start)
+        crec = grammar.parse_inline_computation_record(value, start, self.loc)
+        outer = {a: getattr(self, a) for a in _PER_COMPUTATION if hasattr(self, a)}
+        self._inline_depth = depth + 1
+        try:
+            comp = self._computation(crec, self.pending_calls, self.comps)
+        finally:
+            self._inline_depth = depth
+            for a, v in outer.items():
+                setattr(self, a, v)
+        name, k = "_", 0  # named once built, so computations nested in it come first
+        while name in self.comps:
+            k += 1
+            name = f"_.{k}"
+        comp.name = name
+        self.comps[name] = comp
+        comp.parent = self.module
+        self.module.computations.append(comp)
+        return "%" + name
 
     def _infer_shape(self, name, pos, opcode, operands, attrs, raw_attrs):
         from .shape_inference import ShapeInferenceError, infer_shape
 
+        if opcode is HloOpcode.WHILE and len(operands) == 1:
+            return operands[0].shape  # XLA gives a loop its init's shape, layouts included
         called_key = {HloOpcode.CALL: "to_apply", HloOpcode.WHILE: "body", HloOpcode.FUSION: "calls", HloOpcode.CONDITIONAL: None}.get(opcode, "")
         if called_key != "":
             keys = [called_key] if called_key else ["true_computation", "branch_computations"]
@@ -332,6 +372,9 @@ class Builder:
             literal = inner.strip()
         else:
             operands = self._operands(inner, inner_pos, name, names)
+            # XLA names the nested operands first, so `add(add(..), ..)` gives
+            # the inner one `add.anon` and this one `add.anon.1`.
+            name = self._comp.unique_name(opcode_text + ".anon")
         if opcode is HloOpcode.BROADCAST and operands and operands[0].shape.is_scalar:
             attrs["dimensions"] = "{}"
         if shape_text:
@@ -346,7 +389,7 @@ class Builder:
         return instr
 
     def _operands(self, text: str, base: int, user: str, names: dict[str, Instruction]) -> tuple[Instruction, ...]:
-        if "/*" in text:
+        if "/" in text:
             text = _blank_comments(text)
         if not text.strip():
             return ()
@@ -450,4 +493,37 @@ class Builder:
 
 
 _SHAPES: dict[str, object] = {}
+#: A computation-valued attribute whose value is a body, not names: `{ p = ...`.
+_INLINE_BODY = re.compile(r"\s*\{\s*(?:ROOT\s+)?%?[A-Za-z_][\w.\-]*\s*=")
+_VALUE_START = re.compile(r"[\w.\-]+\s*=\s*")
+#: Computations written inside attributes nest at most this deep (each level
+#: is a Python call; real modules nest one or two).
+_MAX_INLINE_DEPTH = 100
+#: Builder state that belongs to the computation being built.
+_PER_COMPUTATION = ("_comp", "_comps", "_sugar", "_numbers", "_nested_params")
 _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
+
+#: XLA's send/recv constructors build their own shapes (send: from its data
+#: operand; recv: from the data shape the text declares; the -done halves from
+#: their operand) and drop the rest of what the text declares.  The IR holds
+#: what XLA holds, so shapes inferred from these agree with XLA's.  These
+#: opcodes take the general path, which rebuilds the shape.
+_XLA_BUILT_SHAPES = frozenset({HloOpcode.SEND, HloOpcode.SEND_DONE, HloOpcode.RECV, HloOpcode.RECV_DONE})
+_FAST_OPCODES = {k: v for k, v in OPCODES.items() if v not in _XLA_BUILT_SHAPES}
+
+
+def _xla_built_shape(opcode: HloOpcode, declared, operands):
+    token = Shape.token()
+    if opcode is HloOpcode.SEND_DONE:
+        return token
+    if opcode is HloOpcode.RECV_DONE:
+        if operands and operands[0].shape.is_tuple and operands[0].shape.tuple_shapes:
+            return Shape.tuple_of((operands[0].shape.tuple_shapes[0], token))
+        return declared
+    if opcode is HloOpcode.SEND and operands:
+        data = operands[0].shape
+    elif opcode is HloOpcode.RECV and declared is not None and declared.is_tuple and declared.tuple_shapes:
+        data = declared.tuple_shapes[0]
+    else:
+        return declared
+    return Shape.tuple_of((data, Shape.array(PrimitiveType.U32, ()), token))

@@ -12,6 +12,7 @@ from importlib import resources
 import lark
 
 from .records import CompRecord, InstrRecord, Locator, ModuleRecord
+from .relayout import relayout
 
 
 @lru_cache(maxsize=None)
@@ -162,11 +163,21 @@ class _Walker:
 
 
 def parse_module_records(text: str, loc: Locator) -> ModuleRecord:
-    """Parses a whole module with the grammar."""
+    """Parses a whole module with the grammar.  A module it rejects gets a
+    second reading with one statement a line (``relayout``: XLA reads newlines
+    as spaces); if that fails too, the error is the first reading's."""
     try:
         tree = _parser("start").parse(text)
     except lark.exceptions.LarkError as e:
-        raise _error(e, loc, 0) from None
+        error = _error(e, loc, 0)
+        relaid = relayout(text)
+        if relaid is None or relaid == text:
+            raise error from None
+        try:
+            tree = _parser("start").parse(relaid)
+        except lark.exceptions.LarkError:
+            raise error from None
+        text = relaid
     return _Walker(text, 0).module(tree.children[0])
 
 
@@ -180,3 +191,15 @@ def parse_instruction_record(text: str, start: int, end: int, loc: Locator) -> I
     walker = _Walker(line, start)
     rec = walker.instruction(tree)
     return rec
+
+
+def parse_inline_computation_record(value: str, start: int, loc: Locator) -> CompRecord:
+    """Parses a computation written as an attribute value (``to_apply={ p = ...
+    ROOT r = ... }``, found at offset ``start``) as the body of one named ``_``,
+    the name XLA gives it."""
+    body = "_" + value
+    try:
+        tree = _parser("computation").parse(body)
+    except lark.exceptions.LarkError as e:
+        raise _error(e, loc, start - 1) from None
+    return _Walker(body, start - 1).computation(tree)

@@ -9,6 +9,8 @@ class HloOpcode(enum.Enum):
     """An opcode; the value is XLA's spelling in HLO text."""
 
     ABS = "abs"
+    ACOS = "acos"
+    ACOSH = "acosh"
     ADD = "add"
     ADD_DEPENDENCY = "add-dependency"
     AFTER_ALL = "after-all"
@@ -20,10 +22,13 @@ class HloOpcode(enum.Enum):
     ALL_REDUCE_START = "all-reduce-start"
     ALL_TO_ALL = "all-to-all"
     AND = "and"
+    ASIN = "asin"
+    ASINH = "asinh"
     ASYNC_DONE = "async-done"
     ASYNC_START = "async-start"
     ASYNC_UPDATE = "async-update"
     ATAN2 = "atan2"
+    ATANH = "atanh"
     BATCH_NORM_GRAD = "batch-norm-grad"
     BATCH_NORM_INFERENCE = "batch-norm-inference"
     BATCH_NORM_TRAINING = "batch-norm-training"
@@ -40,6 +45,7 @@ class HloOpcode(enum.Enum):
     COLLECTIVE_PERMUTE = "collective-permute"
     COLLECTIVE_PERMUTE_DONE = "collective-permute-done"
     COLLECTIVE_PERMUTE_START = "collective-permute-start"
+    COLLECTIVE_REDUCE = "collective-reduce"
     COMPARE = "compare"
     COMPLEX = "complex"
     CONCATENATE = "concatenate"
@@ -51,6 +57,7 @@ class HloOpcode(enum.Enum):
     COPY_DONE = "copy-done"
     COPY_START = "copy-start"
     COSINE = "cosine"
+    COSH = "cosh"
     CUSTOM_CALL = "custom-call"
     DIVIDE = "divide"
     DOMAIN = "domain"
@@ -77,6 +84,7 @@ class HloOpcode(enum.Enum):
     MAP = "map"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
+    MULHI = "mulhi"
     MULTIPLY = "multiply"
     NEGATE = "negate"
     NOT = "not"
@@ -118,8 +126,10 @@ class HloOpcode(enum.Enum):
     SHIFT_LEFT = "shift-left"
     SHIFT_RIGHT_ARITHMETIC = "shift-right-arithmetic"
     SHIFT_RIGHT_LOGICAL = "shift-right-logical"
+    SHUFFLE = "shuffle"
     SIGN = "sign"
     SINE = "sine"
+    SINH = "sinh"
     SLICE = "slice"
     SORT = "sort"
     SQRT = "sqrt"
@@ -142,15 +152,15 @@ _ASYNC_SUFFIXES = {"-start": HloOpcode.ASYNC_START, "-update": HloOpcode.ASYNC_U
 UNARY_ELEMENTWISE = frozenset(
     HloOpcode[n]
     for n in (
-        "ABS CBRT CEIL CLZ CONVERT BITCAST_CONVERT COPY COSINE ERF EXPONENTIAL EXPONENTIAL_MINUS_ONE FLOOR IMAG "
+        "ABS ACOS ACOSH ASIN ASINH ATANH CBRT CEIL CLZ CONVERT BITCAST_CONVERT COPY COSINE COSH ERF EXPONENTIAL EXPONENTIAL_MINUS_ONE FLOOR IMAG "
         "IS_FINITE LOG LOG_PLUS_ONE LOGISTIC NEGATE NOT POPCNT REAL REDUCE_PRECISION ROUND_NEAREST_AFZ "
-        "ROUND_NEAREST_EVEN RSQRT SIGN SINE SQRT TAN TANH"
+        "ROUND_NEAREST_EVEN RSQRT SIGN SINE SINH SQRT TAN TANH"
     ).split()
 )
 BINARY_ELEMENTWISE = frozenset(
     HloOpcode[n]
     for n in (
-        "ADD ATAN2 AND COMPARE COMPLEX DIVIDE MAXIMUM MINIMUM MULTIPLY OR POWER REMAINDER SHIFT_LEFT "
+        "ADD ATAN2 AND COMPARE COMPLEX DIVIDE MAXIMUM MINIMUM MULHI MULTIPLY OR POWER REMAINDER SHIFT_LEFT "
         "SHIFT_RIGHT_ARITHMETIC SHIFT_RIGHT_LOGICAL STOCHASTIC_CONVERT SUBTRACT XOR"
     ).split()
 )
@@ -161,7 +171,7 @@ COLLECTIVES = frozenset(
     HloOpcode[n]
     for n in (
         "ALL_GATHER ALL_GATHER_START ALL_GATHER_DONE ALL_REDUCE ALL_REDUCE_START ALL_REDUCE_DONE ALL_TO_ALL "
-        "COLLECTIVE_BROADCAST COLLECTIVE_PERMUTE COLLECTIVE_PERMUTE_START COLLECTIVE_PERMUTE_DONE "
+        "COLLECTIVE_BROADCAST COLLECTIVE_PERMUTE COLLECTIVE_PERMUTE_START COLLECTIVE_PERMUTE_DONE COLLECTIVE_REDUCE "
         "RAGGED_ALL_TO_ALL REDUCE_SCATTER"
     ).split()
 )

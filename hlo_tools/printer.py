@@ -85,7 +85,9 @@ def print_computation(comp, with_shapes: bool | None = None, sugar: bool = True)
 
 def computation_print_order(module) -> list:
     """Module order, except that a callee always precedes its callers (XLA's
-    parser resolves computation names in text order)."""
+    parser resolves computation names in text order).  The entry keeps its
+    place too: XLA prints it where the text had it, and the order decides
+    which of two same-named instructions XLA renames."""
     placed: set[int] = set()
     out = []
 
@@ -98,7 +100,7 @@ def computation_print_order(module) -> list:
         out.append(comp)
 
     for comp in module.computations:
-        if id(comp) not in placed and comp is not module.entry:
+        if id(comp) not in placed:
             place(comp)
     if module.entry is not None and id(module.entry) not in placed:
         place(module.entry)
