@@ -33,10 +33,14 @@ def typed(key: str, parse: Callable[[str], Any], fmt: Callable[[Any], str]) -> p
 
 # -- integer lists: dimensions={0,1} ---------------------------------------------
 def parse_int_list(raw: str) -> tuple[int, ...]:
+    """``{0,1}`` -> (0, 1); ValueError naming the text when it is not that."""
     body = raw.strip()
     if body.startswith("{") and body.endswith("}"):
         body = body[1:-1]
-    return tuple(int(x) for x in body.split(",") if x.strip())
+    try:
+        return tuple(int(x) for x in body.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{raw[:60]!r} is not a braced list of integers like {{0,1}}") from None
 
 
 def format_int_list(values) -> str:

@@ -12,7 +12,7 @@ from .records import CompRecord, InstrRecord, Locator, ModuleRecord
 from .literal import LiteralError, check_literal
 from .printer import signature_text
 from .scanner import Unsupported, parse_signature, split_raw_attributes
-from .shape import PrimitiveType, Shape, ShapeError, parse_shape, parse_shape_prefix
+from .shape import INT64_MAX, MAX_TUPLE_DEPTH, PrimitiveType, Shape, ShapeError, parse_shape, parse_shape_prefix
 from .text import split_top_level
 
 _COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
@@ -30,6 +30,7 @@ class Builder:
     def __init__(self, loc: Locator):
         self.loc = loc
         self.saw_operand_shapes = False
+        self._nesting = 0  # operands written as instructions, how deep (bounded)
 
     def build(self, rec: ModuleRecord) -> Module:
         """A Module from a complete record (the grammar's path)."""
@@ -44,6 +45,8 @@ class Builder:
             self._start(rec)
         if crec.name in self.comps:
             raise self.loc.error(f"computation %{crec.name} is already defined", crec.pos)
+        if crec.name == "ENTRY" and self.loc.text[crec.pos - 1 : crec.pos] != "%":
+            raise self.loc.error("expected a computation name after ENTRY", crec.pos, ("name",))
         if crec.is_entry:
             if self.entry_name is not None:
                 raise self.loc.error(f"a module has one ENTRY computation; %{self.entry_name} is already the entry", crec.pos)
@@ -58,11 +61,43 @@ class Builder:
         for key, value, pos in rec.attrs:
             if key in module.attributes:
                 raise self.loc.error(f"duplicate module attribute '{key}'", pos)
+            if key == "entry_computation_layout":
+                self._check_entry_layout(value, self.loc.text.find(value, pos))
             module.attributes[key] = value
         module.stack_frames = rec.stack_frames
         self.comps: dict[str, Computation] = {}
         self.pending_calls: list[tuple[Instruction, str, str, int]] = []
         self.entry_name: str | None = None
+
+    def _check_entry_layout(self, value: str, pos: int) -> None:
+        """``{(shape, ...)->shape}``: XLA's parser reads these shapes (it checks
+        them against the entry only later, when compiling), so a malformed one
+        is a syntax error here too."""
+        n, i = len(value), 0
+
+        def skip(i: int) -> int:
+            while i < n and value[i] in " \t\r\n":
+                i += 1
+            return i
+
+        def expect(i: int, token: str) -> int:
+            i = skip(i)
+            if not value.startswith(token, i):
+                raise self.loc.error(f"entry_computation_layout: expected '{token}'", pos + i, (f"'{token}'",))
+            return i + len(token)
+
+        try:
+            i = expect(i, "{")
+            if not value.startswith("(", skip(i)):
+                raise self.loc.error("entry_computation_layout: expected '(' before the parameter shapes", pos + skip(i), ("'('",))
+            _, i = parse_shape_prefix(value, i)  # the parameter list reads as a tuple of shapes
+            i = expect(i, "->")
+            _, i = parse_shape_prefix(value, i)
+            i = expect(i, "}")
+        except ShapeError as e:
+            raise self.loc.error(f"entry_computation_layout: {e}", pos + e.offset) from None
+        if skip(i) != n:
+            raise self.loc.error("entry_computation_layout: unexpected text after '}'", pos + skip(i))
 
     def finish(self, rec: ModuleRecord) -> Module:
         if not hasattr(self, "module"):
@@ -75,8 +110,46 @@ class Builder:
             module.name = "module_" + entry.name  # what XLA's parser does
         for instr, key, text, pos in self.pending_calls:
             instr._called[key] = self._resolve_computations(text, pos, comps)
+        self._reject_call_cycles()
         module.print_operand_shapes = self.saw_operand_shapes
         return module
+
+    def _reject_call_cycles(self) -> None:
+        """XLA's parser resolves a called computation only once it is defined,
+        so a recursive call graph cannot be written; we also take callees
+        defined later, so a cycle is looked for here (iteratively: a long call
+        chain must not exhaust Python's stack).  Nothing downstream terminates
+        on a recursive module (inlining, cost analysis, printing)."""
+        calls: dict[Computation, list[tuple[Computation, int]]] = {}
+        for instr, key, _, pos in self.pending_calls:
+            edges = calls.setdefault(instr.parent, [])
+            edges.extend((callee, pos) for callee in instr._called[key])
+        state: dict[Computation, int] = {}  # 1: on the current path, 2: done
+        for start in self.module.computations:
+            if start in state:
+                continue
+            path = [start]
+            stack = [iter(calls.get(start, ()))]
+            state[start] = 1
+            while stack:
+                nxt = next(stack[-1], None)
+                if nxt is None:
+                    state[path.pop()] = 2
+                    stack.pop()
+                    continue
+                callee, pos = nxt
+                seen = state.get(callee)
+                if seen == 1:
+                    cycle = path[path.index(callee):] + [callee]
+                    what = "calls itself" if len(cycle) == 2 else "is part of a call cycle"
+                    chain = " -> ".join("%" + c.name for c in cycle)
+                    raise self.loc.error(
+                        f"computation %{callee.name} {what} ({chain}); XLA rejects recursive call graphs "
+                        "(a computation can only call computations defined before it)", pos)
+                if seen is None:
+                    state[callee] = 1
+                    path.append(callee)
+                    stack.append(iter(calls.get(callee, ())))
 
     def _resolve_computations(self, text: str, pos: int, comps: dict[str, Computation]) -> tuple[Computation, ...]:
         if "/" in text:  # `body=while_body  // 25`: XLA skips the comment
@@ -103,6 +176,8 @@ class Builder:
         self._comp, self._comps = comp, comps
         self._sugar: dict[tuple[Instruction, int], Instruction] = {}
         for key, value, pos in crec.attrs:
+            if key in comp.attributes:
+                raise self.loc.error(f"attribute '{key}' of computation %{crec.name} is given twice", pos)
             comp.attributes[key] = value
         names = comp._names
         root: Instruction | None = None
@@ -115,6 +190,7 @@ class Builder:
         PARAMETER, CONSTANT = HloOpcode.PARAMETER, HloOpcode.CONSTANT
         numbers: list[int] = []
         self._numbers = numbers
+        self._nested_params: dict[str, int] = {}  # name -> offset of its number
         for r in crec.instrs:
             # Fast path: the common canonical line (cached shape, plain opcode,
             # `%a, %b` operands, attributes kept raw).  Anything else, and every
@@ -127,7 +203,7 @@ class Builder:
                 param_no = literal = None
                 ok = True
                 if opcode is PARAMETER:
-                    if operand_text.isdigit():
+                    if operand_text.isascii() and operand_text.isdigit() and len(operand_text) < 19:
                         param_no = int(operand_text)
                         numbers.append(param_no)
                     else:
@@ -171,10 +247,7 @@ class Builder:
             param_no = literal = None
             operands: tuple[Instruction, ...] = ()
             if opcode is HloOpcode.PARAMETER:
-                t = r.operand_text.strip()
-                if not t.isdigit():
-                    raise loc.error(f"parameter needs a parameter number, got {t!r}", r.operand_pos, ("integer",))
-                param_no = int(t)
+                param_no = self._parameter_number(r.operand_text, r.operand_pos)
                 numbers.append(param_no)
             elif opcode is HloOpcode.CONSTANT:
                 literal = r.operand_text.strip()
@@ -247,9 +320,24 @@ class Builder:
         if numbers and numbers[-1] != len(numbers) - 1 or len(set(numbers)) != len(numbers):
             params = [i for i in comp if i.opcode is HloOpcode.PARAMETER]
             p = max(params, key=lambda p: p.parameter_number)
-            rec = next(x for x in crec.instrs if x.name == p.name)
-            raise loc.error(f"parameter numbers of %{crec.name} must be 0..{len(numbers) - 1} without gaps or repeats, got {numbers}", rec.operand_pos)
+            where = next((x.operand_pos for x in crec.instrs if x.name == p.name), None)
+            if where is None:  # an operand written as `f32[] parameter(5)`
+                where = self._nested_params.get(p.name, crec.pos)
+            shown = numbers if len(numbers) <= 20 else numbers[:10] + ["..."] + numbers[-5:]
+            raise loc.error(f"parameter numbers of %{crec.name} must be 0..{len(numbers) - 1} without gaps or repeats, got {shown}", where)
         return comp
+
+    def _parameter_number(self, text: str, pos: int) -> int:
+        """``parameter(N)``: N in ASCII digits within int64, as XLA reads it
+        (Python's isdigit() also takes '²', and int() refuses 5,000 digits)."""
+        t = text.strip()
+        where = pos + len(text) - len(text.lstrip())
+        if not (t.isascii() and t.isdigit()):
+            raise self.loc.error(f"parameter needs a parameter number, got {t[:30]!r}", where, ("integer",))
+        if len(t.lstrip("0")) > 19 or int(t) > INT64_MAX:
+            shown = t if len(t) <= 24 else t[:20] + f"... ({len(t)} digits)"
+            raise self.loc.error(f"parameter number {shown} is past the int64 range XLA reads", where, ("integer",))
+        return int(t)
 
     _LITERAL_CHECK_LIMIT = 200_000  # characters; longer literals are kept unchecked
 
@@ -278,15 +366,21 @@ class Builder:
         if crec.signature is None or crec.signature == signature_text(comp):
             return
         try:
-            _, result_text = parse_signature(crec.signature, crec.signature_pos)
+            params, result_text = parse_signature(crec.signature, crec.signature_pos)
         except Unsupported:
             return  # older forms such as `(input f32[2])`: XLA reads past them too
-        # XLA ignores the declared parameters (its tests declare stale ones);
-        # like XLA, only the result must match the root.
+        # XLA ignores what the declared parameters say (its tests declare stale
+        # ones) but reads their shapes; only the result must match the root.
+        for _, shape_text, off in params:
+            try:
+                parse_shape(shape_text)
+            except ShapeError as e:
+                raise self.loc.error(str(e), off + len(self.loc.text[off:off + 64]) - len(self.loc.text[off:off + 64].lstrip()) + e.offset) from None
+        result_pos = crec.signature_pos + crec.signature.rfind(result_text)
         try:
             want = parse_shape(result_text)
         except ShapeError as e:
-            raise self.loc.error(str(e), crec.pos) from None
+            raise self.loc.error(str(e), result_pos + e.offset) from None
         if not want.compatible(comp.root.shape):
             raise self.loc.error(
                 f"computation %{crec.name} is declared to return {result_text}, its root %{comp.root.name} is {comp.root.shape.to_text(False)}", crec.pos)
@@ -344,7 +438,7 @@ class Builder:
                         return callee.root.shape
         try:
             shape = infer_shape(opcode, [o.shape for o in operands], attrs)
-        except ShapeInferenceError as e:
+        except (ShapeInferenceError, ValueError, IndexError, TypeError) as e:  # malformed attributes too
             raise self.loc.error(f"cannot infer the shape of %{name}: {e}", pos) from None
         if shape is None:
             raise self.loc.error(f"%{name} needs a result shape (XLA cannot infer the shape of {opcode.value})", pos, ("shape",))
@@ -354,6 +448,9 @@ class Builder:
         """An operand written as an instruction (``add(f32[] parameter(0), ...)``):
         XLA creates it under the name ``<opcode>.anon``."""
         m = re.match(r"\s*([a-z][a-z0-9\-]*)\(", text)
+        if self._nesting >= MAX_TUPLE_DEPTH:
+            raise self.loc.error(f"operands written as instructions nest deeper than {MAX_TUPLE_DEPTH} levels", pos + m.start(1))
+        self._nesting += 1
         opcode_text = m.group(1)
         try:
             opcode, wrapped = parse_opcode(opcode_text)
@@ -366,10 +463,13 @@ class Builder:
         operands: tuple[Instruction, ...] = ()
         attrs: dict[str, str | None] = {}
         if opcode is HloOpcode.PARAMETER:
-            param_no = int(inner.strip())
+            param_no = self._parameter_number(inner, inner_pos)
             self._numbers.append(param_no)
+            self._nested_params[name] = inner_pos
         elif opcode is HloOpcode.CONSTANT:
             literal = inner.strip()
+            if not literal:
+                raise self.loc.error("constant needs a literal", inner_pos, ("literal",))
         else:
             operands = self._operands(inner, inner_pos, name, names)
             # XLA names the nested operands first, so `add(add(..), ..)` gives
@@ -384,8 +484,15 @@ class Builder:
                 raise self.loc.error(str(e), pos + e.offset) from None
         else:
             shape = self._infer_shape(name, pos, opcode, operands, attrs, {})
+        if literal is not None and len(literal) <= self._LITERAL_CHECK_LIMIT:
+            try:
+                check_literal(literal, shape)
+            except LiteralError as e:
+                lead = len(inner) - len(inner.lstrip())
+                raise self.loc.error(f"constant %{name}: {e}", inner_pos + lead + e.offset) from None
         instr = Instruction(name, opcode, shape, operands, attrs, None, param_no, literal, wrapped)
         self._comp._link(instr)
+        self._nesting -= 1
         return instr
 
     def _operands(self, text: str, base: int, user: str, names: dict[str, Instruction]) -> tuple[Instruction, ...]:

@@ -8,16 +8,137 @@ import re
 
 from .ir import Instruction, Module
 from .opcode import HloOpcode
-from .shape import PrimitiveType, parse_shape_prefix
+from .shape import INT64_MAX, PrimitiveType, ShapeError, parse_shape_prefix
 from .text import split_top_level
 
-_PADDING = re.compile(r"-?\d+_-?\d+(?:_-?\d+)?(?:x-?\d+_-?\d+(?:_-?\d+)?)*")
+_PADDING = re.compile(r"-?[0-9]+_-?[0-9]+(?:_-?[0-9]+)?(?:x-?[0-9]+_-?[0-9]+(?:_-?[0-9]+)?)*")
 _WINDOW_PAD = re.compile(r"pad=(\S+)")
 _API_VERSIONS = {"API_VERSION_ORIGINAL", "API_VERSION_STATUS_RETURNING", "API_VERSION_STATUS_RETURNING_UNIFIED", "API_VERSION_TYPED_FFI"}
 _ACCURACY_MODES = {"DEFAULT", "HIGHEST", "TOLERANCE"}
 _SHAPE_INDEX = r"\{\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\}"
 _ALIAS_ENTRY = re.compile(r"\s*" + _SHAPE_INDEX + r"\s*:\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX + r"\s*(?:,\s*(?:may-alias|must-alias)\s*)?\)\s*")
 _DONOR_ENTRY = re.compile(r"\s*\(\s*\d+\s*,\s*" + _SHAPE_INDEX + r"\s*\)\s*")
+
+
+#: Attributes XLA's parser requires per opcode ("attribute X is expected but not
+#: seen"), found by removing each attribute from XLA's own test modules and the
+#: corpus and asking XLA's parser (bench/fuzz_campaign.py --required re-derives it).
+#: The conditional's two forms are checked in _conditional.
+REQUIRED_ATTRIBUTES: dict[HloOpcode, tuple[str, ...]] = {
+    HloOpcode.ALL_GATHER: ("dimensions",),
+    HloOpcode.ALL_GATHER_START: ("dimensions",),
+    HloOpcode.ALL_REDUCE: ("to_apply",),
+    HloOpcode.ALL_REDUCE_START: ("to_apply",),
+    HloOpcode.ASYNC_START: ("calls",),
+    HloOpcode.BATCH_NORM_GRAD: ("epsilon", "feature_index"),
+    HloOpcode.BATCH_NORM_INFERENCE: ("epsilon", "feature_index"),
+    HloOpcode.BATCH_NORM_TRAINING: ("epsilon", "feature_index"),
+    HloOpcode.CALL: ("to_apply",),
+    HloOpcode.COLLECTIVE_PERMUTE: ("source_target_pairs",),
+    HloOpcode.COLLECTIVE_PERMUTE_START: ("source_target_pairs",),
+    HloOpcode.COMPARE: ("direction",),
+    HloOpcode.CONCATENATE: ("dimensions",),
+    HloOpcode.CONVOLUTION: ("dim_labels",),
+    HloOpcode.CUSTOM_CALL: ("custom_call_target",),
+    HloOpcode.DOMAIN: ("domain",),
+    HloOpcode.DYNAMIC_SLICE: ("dynamic_slice_sizes",),
+    HloOpcode.FFT: ("fft_type", "fft_length"),
+    HloOpcode.FUSION: ("kind", "calls"),
+    HloOpcode.GATHER: ("offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim", "slice_sizes"),
+    HloOpcode.GET_TUPLE_ELEMENT: ("index",),
+    HloOpcode.IOTA: ("iota_dimension",),
+    HloOpcode.MAP: ("to_apply",),
+    HloOpcode.PAD: ("padding",),
+    HloOpcode.REDUCE: ("dimensions", "to_apply"),
+    HloOpcode.REDUCE_PRECISION: ("exponent_bits", "mantissa_bits"),
+    HloOpcode.REDUCE_SCATTER: ("dimensions", "to_apply"),
+    HloOpcode.REDUCE_WINDOW: ("to_apply",),
+    HloOpcode.REVERSE: ("dimensions",),
+    HloOpcode.RNG: ("distribution",),
+    HloOpcode.RNG_BIT_GENERATOR: ("algorithm",),
+    HloOpcode.RNG_GET_AND_UPDATE_STATE: ("delta",),
+    HloOpcode.SCAN: ("dimensions", "num_carries", "to_apply"),
+    HloOpcode.SCATTER: ("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims", "index_vector_dim", "to_apply"),
+    HloOpcode.SELECT_AND_SCATTER: ("select", "scatter"),
+    HloOpcode.SLICE: ("slice",),
+    HloOpcode.SORT: ("dimensions", "to_apply"),
+    HloOpcode.TOP_K: ("k",),
+    HloOpcode.TRANSPOSE: ("dimensions",),
+    HloOpcode.WHILE: ("condition", "body"),
+}
+
+# Attribute values XLA's parser reads as integers or lists of them.
+_INT_LIST_ATTRS = frozenset({
+    "dimensions", "dynamic_slice_sizes", "lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims",
+    "rhs_contracting_dims", "offset_dims", "collapsed_slice_dims", "start_index_map",
+    "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims", "fft_length",
+    "operand_batching_dims", "start_indices_batching_dims", "input_batching_dims", "scatter_indices_batching_dims",
+})
+_INT_ATTRS = frozenset({"index", "iota_dimension", "index_vector_dim", "feature_index", "exponent_bits",
+                        "mantissa_bits", "k", "num_carries", "channel_id", "tuple_index"})
+_INT_LIST = re.compile(r"\{[ \t]*(?:-?[0-9]+[ \t]*(?:,[ \t]*-?[0-9]+[ \t]*)*)?\}")
+_INT = re.compile(r"-?[0-9]+")
+_SLICE = re.compile(r"\{[ \t]*(?:\[[ \t]*-?[0-9]+[ \t]*:[ \t]*-?[0-9]+[ \t]*(?::[ \t]*-?[0-9]+[ \t]*)?\][ \t]*"
+                    r"(?:,[ \t]*\[[ \t]*-?[0-9]+[ \t]*:[ \t]*-?[0-9]+[ \t]*(?::[ \t]*-?[0-9]+[ \t]*)?\][ \t]*)*)?\}")
+_DIGITS = re.compile(r"[0-9]+")
+_BOOL_ATTRS = frozenset({"is_stable", "constrain_layout", "use_global_device_ids", "indices_are_sorted",
+                         "unique_indices", "largest", "is_host_transfer"})
+_STRING_VALUE = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_DIRECTIONS = frozenset({"EQ", "NE", "GE", "GT", "LE", "LT"})
+_FUSION_KINDS = frozenset({"kLoop", "kInput", "kOutput", "kCustom"})
+
+
+def attribute_problems(instr: Instruction, where: str) -> list[str]:
+    """Attributes XLA's parser would not read: a required one missing, or a
+    value that is not the integer (list) or keyword it must be.  The verifier
+    runs the shape checks, which read these values, only when this is empty."""
+    out: list[str] = []
+    attrs = instr.attributes
+    op = instr.opcode
+    if op is HloOpcode.ASYNC_START and instr.async_wrapped_opcode is not None:
+        op = instr.async_wrapped_opcode  # custom-call-start: the wrapped op's attributes
+    for key in REQUIRED_ATTRIBUTES.get(op, ()):
+        if key not in attrs:
+            out.append(f"{where}: needs attribute {key}= (XLA's parser requires it for {op.value})")
+    for key, raw in attrs.items():
+        if raw is None:
+            continue
+        value = raw.strip()
+        if key in _INT_LIST_ATTRS or key == "slice_sizes" and op is HloOpcode.GATHER:
+            ok = _INT_LIST.fullmatch(value)
+            what = "a braced list of integers like {0,1}"
+        elif key in _INT_ATTRS:
+            ok = _INT.fullmatch(value)
+            what = "an integer"
+        elif key == "slice" and op is HloOpcode.SLICE:
+            ok = _SLICE.fullmatch(value)
+            what = "ranges like {[0:4], [0:8:2]}"
+        elif key in _BOOL_ATTRS:
+            ok = value in ("true", "false")
+            what = "true or false"
+        elif key == "custom_call_target":
+            ok = _STRING_VALUE.fullmatch(value)
+            what = 'a quoted string like "my_target"'
+        elif key == "padding" and op is HloOpcode.PAD:
+            ok = _PADDING.fullmatch(value)
+            what = "low_high[_interior] per dimension, joined by 'x'"
+        elif key == "window":
+            m = _WINDOW_PAD.search(value)
+            ok = not m or re.fullmatch(r"-?[0-9]+_-?[0-9]+(?:x-?[0-9]+_-?[0-9]+)*", m.group(1).rstrip("}"))
+            what = "a window whose pad= is low_high per dimension, joined by 'x'"
+        elif key == "direction" and op is HloOpcode.COMPARE:
+            ok = value in _DIRECTIONS
+            what = "one of " + ", ".join(sorted(_DIRECTIONS))
+        elif key == "kind" and op is HloOpcode.FUSION:
+            ok = value in _FUSION_KINDS
+            what = "one of " + ", ".join(sorted(_FUSION_KINDS))
+        else:
+            continue
+        if not ok:
+            out.append(f"{where}: {key}={value[:60]} is not {what}")
+        elif (key in _INT_ATTRS or key in _INT_LIST_ATTRS or key in ("slice", "padding")) and any(len(d) > 19 or int(d) > INT64_MAX for d in _DIGITS.findall(value)):
+            out.append(f"{where}: {key}={value[:60]} has a number past the int64 range XLA reads")
+    return out
 
 
 def module_problems(module: Module) -> list[str]:
@@ -44,14 +165,6 @@ def instruction_problems(instr: Instruction, where: str) -> list[str]:
     out: list[str] = []
     attrs = instr.attributes
     op = instr.opcode
-    pad = attrs.get("padding")
-    if pad is not None and op is HloOpcode.PAD and not _PADDING.fullmatch(pad.strip()):
-        out.append(f"{where}: padding={pad} must be low_high[_interior] per dimension, joined by 'x'")
-    window = attrs.get("window")
-    if window is not None:
-        m = _WINDOW_PAD.search(window)
-        if m and not re.fullmatch(r"-?\d+_-?\d+(?:x-?\d+_-?\d+)*", m.group(1).rstrip("}")):
-            out.append(f"{where}: window pad={m.group(1)} must be low_high per dimension, joined by 'x'")
     api = attrs.get("api_version")
     if api is not None and api not in _API_VERSIONS:
         out.append(f"{where}: api_version={api} is not one of {', '.join(sorted(_API_VERSIONS))}")
@@ -60,6 +173,18 @@ def instruction_problems(instr: Instruction, where: str) -> list[str]:
         m = re.search(r"mode\s*=\s*(\w+)", acc)
         if m and m.group(1).upper() not in _ACCURACY_MODES:
             out.append(f"{where}: result_accuracy mode {m.group(1)} is not one of {', '.join(sorted(_ACCURACY_MODES))}")
+    # XLA's ShapeVerifier: after-all makes a token (of any operands);
+    # add-dependency passes operand 0 on, ordered after the token in operand 1
+    if op is HloOpcode.AFTER_ALL and not instr.shape.is_token:
+        out.append(f"{where}: after-all produces token[], not {instr.shape.to_text(False)}")
+    if op is HloOpcode.ADD_DEPENDENCY and instr.operand_count == 2:
+        if not instr.operands[1].shape.is_token:
+            out.append(f"{where}: operand 1 of add-dependency must be a token, is {instr.operands[1].shape.to_text(False)}")
+        if not instr.shape.compatible(instr.operands[0].shape):
+            out.append(f"{where}: add-dependency returns its operand 0 ({instr.operands[0].shape.to_text(False)}), not {instr.shape.to_text(False)}")
+    if op in (HloOpcode.ALL_REDUCE, HloOpcode.ALL_REDUCE_START, HloOpcode.REDUCE_SCATTER, HloOpcode.ALL_GATHER, HloOpcode.ALL_GATHER_START):
+        if attrs.get("use_global_device_ids", "").strip() == "true" and "channel_id" not in attrs:
+            out.append(f"{where}: use_global_device_ids=true needs a channel_id (XLA's parser rejects it without)")
     if op is HloOpcode.INFEED:
         s = instr.shape
         if not s.is_tuple or not s.tuple_shapes:
@@ -97,7 +222,7 @@ def _layout_constraints(instr: Instruction, raw: str, where: str) -> list[str]:
             break
         try:
             s, pos = parse_shape_prefix(body, pos)
-        except ValueError:
+        except ShapeError:
             return [f"{where}: operand_layout_constraints={raw} is not a list of shapes"]
         shapes.append(s)
     if len(shapes) != instr.operand_count:
@@ -114,6 +239,8 @@ def _conditional(instr: Instruction, where: str) -> list[str]:
     called = instr.called_computation_map
     if "branch_computations" in called and ("true_computation" in called or "false_computation" in called):
         out.append(f"{where}: give either branch_computations or true_computation/false_computation, not both")
+    elif "branch_computations" not in called and not ("true_computation" in called and "false_computation" in called):
+        out.append(f"{where}: needs branch_computations= or both true_computation= and false_computation=")
     if not instr.operands:
         return out + [f"{where}: needs a branch index or predicate operand"]
     sel = instr.operands[0].shape

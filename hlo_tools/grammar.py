@@ -58,13 +58,20 @@ def _error(e: lark.exceptions.LarkError, loc: Locator, offset: int):
     """Maps a lark exception to HloParseError at the right place in the whole text."""
     if isinstance(e, lark.exceptions.UnexpectedToken):
         tok = e.token
-        pos = (tok.start_pos if tok.start_pos is not None else len(loc.text) - offset) + offset
+        if tok.type == "$END":
+            # lark places the end token on the last real token; the input ends after it
+            end = tok.end_pos if tok.end_pos is not None else tok.start_pos
+            pos = (end if end is not None else len(loc.text) - offset) + offset
+        else:
+            pos = (tok.start_pos if tok.start_pos is not None else len(loc.text) - offset) + offset
         what = "end of input" if tok.type == "$END" else f"{tok.value[:30]!r}"
         if tok.type == "_NL":
             what = "end of line"
         return loc.error(f"unexpected {what}", pos, _friendly(e.expected))
     if isinstance(e, lark.exceptions.UnexpectedCharacters):
         pos = e.pos_in_stream + offset
+        if loc.text.startswith("/*", pos):  # a comment never closed: lark sees a stray '/'
+            return loc.error("unterminated /* comment", pos, ("'*/'",))
         return loc.error(f"unexpected character {e.char!r}", pos, _friendly(e.allowed or ()))
     if isinstance(e, lark.exceptions.UnexpectedEOF):
         return loc.error("unexpected end of input", len(loc.text), _friendly(e.expected))

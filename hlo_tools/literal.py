@@ -66,47 +66,50 @@ _NAN_PAYLOAD_BITS = {
 }
 
 
+# The number tokens XLA's lexer reads (ASCII only: Python's int() and float()
+# would also take '1_0', '+5', 'Infinity' or other scripts' digits).
+_INT_TOKEN = re.compile(r"-?[0-9]+")
+_FLOAT_TOKEN = re.compile(r"(?:-?[0-9]+(?:\.[0-9]*)?|-\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NAN_PAYLOAD = re.compile(r"-?nan\((0x[0-9a-fA-F]+)\)")
+#: longer integer tokens are out of every type's range (and past int()'s digit limit)
+_MAX_INT_DIGITS = 24
+
+
 def _check_float(tok: str, etype: PrimitiveType, pos: int, what: str = "value") -> None:
-    t = tok.lower().lstrip("+-")
-    if t in ("inf", "nan"):
+    if tok in ("inf", "-inf", "nan", "-nan"):
         return
-    m = re.fullmatch(r"nan\((0x[0-9a-f]+)\)", t)
+    m = _NAN_PAYLOAD.fullmatch(tok)
     if m:
         bits = _NAN_PAYLOAD_BITS.get(etype)
-        payload = int(m.group(1), 16)
         if bits is None:
             raise LiteralError(f"{etype.value} does not support NaN payloads", pos)
-        if payload >= 1 << bits:
-            raise LiteralError(f"NaN payload {m.group(1)} is out of range for {etype.value} (max {hex((1 << bits) - 1)})", pos)
+        if len(m.group(1)) > 20 or int(m.group(1), 16) >= 1 << bits:
+            raise LiteralError(f"NaN payload {m.group(1)[:20]} is out of range for {etype.value} (max {hex((1 << bits) - 1)})", pos)
         return
-    try:
-        v = float(tok)
-    except ValueError:
-        raise LiteralError(f"expected a {etype.value} number, got {tok!r}", pos) from None
+    if not _FLOAT_TOKEN.fullmatch(tok):
+        raise LiteralError(f"expected a {etype.value} number, got {tok[:30]!r}", pos)
+    v = float(tok)
     if math.isinf(v):
-        raise LiteralError(f"constant {tok} is out of range for double (+/-1.79769e+308)", pos)
+        raise LiteralError(f"constant {tok[:30]} is out of range for double (+/-1.79769e+308)", pos)
     hi = _float_max(etype)
     # XLA rounds to the type first: only values that round to infinity are out of range
     if abs(v) > hi and math.isinf(_round_to(v, etype)):
-        raise LiteralError(f"{what} {tok} is out of range for {etype.value}, namely [{-hi:g}, {hi:g}]", pos)
+        raise LiteralError(f"{what} {tok[:30]} is out of range for {etype.value}, namely [{-hi:g}, {hi:g}]", pos)
 
 
 def _check_scalar(tok: str, etype: PrimitiveType, pos: int) -> None:
     if etype is PrimitiveType.PRED:
-        if tok not in ("true", "false", "0", "1"):
-            raise LiteralError(f"expected true or false, got {tok!r}", pos)
+        # XLA reads true/false or any integer token (nonzero is true)
+        if tok not in ("true", "false") and not (_INT_TOKEN.fullmatch(tok) and len(tok) <= _MAX_INT_DIGITS):
+            raise LiteralError(f"expected true or false, got {tok[:30]!r}", pos)
         return
     if etype.is_integral:
-        try:
-            v = int(tok, 0)
-        except ValueError:
-            try:
-                f = float(tok)
-            except ValueError:
-                raise LiteralError(f"expected an integer, got {tok!r}", pos) from None
-            if f != int(f):
-                raise LiteralError(f"expected an integer, got {tok!r}", pos) from None
-            v = int(f)
+        if not _INT_TOKEN.fullmatch(tok):
+            # XLA: "expects integer" for 1.0, 1e3, inf, nan; a lexer error for the rest
+            raise LiteralError(f"expected an integer, got {tok[:30]!r}", pos)
+        if len(tok) > _MAX_INT_DIGITS:
+            raise LiteralError(f"value {tok[:20]}... ({len(tok)} digits) is out of range for {etype.value}", pos)
+        v = int(tok)
         bits = etype.bit_width
         lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if etype.value.startswith("s") else (0, (1 << bits) - 1)
         if etype is PrimitiveType.U64:
@@ -152,29 +155,41 @@ def _element(r: _Reader, etype: PrimitiveType) -> None:
     _check_scalar(tok, etype, pos)
 
 
-def _array(r: _Reader, shape: Shape, level: int) -> None:
-    if level == shape.rank:
-        _element(r, shape.element_type)
-        return
+def _array(r: _Reader, shape: Shape) -> None:
+    """A nested ``{...}`` literal, read with an explicit stack of per-level
+    element counts (a rank-100,000 shape must not exhaust Python's stack)."""
+    rank, dims, etype = shape.rank, shape.dims, shape.element_type
     r.take("{")
-    n = shape.dims[level]
-    count = 0
-    while r.peek()[0] != "}":
-        if count and r.peek()[0] == ",":  # XLA's literal parser also reads elements without commas
+    counts = [0]  # elements read so far at each open level
+    while counts:
+        level = len(counts) - 1
+        n = dims[level]
+        tok, pos = r.peek()
+        if counts[-1] and tok == ",":  # XLA's literal parser also reads elements without commas
             r.take(",")
-        if r.peek()[0] == "}":
-            break
-        if count >= n:
-            raise LiteralError(f"expects {n} elements in dimension {level}, but sees more", r.peek()[1])
-        if level + 1 < shape.rank and r.peek()[0] != "{":
-            raise LiteralError(f"expects nested array in rank {shape.rank}, but sees {level + 1}", r.peek()[1])
-        if level + 1 == shape.rank and r.peek()[0] == "{":
-            raise LiteralError(f"expects nested array in rank {level + 1}, but sees larger", r.peek()[1])
-        _array(r, shape, level + 1)
-        count += 1
-    if count != n:
-        raise LiteralError(f"expects {n} elements in dimension {level}, but sees {count}", r.peek()[1])
-    r.take("}")
+            tok, pos = r.peek()
+        if not tok:
+            raise LiteralError("expected '}' at the end of the literal", pos)
+        if tok == "}":
+            if counts[-1] != n:
+                raise LiteralError(f"expects {n} elements in dimension {level}, but sees {counts[-1]}", pos)
+            r.take("}")
+            counts.pop()
+            if counts:
+                counts[-1] += 1
+            continue
+        if counts[-1] >= n:
+            raise LiteralError(f"expects {n} elements in dimension {level}, but sees more", pos)
+        if level + 1 < rank:
+            if tok != "{":
+                raise LiteralError(f"expects nested array in rank {rank}, but sees {level + 1}", pos)
+            r.take("{")
+            counts.append(0)
+        else:
+            if tok == "{":
+                raise LiteralError(f"expects nested array in rank {level + 1}, but sees larger", pos)
+            _element(r, etype)
+            counts[-1] += 1
 
 
 def check_literal(text: str, shape: Shape) -> None:
@@ -203,7 +218,7 @@ def check_literal(text: str, shape: Shape) -> None:
             depth += {"{": 1, "}": -1}.get(tok, 0)
         return
     else:
-        _array(r, shape, 0)
+        _array(r, shape)
     tok, pos = r.peek()
     if tok:
         raise LiteralError(f"unexpected {tok!r} after the literal", pos)

@@ -50,7 +50,50 @@ _COMP_HEAD = re.compile(r"[ \t]*(ENTRY[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*(\(.*\)
 _COMP_END = re.compile(r"[ \t]*\}[ \t]*(,.*)?$")
 _MODULE_HEAD = re.compile(r"[ \t]*HloModule[ \t]+%?([A-Za-z_][\w.\-]*)[ \t]*:?[ \t]*")
 _SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+# Strings and comments on one line, leftmost first: a `//` inside a string or a
+# /* */ comment is not a comment; a lone `/*` does not close on this line.
+_COMMENT_OR_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/|//|/\*')
+_BLOCK_COMMENT = re.compile(r"/\*.*?\*/")
+# `, key=` at the start of each attribute of a raw tail (and, rarely, inside a
+# string value): a repeated key sends the tail to the exact split below
+_TAIL_KEY = re.compile(r", ([A-Za-z_][\w\-]*)=")
+
+
+def _repeats_a_key(tail: str) -> bool:
+    keys = _TAIL_KEY.findall(tail)
+    return len(keys) > 1 and len(set(keys)) != len(keys)
+
+
+# XLA's lexer reads ASCII only outside strings and comments ('é', '²', a
+# no-break space are errors there); the grammar reports such a character.
+_NON_ASCII_OUTSIDE = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|//[^\n]*|([^\x00-\x7f])', re.S)
+
+
+def first_non_ascii(text: str) -> int | None:
+    """Offset of the first non-ASCII character outside strings and comments."""
+    if text.isascii():
+        return None
+    for m in _NON_ASCII_OUTSIDE.finditer(text):
+        if m.group(1):
+            return m.start(1)
+    return None
+
+
+def uncomment_line(line: str) -> str | None:
+    """``line`` with its ``// comment`` blanked to spaces (offsets stay valid);
+    "" when only comments are on it; None when a ``/*`` does not close on it.
+    Block comments inside a line stay: shapes and the grammar read them."""
+    out = line
+    for m in _COMMENT_OR_STRING.finditer(line):
+        t = m.group()
+        if t == "//":
+            out = line[: m.start()] + " " * (len(line) - m.start())
+            break
+        if t == "/*":
+            return None
+    if not _BLOCK_COMMENT.sub("", out).strip():
+        return ""
+    return out
 
 
 def _matching_paren(text: str, open_pos: int, limit: int) -> int:
@@ -230,15 +273,26 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
     scanner cannot (the lark grammar) and returns its InstrRecord.  With
     ``sink(module_record, computation_record)`` each computation is handed on as
     soon as it is complete instead of being kept in the module record."""
+    bad = first_non_ascii(text)
+    if bad is not None:
+        raise Unsupported(bad, whole_module=True)  # the grammar says where and why
     lines = text.split("\n")
     nlines = len(lines)
     i, off = 0, 0
-    while i < nlines and not lines[i].strip():
+    head = ""
+    while i < nlines:
+        head = lines[i]
+        if "/" in head:
+            head = uncomment_line(head)
+            if head is None:
+                raise Unsupported(off, whole_module=True)
+        if head.strip():
+            break
         off += len(lines[i]) + 1
         i += 1
     if i == nlines:
         raise Unsupported(len(text), whole_module=True)
-    head = lines[i].rstrip("\r")
+    head = head.rstrip("\r")
     m = _MODULE_HEAD.match(head)
     if m:
         rec = ModuleRecord(m.group(1))
@@ -254,6 +308,7 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
     line_match = _LINE.fullmatch
     attr_iter = _ATTR_FAST.finditer
     needs_resolution = NEEDS_RESOLUTION.search
+    repeats_a_key = _repeats_a_key
     computations = rec.computations
     seen_computation = False
     while i < nlines:
@@ -265,8 +320,13 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
         if not stripped:
             section = None
             continue
-        if "//" in stripped and "//" in _STRING.sub("", stripped):
-            raise Unsupported(line_off, whole_module=True)
+        if "/" in stripped:
+            line = uncomment_line(line)
+            if line is None:
+                raise Unsupported(line_off, whole_module=True)  # a comment across lines
+            stripped = line.strip()
+            if not stripped:
+                continue  # a comment line
         if section is not None and not stripped.endswith("{"):
             section.append(stripped)
             continue
@@ -291,11 +351,18 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
             off += len(line) + 1
             i += 1
             lm = line_match(line)
+            if lm is None and "/" in line:  # comments: blanked, so only this line is affected
+                line = uncomment_line(line)
+                if line is None:
+                    raise Unsupported(line_off, whole_module=True)  # a comment across lines
+                if not line.strip():
+                    continue
+                lm = line_match(line)
             if lm is not None:
                 root, name, shape, opcode, operands, tail = lm.groups()
                 if not tail:
                     attrs = []
-                elif needs_resolution(tail) is None:
+                elif needs_resolution(tail) is None and not repeats_a_key(tail):
                     attrs = tail  # validated by _LINE; split on first use
                 else:
                     base = line_off + lm.start(6)
@@ -318,8 +385,6 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
             stripped = line.strip()
             if not stripped:
                 continue
-            if "//" in stripped and "//" in _STRING.sub("", stripped):
-                raise Unsupported(line_off, whole_module=True)
             if stripped[0] == "}":
                 line = line.rstrip("\r")
                 em = _COMP_END.match(line)
@@ -336,7 +401,7 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
                 else:
                     sink(rec, comp)
                 break
-            end = line_off + len(line.rstrip("\r"))
+            end = line_off + len(line.rstrip(" \t\r"))  # before a blanked comment
             r = scan_instruction(text, line_off, end)
             if r is None:
                 r = fallback_line(line_off, end)

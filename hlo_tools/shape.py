@@ -317,73 +317,131 @@ class Shape:
 
 
 # ---------------------------------------------------------------------------
-# Parsing.  A regex handles array shapes; tuples recurse on parentheses.
+# Parsing.  A regex handles array shapes; tuples are read with an explicit stack
+# (no recursion), so hostile nesting gives a located error, never a crash.
 
-_ARRAY_RE = re.compile(r"\s*([a-z][a-z0-9]*)\[([^\]]*)\](?:[ \t]*(\{[^}]*\}))?")
-_DIM_RE = re.compile(r"\s*(<=)?\s*(\d+|\?)\s*")
-_LAYOUT_RE = re.compile(r"\{\s*([0-9,\s]*?)\s*(?::\s*(.*?))?\s*\}", re.S)
+#: XLA reads dimension sizes and layout numbers as int64.
+INT64_MAX = (1 << 63) - 1
+#: Tuple shapes nest at most this deep.  XLA has no fixed bound (it crashes on
+#: 100,000 levels); real modules nest a handful, and the IR's shape methods
+#: recurse on tuples, so a bound keeps every later step safe.
+MAX_TUPLE_DEPTH = 100
+
+_WS = " \t\r\n"
+_ARRAY_RE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:[ \t\r\n]*(\{[^}]*\}))?")
+_DIM_RE = re.compile(r"[ \t\r\n]*(<=)?[ \t\r\n]*([0-9]+|\?)[ \t\r\n]*")
+_LAYOUT_RE = re.compile(r"\{[ \t\r\n]*([0-9,\s]*?)[ \t\r\n]*(?:(:)[ \t\r\n]*(.*?))?[ \t\r\n]*\}", re.S)
 _COMMENT_RE = re.compile(r"/\*.*?\*/", re.S)
+
+# The fields after ':' in XLA's order (ParseLayout in hlo_parser.cc): dim level
+# types, tiles, tail padding, index and pointer types, element size, memory
+# space, split configs, dynamic-shape metadata bytes.  A physical shape P(...)
+# is only for sparse arrays, which XLA's parser then rejects, so it is left out.
+_N = r"[ \t\r\n]*"
+_I = _N + r"-?[0-9]+" + _N
+_LEVEL = _N + r"[DCSH]" + _N + r"\+?" + _N + r"~?" + _N
+_TILE_DIM = _N + r"(?:-?[0-9]+|\*)" + _N
+_LAYOUT_SUFFIX = re.compile(
+    _N
+    + r"(?:D" + _N + r"\((?:" + _LEVEL + r"(?:," + _LEVEL + r")*)?\)" + _N + r")?"
+    + r"(?:T" + _N + r"(?:\((?:" + _TILE_DIM + r"(?:," + _TILE_DIM + r")*)?\)" + _N + r")+)?"
+    + r"(?:L" + _N + r"\(" + _I + r"\)" + _N + r")?"
+    + r"(?:#" + _N + r"\(" + _N + r"([a-z][a-z0-9]*)" + _N + r"\)" + _N + r")?"
+    + r"(?:\*" + _N + r"\(" + _N + r"([a-z][a-z0-9]*)" + _N + r"\)" + _N + r")?"
+    + r"(?:E" + _N + r"\(" + _I + r"\)" + _N + r")?"
+    + r"(?:S" + _N + r"\(" + _I + r"\)" + _N + r")?"
+    + r"(?:SC" + _N + r"(?:\(" + _I + r":(?:" + _I + r"(?:," + _I + r")*)?\)" + _N + r")+)?"
+    + r"(?:M" + _N + r"\(" + _I + r"\)" + _N + r")?"
+)
+_SUFFIX_INT = re.compile(r"[0-9]+")
 
 _shape_cache: dict[str, Shape] = {}
 
 
+def _int64(digits: str, what: str, offset: int) -> int:
+    """``int(digits)`` for ASCII digits XLA reads as int64; a located error past
+    that (and before Python's own 4300-digit limit could turn it into a crash)."""
+    if len(digits.lstrip("0")) > 19 or int(digits) > INT64_MAX:
+        shown = digits if len(digits) <= 24 else digits[:20] + f"... ({len(digits)} digits)"
+        raise ShapeError(f"{what} {shown} is past the int64 range XLA reads", offset)
+    return int(digits)
+
+
+def _check_layout_suffix(suffix: str, offset: int) -> None:
+    """The fields after ':' must be the ones XLA's parser reads, in its order."""
+    m = _LAYOUT_SUFFIX.match(suffix)
+    if m.end() != len(suffix):
+        raise ShapeError(
+            f"unexpected {suffix[m.end():m.end() + 20]!r} in a layout (expected D(..), T(..), L(n), #(type), *(type), "
+            "E(n), S(n), SC(..), M(n), in that order)",
+            offset + m.end(),
+        )
+    for g in (1, 2):
+        if m.group(g) and m.group(g) not in PRIMITIVE_TYPES:
+            raise ShapeError(f"unknown element type {m.group(g)!r} in a layout", offset + m.start(g))
+    for d in _SUFFIX_INT.finditer(suffix):
+        _int64(d.group(), "layout value", offset + d.start())
+
+
 def parse_layout(text: str) -> Layout:
-    """Parses ``{1,0:T(8,128)S(1)}``."""
+    """Parses ``{1,0:T(8,128)S(1)}``; ShapeError offsets are into ``text``."""
     m = _LAYOUT_RE.fullmatch(text)
     if not m:
-        raise ShapeError(f"expected a layout like {{1,0}}, got {text!r}")
-    m2m = m.group(1)
-    try:
-        minor_to_major = tuple(int(x) for x in m2m.split(",") if x.strip()) if m2m else ()
-    except ValueError:
-        raise ShapeError(f"bad minor-to-major in layout {text!r}") from None
-    return Layout(minor_to_major, (m.group(2) or "").strip())
+        raise ShapeError(f"expected a layout like {{1,0}}, got {text[:40]!r}")
+    if not m.group(1).strip() and not m.group(2):
+        # XLA takes '{' as a layout only when an integer or ':' follows it
+        raise ShapeError("a layout lists the minor-to-major order of the dimensions, like {1,0}; '{}' is not a layout")
+    minor_to_major = []
+    pos = m.start(1)
+    for piece in m.group(1).split(",") if m.group(1).strip() else ():
+        digits = piece.strip()
+        if not digits.isascii() or not digits.isdigit():
+            raise ShapeError(f"bad minor-to-major in layout {text[:40]!r}", pos)
+        minor_to_major.append(_int64(digits, "layout dimension", pos + piece.index(digits)))
+        pos += len(piece) + 1
+    suffix = (m.group(3) or "").strip()
+    if suffix:
+        _check_layout_suffix(suffix, m.start(3))
+    return Layout(tuple(minor_to_major), suffix)
 
 
 def _parse_dims(text: str, where: int) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-    if not text.strip():
+    if not text.strip(_WS):
         return (), ()
     dims, dyn = [], []
+    off = where
     for part in text.split(","):
         m = _DIM_RE.fullmatch(part)
         if not m:
-            raise ShapeError(f"expected a dimension size, got {part.strip()!r}", where)
+            raise ShapeError(f"expected a dimension size, got {part.strip()[:40]!r}", off + len(part) - len(part.lstrip()))
         if m.group(2) == "?":
             dims.append(-1)
             dyn.append(True)
         else:
-            dims.append(int(m.group(2)))
+            dims.append(_int64(m.group(2), "dimension size", off + m.start(2)))
             dyn.append(bool(m.group(1)))
+        off += len(part) + 1
     return tuple(dims), (tuple(dyn) if any(dyn) else ())
 
 
-def _parse_at(text: str, pos: int) -> tuple[Shape, int]:
-    """Parses one shape starting at ``pos``; returns it and the end offset."""
+def _skip(text: str, pos: int) -> int:
+    """Skips whitespace and ``/* ... */`` comments (XLA's lexer does the same)."""
     n = len(text)
-    while pos < n and text[pos] in " \t\r\n":
-        pos += 1
-    if text.startswith("/*", pos):
-        end = text.find("*/", pos)
-        if end < 0:
-            raise ShapeError("unterminated comment", pos)
-        return _parse_at(text, end + 2)
-    if pos < n and text[pos] == "(":
-        pos += 1
-        elems: list[Shape] = []
-        while True:
-            while pos < n and text[pos] in " \t\r\n":
-                pos += 1
-            if text.startswith("/*", pos):
-                pos = text.find("*/", pos) + 2
-                continue
-            if pos < n and text[pos] == ")":
-                return Shape.tuple_of(elems), pos + 1
-            if elems:
-                if pos >= n or text[pos] != ",":
-                    raise ShapeError("expected ',' or ')' in tuple shape", pos)
-                pos += 1
-            s, pos = _parse_at(text, pos)
-            elems.append(s)
+    while pos < n:
+        c = text[pos]
+        if c in _WS:
+            pos += 1
+        elif text.startswith("/*", pos):
+            end = text.find("*/", pos + 2)
+            if end < 0:
+                raise ShapeError("unterminated /* comment", pos)
+            pos = end + 2
+        else:
+            break
+    return pos
+
+
+def _array_at(text: str, pos: int) -> tuple[Shape, int]:
     m = _ARRAY_RE.match(text, pos)
     if not m:
         raise ShapeError("expected a shape such as f32[2,4]{1,0} or a tuple (...)", pos)
@@ -392,15 +450,51 @@ def _parse_at(text: str, pos: int) -> tuple[Shape, int]:
     if etype is None:
         raise ShapeError(f"unknown element type {type_name!r}", m.start(1))
     dims, dyn = _parse_dims(m.group(2), m.start(2))
+    if (dims or m.group(3)) and etype in (PrimitiveType.TOKEN, PrimitiveType.OPAQUE):
+        raise ShapeError(f"{type_name}[] takes no dimensions or layout", m.start(2) if dims else m.start(3))
     layout = None
     if m.group(3):
-        layout = parse_layout(m.group(3))
-        if layout.minor_to_major and sorted(layout.minor_to_major) != list(range(len(dims))):
+        try:
+            layout = parse_layout(m.group(3))
+        except ShapeError as e:
+            raise ShapeError(str(e), m.start(3) + e.offset) from None
+        if sorted(layout.minor_to_major) != list(range(len(dims))):
             raise ShapeError(
-                f"layout {m.group(3)} is not a permutation of the {len(dims)} dimensions of {type_name}[{m.group(2)}]",
+                f"layout {m.group(3)[:40]} is not a permutation of the {len(dims)} dimensions of {type_name}[{m.group(2)}]",
                 m.start(3),
             )
     return Shape(etype, dims, layout, (), dyn), m.end()
+
+
+def _parse_at(text: str, pos: int) -> tuple[Shape, int]:
+    """Parses one shape starting at ``pos``; returns it and the end offset."""
+    open_tuples: list[list[Shape]] = []  # elements read so far of each open '('
+    while True:
+        pos = _skip(text, pos)
+        if text.startswith("(", pos):
+            if len(open_tuples) >= MAX_TUPLE_DEPTH:
+                raise ShapeError(f"tuple shapes nest deeper than {MAX_TUPLE_DEPTH} levels", pos)
+            open_tuples.append([])
+            pos = _skip(text, pos + 1)
+            if not text.startswith(")", pos):
+                continue  # the first element follows
+            pos += 1
+            shape = Shape.tuple_of(open_tuples.pop())
+        else:
+            shape, pos = _array_at(text, pos)
+        # hand the finished shape to the tuple around it; close every tuple that ends here
+        while open_tuples:
+            open_tuples[-1].append(shape)
+            pos = _skip(text, pos)
+            if text.startswith(",", pos):
+                pos += 1
+                break
+            if not text.startswith(")", pos):
+                raise ShapeError("expected ',' or ')' in tuple shape", pos)
+            pos += 1
+            shape = Shape.tuple_of(open_tuples.pop())
+        else:
+            return shape, pos
 
 
 def parse_shape(text: str) -> Shape:
@@ -409,9 +503,9 @@ def parse_shape(text: str) -> Shape:
     if s is not None:
         return s
     shape, end = _parse_at(text, 0)
-    rest = text[end:].strip()
-    if rest:
-        raise ShapeError(f"unexpected text after shape: {rest[:20]!r}", end)
+    end = _skip(text, end)
+    if end < len(text):
+        raise ShapeError(f"unexpected text after shape: {text[end:end + 20]!r}", end)
     if len(_shape_cache) < 100_000:
         _shape_cache[text] = shape
     return shape

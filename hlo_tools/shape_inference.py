@@ -126,6 +126,8 @@ def infer_shape(opcode: HloOpcode, operands: list[Shape], attrs: dict[str, str |
             raise ShapeInferenceError("concatenate needs operands and one dimension")
         d = dims[0]
         first = operands[0]
+        if not 0 <= d < first.rank:
+            raise ShapeInferenceError(f"concatenate dimension {d} is out of range for {first}")
         total = 0
         for s in operands:
             if s.rank != first.rank or any(a != b for i, (a, b) in enumerate(zip(s.dims, first.dims)) if i != d):
@@ -158,6 +160,8 @@ def infer_shape(opcode: HloOpcode, operands: list[Shape], attrs: dict[str, str |
         if len(cfg) != s.rank:
             raise ShapeInferenceError(f"padding has {len(cfg)} dimensions for rank {s.rank}")
         return _array(s.element_type, (lo + hi + d + max(d - 1, 0) * it for d, (lo, hi, it) in zip(s.dims, cfg)))
+    if op in (HloOpcode.DYNAMIC_SLICE, HloOpcode.DYNAMIC_UPDATE_SLICE) and not (operands and operands[0].is_array):
+        raise ShapeInferenceError(f"{op.value} needs an array operand to slice, got {len(operands)} operands")
     if op is HloOpcode.DYNAMIC_SLICE:
         sizes = A.parse_int_list(_attr(attrs, "dynamic_slice_sizes") or "{}")
         return _array(operands[0].element_type, sizes)

@@ -6,7 +6,7 @@ wrong, says why, and shows the printed lines around it.
 
 from __future__ import annotations
 
-from .checks import instruction_problems, module_problems
+from .checks import attribute_problems, instruction_problems, module_problems
 from .errors import VerificationError
 from .ir import Computation, Instruction, Module
 from .opcode import BINARY_ELEMENTWISE, TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE, HloOpcode
@@ -30,6 +30,25 @@ _FIXED_ARITY = {
     HloOpcode.DOT: 2,
     HloOpcode.PAD: 2,
     HloOpcode.WHILE: 1,
+    # counts XLA's parser enforces ("expects N operands")
+    HloOpcode.ADD_DEPENDENCY: 2,
+    HloOpcode.ALL_GATHER_DONE: 1,
+    HloOpcode.ALL_REDUCE_DONE: 1,
+    HloOpcode.COLLECTIVE_PERMUTE_DONE: 1,
+    HloOpcode.COPY_DONE: 1,
+    HloOpcode.COPY_START: 1,
+    HloOpcode.DOMAIN: 1,
+    HloOpcode.GET_DIMENSION_SIZE: 1,
+    HloOpcode.INFEED: 1,
+    HloOpcode.OUTFEED: 2,
+    HloOpcode.PARTITION_ID: 0,
+    HloOpcode.RECV: 1,
+    HloOpcode.RECV_DONE: 1,
+    HloOpcode.REPLICA_ID: 0,
+    HloOpcode.RNG_BIT_GENERATOR: 1,
+    HloOpcode.SEND: 2,
+    HloOpcode.SEND_DONE: 1,
+    HloOpcode.TOP_K: 1,
 }
 _SHAPE_CHECKED = frozenset(_FIXED_ARITY) | {HloOpcode.TUPLE, HloOpcode.CONCATENATE, HloOpcode.REDUCE, HloOpcode.DYNAMIC_SLICE, HloOpcode.DYNAMIC_UPDATE_SLICE}
 
@@ -45,7 +64,11 @@ def _context(comp: Computation, instr: Instruction, radius: int = 2) -> str:
     lines = []
     for x in order[max(0, i - radius) : i + radius + 1]:
         mark = ">>" if x is instr else "  "
-        lines.append(mark + print_instruction(x, is_root=x is comp.root)[2:][:200])
+        try:
+            text = print_instruction(x, is_root=x is comp.root)[2:][:200]
+        except Exception:  # noqa: BLE001 - context is best effort; the problem itself is reported
+            text = f"%{x.name} = ... {x.opcode_text}(...)"
+        lines.append(mark + text)
     return f"in computation %{comp.name}:\n" + "\n".join(lines)
 
 
@@ -68,6 +91,10 @@ def verify(module: Module, *, raise_on_error: bool = True) -> list[str]:
             bad(f"computation name %{comp.name} is used twice", comp)
         names.add(comp.name)
         _verify_computation(module, comp, comps, bad)
+    cycle = call_cycle(module)
+    if cycle:
+        chain = " -> ".join("%" + c.name for c in cycle)
+        bad(f"computation %{cycle[0].name} is on a call cycle ({chain}); XLA rejects recursive call graphs", cycle[0])
     if raise_on_error and problems:
         msg, comp, instr = problems[0]
         more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
@@ -122,11 +149,45 @@ def _verify_computation(module: Module, comp: Computation, comps: set[int], bad)
         for callee in instr.called_computations:
             if id(callee) not in comps:
                 bad(f"{where}: calls %{callee.name}, which is not in the module", comp, instr)
-        _verify_shapes(instr, where, comp, bad)
-        for msg in instruction_problems(instr, where):
-            bad(msg, comp, instr)
+        try:
+            attr_problems = attribute_problems(instr, where)
+            for msg in attr_problems:
+                bad(msg, comp, instr)
+            if not attr_problems:  # the checks below read these attributes
+                _verify_shapes(instr, where, comp, bad)
+                for msg in instruction_problems(instr, where):
+                    bad(msg, comp, instr)
+        except Exception as e:  # noqa: BLE001 - verify reports, it never crashes
+            bad(f"{where}: internal error while checking it ({type(e).__name__}: {e})", comp, instr)
     if len(comp.post_order()) != count or _has_cycle(comp):
         bad(f"computation %{comp.name} has a cycle", comp)
+
+
+def call_cycle(module: Module) -> list[Computation] | None:
+    """A recursive call chain (``[f, g, f]``), or None.  Iterative, so a long
+    chain of calls cannot exhaust Python's stack."""
+    state: dict[int, int] = {}  # 1: on the current path, 2: done
+
+    def callees(comp: Computation):
+        return (c for instr in comp for c in instr.called_computations)
+
+    for start in module.computations:
+        if id(start) in state:
+            continue
+        path, stack = [start], [callees(start)]
+        state[id(start)] = 1
+        while stack:
+            callee = next(stack[-1], None)
+            if callee is None:
+                state[id(path.pop())] = 2
+                stack.pop()
+            elif state.get(id(callee)) == 1:
+                return path[path.index(callee):] + [callee]
+            elif id(callee) not in state:
+                state[id(callee)] = 1
+                path.append(callee)
+                stack.append(callees(callee))
+    return None
 
 
 def _has_cycle(comp: Computation) -> bool:

@@ -65,7 +65,7 @@ def test_unknown_opcode():
 def test_bad_shape_is_located_inside_the_shape():
     e = _error(GOOD.replace("f32[4]{0} parameter", "f32[4,x]{0} parameter"))
     assert e.line == 10 and "expected a dimension size" in e.message
-    assert e.column == GOOD.splitlines()[9].index("f32[4") + 5
+    assert e.column == GOOD.splitlines()[9].index("f32[4") + 7  # at the bad dimension 'x'
 
 
 def test_syntax_error_lists_expected_tokens():
@@ -124,3 +124,98 @@ def test_load_errors_name_the_file(tmp_path):
 def test_parse_rejects_non_text():
     with pytest.raises(TypeError, match="use load"):
         hlo_tools.parse(b"HloModule m")
+
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("HloModule m\n\nENTRY e {\n  ROOT p = f32[] parameter(0)", (4, 30)),
+        ("HloModule m\n\nENTRY e {\n  ROOT p = f32[] add(", (4, 22)),
+        ("HloModule m, foo=", (1, 18)),
+        ("HloModule m\nENTRY e {\n  ROOT c = f32[2] constant({1,2", (3, 32)),
+    ],
+)
+def test_end_of_input_is_located_after_the_last_token(text, where):
+    """Not at the start of the last token, which reads as if it were wrong."""
+    e = _error(text)
+    assert "end of input" in e.message and (e.line, e.column) == where
+
+
+def _entry(body: str, header: str = "HloModule m") -> str:
+    return f"{header}\n\nENTRY e {{\n{body}\n}}\n"
+
+
+@pytest.mark.parametrize(
+    "body, message, where",
+    [
+        ("  ROOT p = f32[] parameter(1 1)", "parameter needs a parameter number, got '1 1'", (4, 28)),
+        ("  ROOT p = f32[] parameter(99999999999999999999)", "parameter number 99999999999999999999 is past the int64 range", (4, 28)),
+        ("  ROOT p = f32[] parameter(9223372036854775807)", "parameter numbers of %e must be 0..0", (4, 28)),
+        ("  ROOT p = f32[" + "9" * 5000 + "] parameter(0)", "(5000 digits) is past the int64 range", (4, 16)),
+        ("  ROOT c = s32[] constant(1.0)", "constant %c: expected an integer, got '1.0'", (4, 27)),
+        ("  ROOT c = s32[] constant(" + "1" * 5000 + ")", "(5000 digits) is out of range for s32", (4, 27)),
+        ("  ROOT c = f32[] constant(Infinity)", "expected a f32 number, got 'Infinity'", (4, 27)),
+        ("  ROOT c = f32[2] constant({1, 2e999})", "constant 2e999 is out of range for double", (4, 32)),
+        ("  ROOT c = s32[2] constant(" + "{" * 100_000 + ")", "expects nested array in rank 1, but sees larger", (4, 29)),
+        ("  p = s32[] parameter(0)\n  ROOT r = s32[] add(s32[] constant(nan), p)", "constant %constant.anon: expected an integer, got 'nan'", (5, 37)),
+        ("  ROOT r = f32[] add(f32[] parameter(0), f32[] parameter(x))", "parameter needs a parameter number, got 'x'", (4, 58)),
+        ("  ROOT r = f32[] add(f32[] parameter(5), f32[] parameter(0))", "must be 0..1 without gaps or repeats, got [0, 5]", (4, 38)),
+        ("  ROOT r = f32[] " + "negate(f32[] " * 150 + "parameter(0)" + ")" * 150, "nest deeper than 100 levels", None),
+        ("  ROOT t = (f32[]) tuple(" + "(" * 5000 + "f32[]" + ")" * 5000 + " p)", "nest deeper than 100 levels", None),
+        ("  ROOT p = f32[2]{0} parameter(0), sharding={replicated}, sharding={replicated}", "attribute 'sharding' is given twice", (4, 59)),
+        ("  ROOT p = f32[2]{0:T(2)S(1)E(4)} parameter(0)", "unexpected 'E(4)' in a layout", (4, 29)),
+        ("  ROOT p = token[2] parameter(0)", "token[] takes no dimensions or layout", (4, 18)),
+    ],
+)
+def test_hostile_numbers_and_nesting_give_located_errors(body, message, where):
+    e = _error(_entry(body))
+    assert message in e.message, e.message
+    if where is not None:
+        assert (e.line, e.column) == where, str(e)
+
+
+def test_signature_and_entry_layout_shapes_are_read():
+    """XLA ignores what they declare about the parameters but reads their shapes."""
+    e = _error("HloModule m\n\nENTRY e (a: f32[x]) -> f32[] {\n  ROOT p = f32[] parameter(0)\n}\n")
+    assert "expected a dimension size" in e.message and (e.line, e.column) == (3, 17)
+    stale = hlo_tools.parse("HloModule m\n\nENTRY e (a: s32[5], b: f32[]) -> f32[] {\n  ROOT p = f32[] parameter(0)\n}\n")
+    assert stale.entry.root.shape.to_text() == "f32[]"
+    e = _error(_entry("  ROOT p = f32[] parameter(0)", "HloModule m, entry_computation_layout={(f32[x])->f32[]}"))
+    assert "entry_computation_layout: expected a dimension size" in e.message and (e.line, e.column) == (1, 45)
+    e = _error(_entry("  ROOT p = f32[] parameter(0)", "HloModule m, entry_computation_layout={(f32[])=>f32[]}"))
+    assert "expected '->'" in e.message
+    hlo_tools.parse(_entry("  ROOT p = f32[] parameter(0)", "HloModule m, entry_computation_layout={(s32[4])->f32[]}"))
+
+
+def test_a_bare_entry_is_not_a_computation_name():
+    e = _error("HloModule m\n\nENTRY {\n  ROOT p = f32[] parameter(0)\n}\n")
+    assert "computation name after ENTRY" in e.message
+    assert hlo_tools.parse("HloModule m\n\nENTRY %ENTRY {\n  ROOT p = f32[] parameter(0)\n}\n").entry.name == "ENTRY"
+
+
+def test_call_cycles_are_rejected_where_the_cycle_closes():
+    self_call = GOOD.replace("ROOT s = f32[] add(x, y)", "ROOT s = f32[] call(x, y), to_apply=add")
+    e = _error(self_call)
+    assert "computation %add calls itself (%add -> %add)" in e.message and e.line == 6
+    via_entry = GOOD.replace("ROOT s = f32[] add(x, y)", "ROOT s = f32[] call(x, y), to_apply=main")
+    e = _error(via_entry)
+    assert "call cycle (%add -> %main -> %add)" in e.message or "call cycle (%main -> %add -> %main)" in e.message
+
+
+@pytest.mark.parametrize(
+    "prefix, suffix",
+    [
+        ("// first line\n", ""),
+        ("", "// last line, no newline"),
+        ("", "\n/* a block\n   comment over lines */\n"),
+    ],
+)
+def test_comments_anywhere(prefix, suffix):
+    text = prefix + GOOD.replace("add {", "add { // the reducer").replace("  z = f32[]", "  // a comment line\n  z = f32[]") + suffix
+    assert hlo_tools.parse(text).to_text() == hlo_tools.parse(GOOD).to_text()
+    assert hlo_tools.parse(text, use_scanner=False).to_text() == hlo_tools.parse(GOOD).to_text()
+
+
+def test_duplicate_computation_attribute():
+    e = _error(GOOD.replace("  ROOT s = f32[] add(x, y)\n}", '  ROOT s = f32[] add(x, y)\n}, execution_thread="a", execution_thread="b"'))
+    assert "attribute 'execution_thread' of computation %add is given twice" in e.message

@@ -81,3 +81,71 @@ def test_layout_make_orders_fields_like_xla():
 def test_errors(text, match):
     with pytest.raises(ShapeError, match=match):
         parse_shape(text)
+
+
+# What XLA's parser (jaxlib's) said about each layout, asked one by one: the
+# fields after ':' in its order D, T, L, #, *, E, S, SC, M; P only for sparse arrays.
+@pytest.mark.parametrize(
+    "text, xla_accepts",
+    [
+        ("f32[4]{0:T(8)(128)}", True),
+        ("f32[4]{0:T()}", True),
+        ("f32[4]{0:T(*)}", True),
+        ("f32[4]{0:T( 2 , 3 )}", True),
+        ("f32[4]{0:D(D)}", True),
+        ("f32[4]{0:D(C+~)}", True),
+        ("f32[4]{0:#(u32)*(u64)}", True),
+        ("f32[4]{0:SC(0:1,2)}", True),
+        ("f32[4]{0:M(8)}", True),
+        ("f32[4]{0:T(2)L(4)E(4)S(1)}", True),
+        ("f32[4]{0:E(-3)}", True),
+        ("f32[4]{0:}", True),
+        ("f32[]{:S(1)}", True),
+        ("f32[4]{0:T(a)}", False),
+        ("f32[4]{0:S(1)T(2)}", False),
+        ("f32[4]{0:T(2)T(3)}", False),
+        ("f32[4]{0:Q(1)}", False),
+        ("f32[4]{0:P(f32[4])}", False),
+        ("f32[4]{:T(2)}", False),
+        ("f32[4]{}", False),
+        ("f32[]{}", False),
+        ("f32[4]{0:E(99999999999999999999)}", False),
+    ],
+)
+def test_layout_fields_as_xla_reads_them(text, xla_accepts):
+    if xla_accepts:
+        assert parse_shape(text).layout is not None
+    else:
+        with pytest.raises(ShapeError):
+            parse_shape(text)
+
+
+@pytest.mark.parametrize(
+    "text, match, offset",
+    [
+        ("f32[9223372036854775807]", None, None),  # int64's largest: XLA takes it
+        ("f32[9223372036854775808]", "dimension size 9223372036854775808 is past the int64 range", 4),
+        ("f32[2," + "1" * 5000 + "]", r"\(5000 digits\) is past the int64 range", 6),
+        ("f32[0000000000000000000000002]", None, None),
+        ("f32[\u0663]", "expected a dimension size", 4),  # int('٣') is 3; XLA reads ASCII digits only
+        ("token[2]", r"token\[\] takes no dimensions or layout", 6),  # XLA aborts on these
+        ("opaque[]{:S(1)}", r"opaque\[\] takes no dimensions or layout", 8),
+        ("(f32[],)", "expected a shape", 7),
+        ("(/* f32[])", r"unterminated /\* comment", 1),
+        ("(" * 101 + "f32[]" + ")" * 101, "nest deeper than 100 levels", 100),
+        ("(" * 100_000, "nest deeper than 100 levels", 100),
+    ],
+)
+def test_hostile_shapes(text, match, offset):
+    """Located errors, never a hang, a RecursionError or int()'s digit limit."""
+    if match is None:
+        parse_shape(text)
+        return
+    with pytest.raises(ShapeError, match=match) as info:
+        parse_shape(text)
+    assert info.value.offset == offset
+
+
+def test_a_hundred_levels_of_tuples_still_print_and_compare():
+    s = parse_shape("(" * 100 + "f32[2]" + ")" * 100)
+    assert s.to_text() == "(" * 100 + "f32[2]" + ")" * 100 and s.compatible(s) and s.byte_size == 8

@@ -130,3 +130,66 @@ def test_instruction_named_like_an_element_type_is_what_xla_rejects(name):
     except XlaCompileError:
         xla_rejects = True
     assert bool(ours) == xla_rejects, (name, ours)
+
+
+def _one(body: str, extra: str = "") -> str:
+    return f"HloModule m\n{extra}\nENTRY e {{\n{body}\n}}\n"
+
+
+_REDUCER = "add {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n"
+
+
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        # attributes XLA's parser requires ("attribute X is expected but not seen")
+        ("  p = f32[4]{0} parameter(0)\n  ROOT r = f32[4]{0} custom-call(p)", "needs attribute custom_call_target="),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT c = pred[4]{0} compare(p, p)", "needs attribute direction="),
+        ("  p = f32[4,2]{1,0} parameter(0)\n  ROOT t = f32[2,4]{1,0} transpose(p)", "needs attribute dimensions="),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT s = f32[2]{0} slice(p)", "needs attribute slice="),
+        ("  ROOT i = s32[4]{0} iota()", "needs attribute iota_dimension="),
+        ("  p = f32[4]{0} parameter(0)\n  z = f32[] constant(0)\n  ROOT r = f32[] reduce(p, z), to_apply=add", "needs attribute dimensions="),
+        ("  p = (f32[4]{0}) parameter(0)\n  ROOT g = f32[4]{0} get-tuple-element(p)", "needs attribute index="),
+        # values XLA's parser reads as integers, keywords, booleans, strings
+        ("  p = f32[4]{0} parameter(0)\n  ROOT b = f32[4,4]{1,0} broadcast(p), dimensions={:}", "dimensions={:} is not a braced list of integers"),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT b = f32[4,4]{1,0} broadcast(p), dimensions={99999999999999999999}", "past the int64 range"),
+        ("  p = (f32[4]{0}) parameter(0)\n  ROOT g = f32[4]{0} get-tuple-element(p), index=x", "index=x is not an integer"),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT c = pred[4]{0} compare(p, p), direction=LESS", "direction=LESS is not one of"),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT s = f32[4]{0} sort(p), dimensions={0}, to_apply=add, is_stable=yes", "is_stable=yes is not true or false"),
+        ("  ROOT r = f32[4]{0} custom-call(), custom_call_target=foo", "custom_call_target=foo is not a quoted string"),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT s = f32[2]{0} slice(p), slice={[0:x]}", "slice={[0:x]} is not ranges"),
+        ("  p = f32[4]{0} parameter(0)\n  z = f32[] constant(0)\n  ROOT q = f32[6]{0} pad(p, z), padding=1", "padding=1 is not low_high"),
+        # operand counts XLA's parser enforces, and its verifier's token rules
+        ("  p = f32[4]{0} parameter(0)\n  ROOT r = u32[] partition-id(p)", "takes 0 operands, has 1"),
+        ("  a = token[] after-all()\n  ROOT r = (f32[4]{0}, token[]) infeed(a, a)", "takes 1 operand, has 2"),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT r = f32[4]{0} after-all(p)", "after-all produces token[], not f32[4]"),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT r = f32[4]{0} add-dependency(p, p)", "operand 1 of add-dependency must be a token"),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT c = f32[8]{0} concatenate(p, p), dimensions={1}", "concatenate dimension 1 is out of range"),
+        ("  ROOT d = f32[4]{0} dynamic-update-slice()", "needs an array operand to slice"),
+        ("  p = f32[4]{0} parameter(0)\n  ROOT r = f32[4]{0} all-reduce(p), to_apply=add, use_global_device_ids=true", "use_global_device_ids=true needs a channel_id"),
+    ],
+)
+def test_what_xla_rejects_is_a_verification_error(body, problem):
+    """Each problem is one XLA's parser or verifier reports; ours names it,
+    never raising anything but VerificationError."""
+    m = hlo_tools.parse(_one(body, _REDUCER))
+    problems = verify(m, raise_on_error=False)
+    assert any(problem in p for p in problems), problems
+    assert not any("internal error" in p for p in problems), problems
+    with pytest.raises(VerificationError):
+        verify(m)
+
+
+def test_conditional_needs_its_branches():
+    text = _one("  p = pred[] parameter(0)\n  ROOT c = f32[] conditional(p)", _REDUCER)
+    assert any("needs branch_computations=" in p for p in verify(hlo_tools.parse(text), raise_on_error=False))
+
+
+def test_a_malformed_raw_attribute_tail_is_a_verification_error():
+    """The verifier catches what it does not expect and reports it as a problem
+    of the instruction (and tests/test_fuzz.py fails on any 'internal error')."""
+    m = hlo_tools.parse(TEXT)
+    x = m.entry.get_instruction("x")
+    x._attributes, x._raw_attributes = None, ", index=1, index=1"
+    with pytest.raises(VerificationError, match="%x"):
+        verify(m)

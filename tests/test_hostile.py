@@ -1,0 +1,158 @@
+"""Issue 23's reproducers (tests/data/hostile): each parse/verify one gives the
+clean error it should, at the place it should, and the two that used to hang
+finish in a child process with a time limit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hlo_tools
+from hlo_tools import HloParseError, VerificationError
+from hlo_tools.fuzz import location_inside
+
+HOSTILE = Path(__file__).parent / "data" / "hostile"
+ROOT = Path(__file__).resolve().parent.parent
+
+# file -> (stage, words the message must contain, (line, column) or None)
+EXPECTED = {
+    # '²' is not ASCII, which XLA's lexer already refuses (the builder would say "parameter needs a number")
+    "param_superscript_digit.hlo": ("parse", "unexpected character '\u00b2'", (4, 25)),
+    "param_5000_digits.hlo": ("parse", "parameter number 11111111111111111111... (5000 digits) is past the int64 range", (4, 25)),
+    "dim_5000_digits.hlo": ("parse", "dimension size 11111111111111111111... (5000 digits) is past the int64 range", (4, 12)),
+    "dim_20_digits.hlo": ("parse", "dimension size 99999999999999999999 is past the int64 range", (4, 12)),
+    "dim_int64_overflow.hlo": ("parse", "dimension size 9223372036854775808 is past the int64 range", (4, 12)),
+    "nested_param_not_int.hlo": ("parse", "parameter needs a parameter number, got 'x'", (4, 38)),
+    "nested_param_gap.hlo": ("parse", "parameter numbers of %e must be 0..1 without gaps or repeats, got [0, 5]", (4, 38)),
+    "deep_tuple_shape.hlo": ("parse", "tuple shapes nest deeper than 100 levels", None),
+    "deep_operand_shape.hlo": ("parse", "tuple shapes nest deeper than 100 levels", None),
+    "s32_constant_inf.hlo": ("parse", "constant %c: expected an integer, got 'inf'", (4, 27)),
+    "s32_constant_1e999.hlo": ("parse", "constant %c: expected an integer, got '1e999'", (4, 27)),
+    "s32_constant_nan.hlo": ("parse", "constant %c: expected an integer, got '-nan'", (4, 27)),
+    "duplicate_attribute_raw.hlo": ("parse", "attribute 'dimensions' is given twice", (5, 57)),  # XLA: 5:57 too
+    "layout_tile_junk.hlo": ("parse", "unexpected 'T(a)' in a layout", (4, 17)),
+    "self_recursive_call.hlo": ("parse", "computation %e calls itself (%e -> %e)", (5, 38)),  # XLA: 5:38 too
+    "mutual_recursive_call.hlo": ("parse", "computation %f is part of a call cycle (%f -> %g -> %f)", (10, 37)),
+    "tuple_shape_unterminated_comment_HANG.hlo": ("parse", "unterminated /* comment", (4, 13)),
+    "operand_shape_unterminated_comment_HANG.hlo": ("parse", "unterminated /* comment", (5, 28)),
+    "concatenate_dim_out_of_range.hlo": ("verify", "%c (concatenate): concatenate dimension 99 is out of range for f32[4]", None),
+    "dimensions_junk.hlo": ("verify", "%b (broadcast): dimensions={:} is not a braced list of integers", None),
+    "opcode_swap_custom_call.hlo": ("verify", "%r (custom-call): needs attribute custom_call_target=", None),
+    "opcode_swap_after_all.hlo": ("verify", "%r (after-all): after-all produces token[], not f32[4]", None),
+    "wrongtype.hlo": ("verify", "%r (add): result shape is s32[4], operands give f32[4]", None),
+    "small.hlo": ("ok", "", None),
+}
+
+_CHILD = r"""
+import sys
+import hlo_tools
+text = open(sys.argv[1], encoding="utf-8").read()
+try:
+    hlo_tools.parse(text, source="x.hlo")
+except hlo_tools.HloParseError as e:
+    print(f"{e.line}:{e.column}:{e.message}")
+"""
+
+
+def test_every_parse_or_verify_reproducer_is_covered():
+    names = {p.name for p in HOSTILE.glob("*.hlo")}
+    assert names == set(EXPECTED), names ^ set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_reproducer_gives_a_clean_error(name):
+    stage, words, where = EXPECTED[name]
+    text = (HOSTILE / name).read_text(encoding="utf-8")
+    if name.endswith("_HANG.hlo"):
+        # these looped forever: run them where a hang cannot take the suite down
+        r = subprocess.run([sys.executable, "-c", _CHILD, str(HOSTILE / name)], capture_output=True, text=True,
+                           timeout=30, cwd=ROOT)
+        assert r.returncode == 0 and not r.stderr, r.stderr[-2000:]
+        line, column, message = r.stdout.strip().split(":", 2)
+        assert words in message and (int(line), int(column)) == where, r.stdout
+        return
+    if stage == "parse":
+        with pytest.raises(HloParseError) as info:
+            hlo_tools.parse(text, source=name)
+        e = info.value
+        assert words in e.message, e.message
+        assert e.source == name and location_inside(text, e.line, e.column), (e.line, e.column)
+        if where is not None:
+            assert (e.line, e.column) == where, str(e)
+        return
+    module = hlo_tools.parse(text, source=name)
+    if stage == "ok":
+        hlo_tools.verify(module)
+        return
+    with pytest.raises(VerificationError) as info:
+        hlo_tools.verify(module)
+    assert words in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("name", ["self_recursive_call.hlo", "mutual_recursive_call.hlo", "tuple_shape_unterminated_comment_HANG.hlo"])
+def test_hlo_check_reports_them_in_one_located_line(name):
+    """What the issue saw first: `hlo check` gave 'ok' or hung; now a located error."""
+    r = subprocess.run([sys.executable, "-m", "hlo_tools.cli", "check", str(HOSTILE / name)], capture_output=True,
+                       text=True, timeout=60, cwd=ROOT)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert f"{name}:" in r.stdout + r.stderr
+
+
+def test_a_call_cycle_made_in_the_ir_fails_verification():
+    """Passes can wire a call cycle the parser refuses; the verifier names it."""
+    m = hlo_tools.parse("HloModule c\n\nf {\n  a = f32[4]{0} parameter(0)\n  ROOT n = f32[4]{0} negate(a)\n}\n\n"
+                        "ENTRY e {\n  p = f32[4]{0} parameter(0)\n  ROOT c = f32[4]{0} call(p), to_apply=f\n}\n")
+    f = m.get_computation("f")
+    again = f.add_instruction(hlo_tools.Instruction.create("call", "f32[4]{0}", [f.parameter(0)], name="again"))
+    again.set_called_computations("to_apply", [f])
+    f.set_root(again)
+    with pytest.raises(VerificationError, match=r"call cycle \(%f -> %f\)"):
+        hlo_tools.verify(m)
+
+
+def _with_comments(text: str) -> str:
+    lines = text.split("\n")
+    entry = next(i for i, line in enumerate(lines) if line.startswith("ENTRY"))
+    lines.insert(entry + 1, "  // a comment line")
+    lines.insert(0, "// a comment before the header")
+    lines[entry + 3] += "  // a trailing comment /* with */ \"quotes\""
+    return "\n".join(lines)
+
+
+def test_comments_stay_on_the_fast_path(monkeypatch):
+    """A `//` line used to send the whole module to the grammar (25x slower);
+    now the scanner blanks comments and the grammar is never called."""
+    from hlo_tools import grammar
+
+    text = (HOSTILE / "small.hlo").read_text()
+    want = hlo_tools.parse(text).to_text()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the whole module went to the grammar")
+
+    monkeypatch.setattr(grammar, "parse_module_records", refuse)
+    assert hlo_tools.parse(_with_comments(text)).to_text() == want
+
+
+def test_comments_parse_the_same_with_the_grammar():
+    text = _with_comments((HOSTILE / "small.hlo").read_text())
+    assert hlo_tools.parse(text).to_text() == hlo_tools.parse(text, use_scanner=False).to_text()
+
+
+def test_a_block_comment_across_lines_still_parses():
+    text = (HOSTILE / "small.hlo").read_text().replace("ENTRY main {", "/* a comment\n   over two lines */\nENTRY main {")
+    assert hlo_tools.parse(text).entry.name == "main"
+
+
+@pytest.mark.parametrize("char", ["\u00e9", "\u00a0", "\u2028", "\u00b2", "\ufeff"])
+def test_non_ascii_outside_strings_is_located(char):
+    """XLA's lexer reads ASCII only outside strings and comments."""
+    text = (HOSTILE / "small.hlo").read_text().replace("m = f32[4]{0} multiply", f"m{char} = f32[4]{{0}} multiply")
+    with pytest.raises(HloParseError, match="unexpected character") as info:
+        hlo_tools.parse(text)
+    assert (info.value.line, info.value.column) == (7, 4)
+    ok = text.replace(f"m{char} =", "m =").replace("ENTRY main {", f"// {char}\nENTRY main {{")
+    hlo_tools.parse(ok.replace('dimensions={}', f'dimensions={{}}, metadata={{op_name="{char}"}}'))
