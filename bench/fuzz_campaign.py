@@ -1,6 +1,6 @@
 """A long seeded fuzz campaign over the parser and the verifier (issue 23).
 
-    python bench/fuzz_campaign.py [--cases 3000] [--seed 1] [--jobs 2] [--timeout 30] [--mem-mb 3072]
+    python bench/fuzz_campaign.py [--cases 10000] [--seed 1] [--jobs 2] [--timeout 30] [--mem-mb 3072]
                                   [--max-seed-kb 400] [--strategy NAME ...] [--save-failures DIR]
 
 Mutants of the bundled corpus modules (corpus/modules, every stage up to
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from hlo_tools.fuzz import FAILURES, STRATEGIES, Campaign
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", type=int, default=3000)
+    ap.add_argument("--cases", type=int, default=10000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2, help="child processes at once")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds one mutant may take (a hang past it)")
