@@ -91,13 +91,20 @@ def computation_print_order(module) -> list:
     placed: set[int] = set()
     out = []
 
-    def place(comp) -> None:
-        placed.add(id(comp))
-        for instr in comp:
-            for callee in instr.called_computations:
+    def place(root) -> None:
+        # Depth-first with an explicit stack: call chains can be thousands deep.
+        placed.add(id(root))
+        stack = [(root, _callees(root))]
+        while stack:
+            comp, callees = stack[-1]
+            for callee in callees:
                 if id(callee) not in placed:
-                    place(callee)
-        out.append(comp)
+                    placed.add(id(callee))
+                    stack.append((callee, _callees(callee)))
+                    break
+            else:
+                stack.pop()
+                out.append(comp)
 
     for comp in module.computations:
         if id(comp) not in placed:
@@ -105,6 +112,12 @@ def computation_print_order(module) -> list:
     if module.entry is not None and id(module.entry) not in placed:
         place(module.entry)
     return out
+
+
+def _callees(comp):
+    """The computations ``comp`` calls, in instruction order (an iterator, so
+    the depth-first walk above resumes where it left off)."""
+    return (callee for instr in comp for callee in instr.called_computations)
 
 
 def print_module(module, *, print_operand_shapes: bool | None = None, tuple_sugar: bool = True) -> str:

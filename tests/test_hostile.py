@@ -156,3 +156,19 @@ def test_non_ascii_outside_strings_is_located(char):
     assert (info.value.line, info.value.column) == (7, 4)
     ok = text.replace(f"m{char} =", "m =").replace("ENTRY main {", f"// {char}\nENTRY main {{")
     hlo_tools.parse(ok.replace('dimensions={}', f'dimensions={{}}, metadata={{op_name="{char}"}}'))
+
+
+def test_a_call_chain_thousands_deep_prints_and_reparses():
+    """Written callers-first, a 1,500-deep call chain parses, verifies and prints
+    (the printer puts callees first without recursing once per level)."""
+    n = 1500
+    parts = ["HloModule deep\n", "ENTRY %main (p: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n"
+             "  ROOT %c = f32[] call(%p), to_apply=%f0\n}\n"]
+    for i in range(n):
+        root = f"call(%q{i}), to_apply=%f{i + 1}" if i < n - 1 else f"negate(%q{i})"
+        parts.append(f"%f{i} (q{i}: f32[]) -> f32[] {{\n  %q{i} = f32[] parameter(0)\n  ROOT %r{i} = f32[] {root}\n}}\n")
+    module = hlo_tools.parse("\n".join(parts))
+    hlo_tools.verify(module)
+    text = module.to_text()
+    assert text.index("%f1499 ") < text.index("%f0 ") < text.index("ENTRY")
+    assert hlo_tools.parse(text).to_text() == text
