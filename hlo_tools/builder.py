@@ -520,9 +520,11 @@ class Builder:
             s = piece.lstrip()
             lead = len(piece) - len(s)
             shape_text = ""
-            if s[:1] == "(" or re.match(r"[a-z][a-z0-9]*\[", s):
+            declared = None
+            if s[:1] == "(" or _OPERAND_SHAPE_START.match(s):
+                shape_pos = base + off + lead
                 try:
-                    _, end = parse_shape_prefix(piece, lead)
+                    declared, end = parse_shape_prefix(piece, lead)
                 except ShapeError as e:
                     raise self.loc.error(str(e), base + off + e.offset) from None
                 self.saw_operand_shapes = True
@@ -544,6 +546,13 @@ class Builder:
                     op = self._tuple_element(name, base + off + (len(piece) - len(piece.lstrip())), user, names)
                 else:
                     self._bad_operand(base, user, piece, off, name)
+            if declared is not None and not declared.compatible(op.shape):
+                # XLA's parser: ShapeUtil::Compatible (layouts, `<=` marks and `?` sizes aside)
+                raise self.loc.error(
+                    f"the declared operand shape {declared.to_text()} of %{user} is not compatible with "
+                    f"the shape of the operand instruction %{name}, {op.shape.to_text()}",
+                    shape_pos,
+                )
             out.append(op)
         return tuple(out)
 
@@ -600,6 +609,8 @@ class Builder:
 
 
 _SHAPES: dict[str, object] = {}
+#: An operand's written shape: an array `f32[...` or a buffer `b(` (a tuple starts with `(`).
+_OPERAND_SHAPE_START = re.compile(r"[a-z][a-z0-9]*\[|b[ \t\r\n]*\(")
 #: A computation-valued attribute whose value is a body, not names: `{ p = ...`.
 _INLINE_BODY = re.compile(r"\s*\{\s*(?:ROOT\s+)?%?[A-Za-z_][\w.\-]*\s*=")
 _VALUE_START = re.compile(r"[\w.\-]+\s*=\s*")

@@ -40,6 +40,7 @@ _TOKEN_NAMES = {
     "ROOT": "ROOT",
     "HLOMODULE": "HloModule",
     "LAYOUT": "layout",
+    "BUFFER": "buffer shape b(...)",
     "SECTION": "stack frame section",
     "$END": "end of input",
 }

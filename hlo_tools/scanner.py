@@ -193,7 +193,7 @@ def scan_instruction(text: str, start: int, end: int) -> InstrRecord | None:
     pos = m.end()
     if pos >= end:
         return None
-    if text[pos] == "(":
+    if text[pos] == "(" or text.startswith("b(", pos):  # a tuple or a buffer shape
         close = _matching_paren(text, pos, end)
         if close < 0:
             return None
@@ -259,9 +259,10 @@ def parse_signature(sig: str, base: int) -> tuple[list[tuple[str, str, int]], st
 # opcode, operands without parentheses, attributes.  Lines this does not match
 # go to scan_instruction (nested parentheses), then to the grammar.
 _TUPLE_SHAPE = r"\((?:[^()\n]++|\((?:[^()\n]++|\((?:[^()\n]++|\([^()\n]*+\))*+\))*+\))*+\)"
+_BUFFER_SHAPE = r"b\((?:[^()\n]++|\([^()\n]*+\))*+\)"
 _LINE = re.compile(
     r"[ \t]*(ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*"
-    r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^}\n]*\})?|" + _TUPLE_SHAPE + r")"
+    r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^}\n]*\})?|" + _TUPLE_SHAPE + "|" + _BUFFER_SHAPE + r")"
     r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\n]*+)\)"
     # attributes exactly as XLA spaces them, so the raw tail prints back as is
     r"((?:, [A-Za-z_][\w\-]*=" + _value_pattern(4) + r")*)[ \t\r]*"

@@ -168,10 +168,16 @@ class Layout:
 
 @dataclass(frozen=True)
 class Shape:
-    """An array shape, a tuple of shapes, or a token.
+    """An array shape, a tuple of shapes, a token, or a buffer.
 
     ``dynamic`` marks bounded-dynamic dimensions (``<=N``); ``dims`` holds the bound.
     An unbounded dynamic dimension (``?``) has dim -1.
+
+    A buffer shape ``b(f32[16])`` (XLA's BUFFER kind: an array that is never
+    copied, e.g. pinned by a ``Pin`` custom-call) is the array's fields with
+    ``buffer=True``: as in XLA, ``element_type``, ``dims``, ``layout`` are the
+    array's, ``is_array`` holds, and ``is_buffer`` tells the two apart.
+    ``compatible`` never matches a buffer with a plain array.
     """
 
     element_type: PrimitiveType
@@ -179,6 +185,7 @@ class Shape:
     layout: Layout | None = None
     tuple_shapes: tuple["Shape", ...] = ()
     dynamic: tuple[bool, ...] = field(default=())
+    buffer: bool = False
 
     # -- constructors -------------------------------------------------------
     @classmethod
@@ -198,6 +205,14 @@ class Shape:
     def token(cls) -> "Shape":
         return cls(PrimitiveType.TOKEN)
 
+    @classmethod
+    def buffer_of(cls, array: "Shape") -> "Shape":
+        """The buffer shape ``b(array)``; ``array`` must be an array shape
+        (XLA's MakeValidatedBufferShape: not a tuple, token, opaque or buffer)."""
+        if not array.is_array or array.buffer:
+            raise ValueError(f"a buffer shape holds an array shape, not {array.to_text()}")
+        return cls(array.element_type, array.dims, array.layout, (), array.dynamic, True)
+
     # -- queries -------------------------------------------------------------
     @property
     def is_tuple(self) -> bool:
@@ -210,6 +225,18 @@ class Shape:
     @property
     def is_token(self) -> bool:
         return self.element_type is PrimitiveType.TOKEN
+
+    @property
+    def is_buffer(self) -> bool:
+        """A buffer shape ``b(...)`` (also ``is_array``, as XLA's IsArray)."""
+        return self.buffer
+
+    @property
+    def buffer_shape(self) -> "Shape":
+        """The array shape inside a buffer shape (XLA's buffer_shape())."""
+        if not self.buffer:
+            raise ValueError(f"{self.to_text()} is not a buffer shape")
+        return Shape(self.element_type, self.dims, self.layout, (), self.dynamic)
 
     @property
     def rank(self) -> int:
@@ -229,9 +256,10 @@ class Shape:
 
     @cached_property
     def byte_size(self) -> int:
-        """Bytes of the buffer(s): arrays by element width (packed when the
-        layout sets ``E(bits)``), tuples as the sum of their leaves (XLA also
-        counts the tuple's pointer table; we do not, as cost models don't)."""
+        """Bytes of the buffer(s): arrays (and buffer shapes, by their array)
+        by element width (packed when the layout sets ``E(bits)``), tuples as
+        the sum of their leaves (XLA also counts the tuple's pointer table; we
+        do not, as cost models don't)."""
         if self.is_tuple:
             return sum(s.byte_size for s in self.tuple_shapes)
         if not self.is_array:
@@ -258,15 +286,17 @@ class Shape:
     def with_layout(self, layout: Layout | tuple[int, ...] | None) -> "Shape":
         if isinstance(layout, tuple):
             layout = Layout(layout)
-        return Shape(self.element_type, self.dims, layout, self.tuple_shapes, self.dynamic)
+        return Shape(self.element_type, self.dims, layout, self.tuple_shapes, self.dynamic, self.buffer)
 
     def without_layout(self) -> "Shape":
         if self.is_tuple:
             return Shape.tuple_of(s.without_layout() for s in self.tuple_shapes)
-        return Shape(self.element_type, self.dims, None, (), self.dynamic)
+        return Shape(self.element_type, self.dims, None, (), self.dynamic, self.buffer)
 
     def compatible(self, other: "Shape") -> bool:
-        """Same element types and dims, ignoring layouts (XLA's ShapeUtil::Compatible)."""
+        """XLA's ShapeUtil::Compatible: same kind (array, buffer, tuple, token,
+        opaque), element types and rank; dims equal except where either side
+        is unbounded (``?``); layouts and bounded-dynamic marks (``<=``) ignored."""
         if self.is_tuple or other.is_tuple:
             return (
                 self.is_tuple
@@ -274,7 +304,11 @@ class Shape:
                 and len(self.tuple_shapes) == len(other.tuple_shapes)
                 and all(a.compatible(b) for a, b in zip(self.tuple_shapes, other.tuple_shapes))
             )
-        return self.element_type is other.element_type and self.dims == other.dims
+        if self.element_type is not other.element_type or self.buffer != other.buffer:
+            return False
+        if self.dims == other.dims:
+            return True
+        return len(self.dims) == len(other.dims) and all(a == b or a < 0 or b < 0 for a, b in zip(self.dims, other.dims))
 
     # -- text ----------------------------------------------------------------
     def to_text(self, print_layout: bool = True) -> str:
@@ -296,6 +330,8 @@ class Shape:
                 t = s.to_text(print_layout)
                 parts.append(f"/*index={i}*/" + t if i and i % 5 == 0 else t)
             return "(" + ", ".join(parts) + ")"
+        if self.buffer:
+            return "b(" + self.buffer_shape._format(print_layout) + ")"
         dims = []
         for i, d in enumerate(self.dims):
             if d < 0:
@@ -444,7 +480,7 @@ def _skip(text: str, pos: int) -> int:
 def _array_at(text: str, pos: int) -> tuple[Shape, int]:
     m = _ARRAY_RE.match(text, pos)
     if not m:
-        raise ShapeError("expected a shape such as f32[2,4]{1,0} or a tuple (...)", pos)
+        raise ShapeError("expected a shape such as f32[2,4]{1,0}, a tuple (...) or a buffer b(...)", pos)
     type_name = m.group(1)
     etype = PRIMITIVE_TYPES.get(type_name)
     if etype is None:
@@ -466,6 +502,23 @@ def _array_at(text: str, pos: int) -> tuple[Shape, int]:
     return Shape(etype, dims, layout, (), dyn), m.end()
 
 
+def _buffer_at(text: str, pos: int, open_pos: int) -> tuple[Shape, int]:
+    """``b(f32[16]{0})`` with its ``(`` at ``open_pos``: a buffer of one array
+    shape (XLA reads a shape there and rejects all but an array)."""
+    inner = _skip(text, open_pos + 1)
+    if text.startswith("(", inner):
+        raise ShapeError("a buffer shape b(...) holds an array shape, not a tuple", inner)
+    if text.startswith("b", inner) and text.startswith("(", _skip(text, inner + 1)):
+        raise ShapeError("a buffer shape b(...) holds an array shape, not a buffer", inner)
+    array, end = _array_at(text, inner)
+    if not array.is_array:
+        raise ShapeError(f"a buffer shape b(...) holds an array shape, not {array.element_type.value}[]", inner)
+    end = _skip(text, end)
+    if not text.startswith(")", end):
+        raise ShapeError("expected ')' at the end of the buffer shape b(...)", end)
+    return Shape(array.element_type, array.dims, array.layout, (), array.dynamic, True), end + 1
+
+
 def _parse_at(text: str, pos: int) -> tuple[Shape, int]:
     """Parses one shape starting at ``pos``; returns it and the end offset."""
     open_tuples: list[list[Shape]] = []  # elements read so far of each open '('
@@ -480,6 +533,8 @@ def _parse_at(text: str, pos: int) -> tuple[Shape, int]:
                 continue  # the first element follows
             pos += 1
             shape = Shape.tuple_of(open_tuples.pop())
+        elif text.startswith("b", pos) and text.startswith("(", _skip(text, pos + 1)):
+            shape, pos = _buffer_at(text, pos, _skip(text, pos + 1))
         else:
             shape, pos = _array_at(text, pos)
         # hand the finished shape to the tuple around it; close every tuple that ends here

@@ -219,3 +219,77 @@ def test_comments_anywhere(prefix, suffix):
 def test_duplicate_computation_attribute():
     e = _error(GOOD.replace("  ROOT s = f32[] add(x, y)\n}", '  ROOT s = f32[] add(x, y)\n}, execution_thread="a", execution_thread="b"'))
     assert "attribute 'execution_thread' of computation %add is given twice" in e.message
+
+
+_OPERANDS = """  p = f32[4]{0} parameter(0)
+  q = (f32[4], s32[]) parameter(1)
+  ROOT r = f32[4] add({lhs}, p)"""
+
+
+@pytest.mark.parametrize(
+    "lhs",
+    ["f32[4] p", "f32[4]{0:T(2)} %p", "f32[<=4] p", "f32[?] p", "f32[4] %q#0", "f32[5] negate(p)"],
+)
+def test_operand_shapes_xla_accepts(lhs):
+    """XLA's parser checks a written operand shape with ShapeUtil::Compatible:
+    layouts, `<=` marks and `?` sizes aside (asked of jaxlib's parser, case by case).
+    A nested instruction's shape is its own result shape, not a claim about another."""
+    for use_scanner in (True, False):
+        hlo_tools.parse(_entry(_OPERANDS.replace("{lhs}", lhs)), use_scanner=use_scanner)
+
+
+@pytest.mark.parametrize(
+    "lhs, declared, actual",
+    [
+        ("f32[5] p", "f32[5]", "%p, f32[4]{0}"),
+        ("s32[4] %p", "s32[4]", "%p, f32[4]{0}"),
+        ("f32[<=5] p", "f32[<=5]", "%p, f32[4]{0}"),
+        ("(f32[4]) p", "(f32[4])", "%p, f32[4]{0}"),
+        ("b(f32[4]) p", "b(f32[4])", "%p, f32[4]{0}"),
+        ("f32[5] %q#0", "f32[5]", "%q#0, f32[4]"),
+    ],
+)
+def test_operand_shape_must_be_compatible_with_the_operand(lhs, declared, actual):
+    """XLA: `The declared operand shape f32[5]{0} is not compatible with the
+    shape of the operand instruction f32[4]{0}.`  Here the error points at the
+    written shape."""
+    for use_scanner in (True, False):
+        with pytest.raises(HloParseError) as info:
+            hlo_tools.parse(_entry(_OPERANDS.replace("{lhs}", lhs)), source="bad.hlo", use_scanner=use_scanner)
+        e = info.value
+        assert f"the declared operand shape {declared} of %r is not compatible with the shape of the operand instruction {actual}" in e.message
+        assert (e.line, e.column) == (6, 23), str(e)
+
+
+_BUFFERS = """  p = f32[16]{0} parameter(0)
+  ROOT b = {shape} custom-call(p), custom_call_target="Pin", output_to_operand_aliasing={{}: (0, {})}"""
+
+
+def test_buffer_shapes_parse_and_print_back():
+    text = _entry(_BUFFERS.replace("{shape}", "b(f32[16]{0})"))
+    for use_scanner in (True, False):
+        m = hlo_tools.parse(text, use_scanner=use_scanner)
+        assert m.entry.root.shape.is_buffer
+        assert "ENTRY %e (p: f32[16]) -> b(f32[16]) {" in m.to_text()  # XLA's print: no layouts in the signature
+        assert "ROOT %b = b(f32[16]{0}) custom-call(%p)" in m.to_text()
+
+
+@pytest.mark.parametrize(
+    "shape, message, column",
+    [
+        ("b((f32[16]))", "a buffer shape b(...) holds an array shape, not a tuple", 14),
+        ("b(token[])", "holds an array shape, not token[]", 14),
+        ("b(b(f32[16]))", "holds an array shape, not a buffer", 14),
+        ("b(f32[16],f32[2])", "')'", 21),
+        ("b(f32[16]", "')'", 22),
+        ("b(f32[16]){0}", "unexpected '{'", 22),
+        ("b()", "", 14),
+    ],
+)
+def test_malformed_buffer_shapes_are_located(shape, message, column):
+    for use_scanner in (True, False):
+        with pytest.raises(HloParseError) as info:
+            hlo_tools.parse(_entry(_BUFFERS.replace("{shape}", shape)), source="bad.hlo", use_scanner=use_scanner)
+        e = info.value
+        assert message in e.message or message in e.expected, str(e)
+        assert (e.line, e.column) == (5, column), str(e)

@@ -23,6 +23,12 @@ from hlo_tools.shape import Layout, PrimitiveType, Shape, ShapeError, parse_shap
         "()",
         "f8e4m3fn[3]{0}",
         "c128[1,2,3]{2,1,0}",
+        "b(f32[16]{0})",
+        "b(f32[])",
+        "(b(f32[16]{0}), f32[16]{0})",
+        "((b(s32[4]{0})), b(s32[2,8]{0,1}))",
+        "b(s4[4]{0:E(4)S(1)})",
+        "b(f32[<=4,?]{1,0})",
     ],
 )
 def test_round_trip(text):
@@ -149,3 +155,64 @@ def test_hostile_shapes(text, match, offset):
 def test_a_hundred_levels_of_tuples_still_print_and_compare():
     s = parse_shape("(" * 100 + "f32[2]" + ")" * 100)
     assert s.to_text() == "(" * 100 + "f32[2]" + ")" * 100 and s.compatible(s) and s.byte_size == 8
+
+
+def test_buffer_shapes_as_xla_reads_them():
+    """``b(f32[16])``: XLA's BUFFER kind, an array's buffer.  Its element type,
+    dims and layout are the array's (XLA's element_type(), dimensions()); it is
+    an array for IsArray, and never compatible with the plain array."""
+    s = parse_shape("b(f32[16,2]{0,1})")
+    assert s.is_buffer and s.is_array and not s.is_tuple
+    assert (s.element_type, s.dims, s.layout.minor_to_major) == (PrimitiveType.F32, (16, 2), (0, 1))
+    assert s.buffer_shape == parse_shape("f32[16,2]{0,1}") and not s.buffer_shape.is_buffer
+    assert s.byte_size == 16 * 2 * 4 and s.num_elements == 32 and s.rank == 2
+    assert s.to_text(print_layout=False) == "b(f32[16,2])"
+    assert s.without_layout().to_text() == "b(f32[16,2])" and s.without_layout().is_buffer
+    assert s.with_layout((1, 0)).to_text() == "b(f32[16,2]{1,0})"
+    assert Shape.buffer_of(parse_shape("f32[16,2]")) == parse_shape("b(f32[16,2])")
+    assert s.compatible(parse_shape("b(f32[16,2])")) and s.compatible(parse_shape("b(f32[16,?])"))
+    assert not s.compatible(parse_shape("f32[16,2]{0,1}")) and not parse_shape("f32[16,2]").compatible(s)
+    assert not s.compatible(parse_shape("b(s32[16,2])"))
+    assert parse_shape("(b(f32[2]), s8[3])").byte_size == 11
+    assert [leaf.is_buffer for _, leaf in parse_shape("(b(f32[2]), s8[3])").leaves()] == [True, False]
+    # spaces and comments between `b` and `(`, as XLA's lexer skips them; bf16 is no buffer
+    assert parse_shape("b /* x */ ( f32[4] )").to_text() == "b(f32[4])"
+    assert not parse_shape("bf16[2]").is_buffer
+    with pytest.raises(ValueError):
+        Shape.buffer_of(parse_shape("(f32[2])"))
+    with pytest.raises(ValueError):
+        parse_shape("f32[2]").buffer_shape
+
+
+@pytest.mark.parametrize(
+    "text, match, offset",
+    [
+        ("b((f32[2]))", "holds an array shape, not a tuple", 2),  # XLA: MakeValidatedBufferShape fails
+        ("b(token[])", r"holds an array shape, not token\[\]", 2),
+        ("b(opaque[])", r"holds an array shape, not opaque\[\]", 2),
+        ("b(b(f32[2]))", "holds an array shape, not a buffer", 2),
+        ("b(" * 100_000, "holds an array shape, not a buffer", 2),
+        ("b()", "expected a shape", 2),  # XLA: expected primitive type
+        ("b(f32[2],f32[3])", r"expected '\)' at the end of the buffer shape", 8),  # XLA: the same
+        ("b(f32[2]", r"expected '\)' at the end of the buffer shape", 8),
+        ("b(f32[2]){0}", "unexpected text after shape", 9),  # the layout goes inside
+        ("b(f32[2,3]{0})", "not a permutation", 10),
+        ("b(x32[2])", "unknown element type 'x32'", 2),
+        ("b(/* f32[2])", r"unterminated /\* comment", 2),
+        ("b[2]", "unknown element type 'b'", 0),
+    ],
+)
+def test_malformed_buffer_shapes(text, match, offset):
+    with pytest.raises(ShapeError, match=match) as info:
+        parse_shape(text)
+    assert info.value.offset == offset
+
+
+def test_compatible_is_xlas_shapeutil_compatible():
+    """Layouts and bounded-dynamic marks aside; an unbounded `?` size matches any."""
+    f4 = parse_shape("f32[4]{0}")
+    assert f4.compatible(parse_shape("f32[4]{0:T(2)}")) and f4.compatible(parse_shape("f32[<=4]"))
+    assert f4.compatible(parse_shape("f32[?]")) and parse_shape("f32[?]").compatible(f4)
+    assert not f4.compatible(parse_shape("f32[<=5]")) and not f4.compatible(parse_shape("f32[?,4]"))
+    assert not f4.compatible(parse_shape("bf16[4]")) and not f4.compatible(parse_shape("(f32[4])"))
+    assert parse_shape("(f32[4], token[])").compatible(parse_shape("(f32[?]{0}, token[])"))
