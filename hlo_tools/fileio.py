@@ -39,6 +39,17 @@ def _resolve(path: Path) -> Path:
         raise OutputError(f"cannot write {path}: {_reason(e)}") from None
 
 
+def _stat(p: Path, target: Path) -> os.stat_result | None:
+    """``target``'s stat, or None when it is not there yet (or sits under a file,
+    which the caller reports)."""
+    try:
+        return os.stat(target)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise OutputError(f"cannot write {p}: {_reason(e)}") from None
+
+
 def check_writable(path: str | os.PathLike, *, directory: bool = False) -> Path:
     """Fails early (before long work) if ``path`` could not be written later.
 
@@ -47,12 +58,7 @@ def check_writable(path: str | os.PathLike, *, directory: bool = False) -> Path:
     """
     p = Path(path)
     target = _resolve(p)
-    try:
-        st = os.stat(target)
-    except (FileNotFoundError, NotADirectoryError):  # not there yet (or under a file: said below)
-        st = None
-    except OSError as e:
-        raise OutputError(f"cannot write {p}: {_reason(e)}") from None
+    st = _stat(p, target)
     if directory:
         if st is not None and not stat.S_ISDIR(st.st_mode):
             raise OutputError(f"cannot write into {p}: it exists and is not a folder")
@@ -111,12 +117,7 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> Path:
     p = Path(path)
     payload = data.encode() if isinstance(data, str) else bytes(data)
     target = _resolve(p)
-    try:
-        st = os.stat(target)
-    except (FileNotFoundError, NotADirectoryError):  # not there yet (or under a file: said below)
-        st = None
-    except OSError as e:
-        raise OutputError(f"cannot write {p}: {_reason(e)}") from None
+    st = _stat(p, target)
     if st is not None and stat.S_ISCHR(st.st_mode):
         return _write_in_place(p, target, payload)
     if st is not None and not stat.S_ISREG(st.st_mode):

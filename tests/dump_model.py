@@ -109,6 +109,30 @@ def _compile_gpu(fn, params, x) -> None:
     fn.lower(jax.tree.map(spec, params), spec(x)).compile()
 
 
+def gpu_flags() -> list[str]:
+    """``["--gpu"]`` where a deviceless XLA:GPU compile can run here (the CUDA
+    plugin and an H100 target config), else ``[]``."""
+    try:
+        import jax_plugins.xla_cuda12  # noqa: F401
+    except ImportError:
+        return []
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from hlo_tools.xla_targets import target_names
+
+    return ["--gpu"] if "h100" in target_names() else []
+
+
+def make_dump(out: Path, *flags: str) -> Path:
+    """Runs this script in a fresh process (XLA reads XLA_FLAGS once) into ``out``."""
+    import subprocess
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), str(out), *flags], check=True, env=env,
+                   capture_output=True, timeout=300)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)

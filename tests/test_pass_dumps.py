@@ -7,10 +7,7 @@ module count, skips a dump's side files, and says so when there is nothing;
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,38 +18,20 @@ from hlo_tools.cli import main as hlo_main
 
 pytest.importorskip("jax")
 
-HERE = Path(__file__).resolve().parent
+from tests.dump_model import gpu_flags, make_dump  # noqa: E402
 
-
-def _gpu_flag() -> list[str]:
-    """``--gpu`` where a deviceless XLA:GPU compile can run here (CUDA plugin, H100 target)."""
-    from hlo_tools.xla_targets import target_names
-
-    try:
-        import jax_plugins.xla_cuda12  # noqa: F401
-    except ImportError:
-        return []
-    return ["--gpu"] if "h100" in target_names() else []
-
-
-def _dump(out: Path, *flags: str) -> Path:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    subprocess.run([sys.executable, str(HERE / "dump_model.py"), str(out), *flags], check=True, env=env,
-                   capture_output=True, timeout=300)
-    return out
 
 
 @pytest.fixture(scope="module")
 def pass_dump(tmp_path_factory) -> Path:
     """Text dumps with every pass (XLA:CPU, and XLA:GPU deviceless where it can run)."""
-    return _dump(tmp_path_factory.mktemp("per_pass"), "--per-pass", *_gpu_flag())
+    return make_dump(tmp_path_factory.mktemp("per_pass"), "--per-pass", *gpu_flags())
 
 
 @pytest.fixture(scope="module")
 def proto_dump(tmp_path_factory) -> Path:
     """What --xla_dump_hlo_as_proto alone writes: .hlo.pb modules, no text modules."""
-    return _dump(tmp_path_factory.mktemp("proto"), "--proto", "--no-text", *_gpu_flag())
+    return make_dump(tmp_path_factory.mktemp("proto"), "--proto", "--no-text", *gpu_flags())
 
 
 # -- scan ---------------------------------------------------------------------------------
@@ -194,7 +173,7 @@ def test_passes_dump_errors_and_listing(pass_dump, tmp_path, capsys):
 def test_fusion_log_of_a_deviceless_gpu_dump(pass_dump, capsys):
     from fusion_analysis import xla_fusion_log as fl
 
-    if "--gpu" not in _gpu_flag():
+    if "--gpu" not in gpu_flags():
         pytest.skip("no deviceless XLA:GPU here (CUDA plugin or H100 target missing)")
     [(label, path)] = fl.dump_logs(str(pass_dump))
     log = fl.parse_dump(Path(path).read_text(), module_name=label)

@@ -17,36 +17,19 @@ import hlo_tools
 
 pytest.importorskip("jax")
 
-HERE = Path(__file__).resolve().parent
+from tests.dump_model import gpu_flags, make_dump  # noqa: E402
 
-
-def _dump(out: Path, *flags: str) -> Path:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    subprocess.run([sys.executable, str(HERE / "dump_model.py"), str(out), *flags], check=True, env=env,
-                   capture_output=True, timeout=300)
-    return out
-
-
-def _gpu_flag() -> list[str]:
-    from hlo_tools.xla_targets import target_names
-
-    try:
-        import jax_plugins.xla_cuda12  # noqa: F401  (the CUDA plugin: deviceless XLA:GPU compiles)
-    except ImportError:
-        return []
-    return ["--gpu"] if "h100" in target_names() else []
 
 
 @pytest.fixture(scope="module")
 def text_dump(tmp_path_factory) -> Path:
     """Text, proto and per-pass dumps of XLA:CPU (and a deviceless XLA:GPU when the plugin is here)."""
-    return _dump(tmp_path_factory.mktemp("dump_text"), "--per-pass", "--proto", *_gpu_flag())
+    return make_dump(tmp_path_factory.mktemp("dump_text"), "--per-pass", "--proto", *gpu_flags())
 
 
 @pytest.fixture(scope="module")
 def proto_dump(tmp_path_factory) -> Path:
-    return _dump(tmp_path_factory.mktemp("dump_proto"), "--proto", "--no-text", *_gpu_flag())
+    return make_dump(tmp_path_factory.mktemp("dump_proto"), "--proto", "--no-text", *gpu_flags())
 
 
 def _hlo(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -68,7 +51,7 @@ def test_the_dump_has_what_real_dumps_are_made_of(text_dump):
     for feature in (" while(", " reduce(", " fusion(", "kind=kLoop", " call(", "argmax", "threefry"):
         assert feature in joined, feature
     assert any("%" in t and "#0" in t for t in texts)  # the `%x#N` operand sugar
-    if "--gpu" in _gpu_flag():
+    if "--gpu" in gpu_flags():
         assert any("sm_9.0a_gpu_after_optimizations" in p.name for p in text_dump.iterdir())
 
 
