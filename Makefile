@@ -16,7 +16,8 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@# setuptools prints a page about editable installs as a warning: not for the user
+	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e '.[dev]'
 	@# XLA:GPU without a GPU (deviceless compiles for H100 etc.): the CUDA plugin
 	@# matching jaxlib, installed --no-deps (no nvidia-* runtime wheels), plus ptxas.
 	JAXLIB=$$($(BIN)/python -c 'import jaxlib; print(jaxlib.__version__)'); \
