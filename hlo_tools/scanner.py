@@ -363,7 +363,7 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
                 root, name, shape, opcode, operands, tail = lm.groups()
                 if not tail:
                     attrs = []
-                elif needs_resolution(tail) is None and not repeats_a_key(tail):
+                elif needs_resolution(tail) is None and (tail.count(", ") < 2 or not repeats_a_key(tail)):  # one key cannot repeat
                     attrs = tail  # validated by _LINE; split on first use
                 else:
                     base = line_off + lm.start(6)
