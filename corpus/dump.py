@@ -19,6 +19,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+from hlo_tools.formats import is_module_file  # the one rule check DIR and the scan share
 from hlo_tools.parser import read_text
 
 __all__ = ["DumpModule", "PassDump", "from_dump_dir", "is_dump_file_name", "is_module_file", "read_hlo_file"]
@@ -38,17 +39,6 @@ _HLO_EXTS = ("txt", "hlo.pb", "pb")
 def is_dump_file_name(name: str) -> bool:
     """Whether ``name`` is one XLA gives the files of a dump folder (``module_<id>.<name>...``)."""
     return _MODULE_RE.match(name) is not None
-
-
-def is_module_file(path: str | Path) -> bool:
-    """Whether a file's name says it holds a module, not one of the side files an
-    XLA dump holds (buffer assignments, live ranges, memory reports, debug
-    options, thunk sequences, autotune results, object files, target configs):
-    ``hlo_tools.formats.is_module_file``, the one rule ``hlo check DIR`` and the
-    scan share."""
-    from hlo_tools.formats import is_module_file as rule  # plain Python: no jax
-
-    return rule(path)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ import re
 
 from .errors import HloParseError
 from .formats import find_module_proto
-from .xla import XlaAbortError
+from .xla import XlaAbortError, stablehlo_to_hlo_text
 from .xla_worker import contained
 
 _NOT_A_MODULE = ("not an HLO module: not UTF-8 text, and not a serialized HloModuleProto, HloProto or HloSnapshot "
@@ -56,11 +56,6 @@ _MLIR_ERROR_RE = re.compile(r"(?:^|\s)-:(\d+):(\d+): error: (.*)")
 def hlo_text_from_stablehlo(data: bytes, source: str) -> str:
     """HLO text of a StableHLO (or MHLO) module, MLIR text or bytecode, as XLA
     converts it; MLIR's own errors become ``HloParseError`` at their line and column."""
-    try:
-        _xla_client()
-        from .xla import stablehlo_to_hlo_text
-    except ImportError as e:
-        raise HloParseError(str(e), source, 1, 1) from None
     is_bytecode = data[:4] == b"ML\xefR"
     module: str | bytes = data
     if not is_bytecode:
@@ -72,6 +67,8 @@ def hlo_text_from_stablehlo(data: bytes, source: str) -> str:
         return contained(stablehlo_to_hlo_text, (module,), phase="reading", module=source)
     except XlaAbortError as e:
         raise HloParseError(f"XLA aborted while converting this StableHLO module: {e.message}", source, 1, 1) from None
+    except ImportError as e:
+        raise HloParseError(f"reading StableHLO modules needs jaxlib: {e}", source, 1, 1) from None
     except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error types
         msg = str(e)
         m = _MLIR_ERROR_RE.search(msg)

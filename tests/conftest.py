@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 # With the CUDA plugin installed (for deviceless GPU compiles) and no GPU, jax
@@ -17,6 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 # ../shared beside the checkout (what developers and CI have); HLO_SHARED_DIR overrides
 SHARED = Path(os.environ.get("HLO_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared")
 CONFORMANCE = SHARED / "conformance"
+
+
+def run_hlo(*args, timeout: int = 600) -> subprocess.CompletedProcess:
+    """The ``hlo`` command as a user runs it: a fresh process (text output), from
+    the checkout, with this process's environment (JAX_PLATFORMS as set above)."""
+    return subprocess.run([sys.executable, "-m", "hlo_tools.cli", *map(str, args)], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=timeout, cwd=ROOT)
 
 
 def conformance_labels() -> list[dict]:

@@ -6,9 +6,6 @@ printed differently (``%x#N`` operands, per-pass files, protos, reports)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +14,8 @@ import hlo_tools
 
 pytest.importorskip("jax")
 
+from tests.conftest import run_hlo  # noqa: E402
 from tests.dump_model import gpu_flags, make_dump  # noqa: E402
-
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +27,6 @@ def text_dump(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def proto_dump(tmp_path_factory) -> Path:
     return make_dump(tmp_path_factory.mktemp("dump_proto"), "--proto", "--no-text", *gpu_flags())
-
-
-def _hlo(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    return subprocess.run([sys.executable, "-m", "hlo_tools.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
 
 
 def _module_files(folder: Path, suffix: str) -> list[Path]:
@@ -88,7 +79,7 @@ def test_every_proto_module_loads(text_dump):
 
 
 def test_hlo_check_on_the_dump_folder(text_dump):
-    r = _hlo("check", "-q", str(text_dump))
+    r = run_hlo("check", "-q", str(text_dump))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
 
@@ -98,11 +89,11 @@ def test_scan_and_corpus_list_agree(which, text_dump, proto_dump, tmp_path):
     import json
 
     folder = text_dump if which == "text" else proto_dump
-    listed = _hlo("corpus", "list", str(folder), "--json")
+    listed = run_hlo("corpus", "list", str(folder), "--json")
     assert listed.returncode == 0, listed.stderr[-2000:]
     modules = json.loads(listed.stdout)
     stage_files = sum(len(m["stages"].split(", ")) for m in modules)
-    scan = _hlo("scan", str(folder), "-o", str(tmp_path / "scan"), "--json")
+    scan = run_hlo("scan", str(folder), "-o", str(tmp_path / "scan"), "--json")
     assert scan.returncode == 0, scan.stderr[-2000:]
     report = json.loads((tmp_path / "scan" / "report.json").read_text())
     assert report["status"] == "complete"

@@ -4,6 +4,7 @@ small CLI fixes of issue 15.  Real XLA on the CPU, the real ``hlo`` command."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -22,8 +23,10 @@ from hlo_tools.xla import XlaAbortError, XlaCompileError, backend_available, hoo
 from hlo_tools.xla_compile import Hook, compile, is_optimized  # noqa: E402
 from hlo_tools.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
 from hlo_tools.xla_run import compare, run_module  # noqa: E402
+from tests.conftest import run_hlo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+hlo = functools.partial(run_hlo, timeout=180)
 MODULE = "llama3-tiny-decode-f32"
 #: Fusing the pre-optimization decode step in Python leaves fusion bodies without
 #: layouts; XLA:CPU's emitter then CHECK-fails (shape.h: has_layout()).
@@ -45,12 +48,6 @@ def files(tmp_path_factory) -> dict[str, Path]:
     out["dec"].write_text(text)
     out["fused"].write_text(fused.to_text())
     return out
-
-
-def hlo(*args: str | Path, timeout: int = 180) -> subprocess.CompletedProcess:
-    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
-    return subprocess.run([sys.executable, "-m", "hlo_tools.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=ROOT)
 
 
 def one_line(r: subprocess.CompletedProcess) -> str:
