@@ -1,0 +1,154 @@
+"""Architecture figures for the closing note of a structural change.
+
+Prints, for the library packages (not tests, not bench): lines of code, the in-repo
+imports placed inside a function (and how many of those carry a comment saying why),
+and the import cycles between modules, counting every import (function-local ones
+too, since they are what hide a cycle).
+
+    python bench/architecture_metrics.py [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("hlo_lab", "hlo_tools", "xla_bridge", "fusion_analysis", "passes", "visualize", "corpus")
+
+
+def library_files() -> dict[str, Path]:
+    """Module name -> file, for every library module in the tree."""
+    found: dict[str, Path] = {}
+    for pkg in PACKAGES:
+        base = ROOT / pkg
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*.py")):
+            if "modules" in path.relative_to(ROOT).parts:
+                continue
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _resolve(module: str, node: ast.ImportFrom | ast.Import, is_package: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        pkg = module.split(".") if is_package else module.split(".")[:-1]
+        pkg = pkg[: len(pkg) - (node.level - 1)]
+        base = ".".join(pkg + ([base] if base else []))
+    return [base] + [f"{base}.{a.name}" for a in node.names]
+
+
+def _in_repo(target: str, modules: dict[str, Path]) -> str | None:
+    while target:
+        if target in modules:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def scan(modules: dict[str, Path]) -> tuple[dict[str, set[str]], list[tuple[str, int, bool]]]:
+    """Import graph (every import) and the function-local in-repo imports."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    local: list[tuple[str, int, bool]] = []
+    for module, path in modules.items():
+        source = path.read_text()
+        lines = source.splitlines()
+        tree = ast.parse(source)
+        is_package = path.name == "__init__.py"
+
+        def visit(node: ast.AST, in_function: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                if isinstance(child, (ast.Import, ast.ImportFrom)):
+                    targets = {t for name in _resolve(module, child, is_package) if (t := _in_repo(name, modules))}
+                    targets.discard(module)
+                    graph[module] |= targets
+                    if targets and in_function:
+                        near = lines[max(0, child.lineno - 3): child.lineno]
+                        local.append((f"{path.relative_to(ROOT)}:{child.lineno}", child.lineno, any("#" in ln for ln in near)))
+                visit(child, nested)
+
+        visit(tree, False)
+    return graph, local
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(10000)
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            strong(v)
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    modules = library_files()
+    graph, local = scan(modules)
+    loops = cycles(graph)
+    loc = {pkg: sum(len(p.read_text().splitlines()) for m, p in modules.items() if m.split(".")[0] == pkg) for pkg in PACKAGES}
+    figures = {
+        "modules": len(modules),
+        "lines": sum(loc.values()),
+        "lines_by_package": {k: v for k, v in loc.items() if v},
+        "function_local_imports": len(local),
+        "function_local_imports_with_reason": sum(1 for *_, why in local if why),
+        "cycles": len(loops),
+        "modules_in_cycles": sum(len(c) for c in loops),
+        "cycle_members": loops,
+    }
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    print(f"library modules        {figures['modules']}")
+    print(f"lines of code          {figures['lines']}  " + "  ".join(f"{k}={v}" for k, v in figures["lines_by_package"].items()))
+    print(f"function-local imports {figures['function_local_imports']} in-repo ({figures['function_local_imports_with_reason']} with a comment nearby)")
+    print(f"import cycles          {figures['cycles']} ({figures['modules_in_cycles']} modules)")
+    for c in loops:
+        print("  " + " <-> ".join(c))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
