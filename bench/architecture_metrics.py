@@ -48,6 +48,17 @@ def _resolve(module: str, node: ast.ImportFrom | ast.Import, is_package: bool) -
     return [base] + [f"{base}.{a.name}" for a in node.names]
 
 
+def _imported(module: str, node: ast.ImportFrom | ast.Import, is_package: bool, modules: dict[str, Path]) -> list[str]:
+    """What an import statement imports, as grimp counts it: ``from pkg import sub``
+    imports the submodule ``pkg.sub`` (not ``pkg`` itself) when ``sub`` is a module."""
+    names = _resolve(module, node, is_package)
+    if isinstance(node, ast.Import):
+        return names
+    base, subs = names[0], names[1:]
+    picked = [s for s in subs if s in modules]
+    return picked + ([base] if len(picked) < len(subs) else [])
+
+
 def _in_repo(target: str, modules: dict[str, Path]) -> str | None:
     while target:
         if target in modules:
@@ -70,7 +81,7 @@ def scan(modules: dict[str, Path]) -> tuple[dict[str, set[str]], list[tuple[str,
             for child in ast.iter_child_nodes(node):
                 nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    targets = {t for name in _resolve(module, child, is_package) if (t := _in_repo(name, modules))}
+                    targets = {t for name in _imported(module, child, is_package, modules) if (t := _in_repo(name, modules))}
                     targets.discard(module)
                     graph[module] |= targets
                     if targets and in_function:

@@ -9,7 +9,7 @@
 optimized module (``before_optimizations`` compiled with stock XLA:CPU here, or the
 stored ``cpu_after_optimizations`` stage with ``--stored``) is compiled as its own
 module so that XLA runs exactly that kernel (``fusion_analysis.kernels.compile_alone``),
-timed by XLA's own per-thunk trace events (``hlo_tools.xla_trace``: no harness in the
+timed by XLA's own per-thunk trace events (``xla_bridge.xla_trace``: no harness in the
 figure; the wall clock less the harness is printed beside it), median of ``--reps``
 runs, and compared with the roofline prediction for the measured host spec.
 ``--pin CPU`` (the setting the goal is measured with) runs XLA on that one CPU and
@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import corpus  # noqa: E402
 import hlo_tools  # noqa: E402
 from fusion_analysis import cost  # noqa: E402
-from hlo_tools import xla  # noqa: E402
+from xla_bridge import xla  # noqa: E402
 
 KEYS = ("flops", "transcendentals", "bytes accessed")
 
@@ -101,7 +101,7 @@ def _module_kernels(entry, stored: bool, backend: str = "cpu"):
     if stored:
         m = hlo_tools.parse(entry.text("cpu_after_optimizations"))
     else:
-        from hlo_tools.xla_compile import compile as xla_compile
+        from xla_bridge.xla_compile import compile as xla_compile
 
         m = xla_compile(entry.text("before_optimizations"), backend, "stock").optimized_module
     return m, kernels.kernels_of(m)
@@ -112,9 +112,9 @@ def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> tuple
     record (times in us) and a function that traces it once more (None when it could
     not be traced). On a GPU the kernel's time is its device time from the trace."""
     from fusion_analysis import kernels, roofline
-    from hlo_tools.xla_bench import time_compiled
-    from hlo_tools.xla_inputs import make_inputs
-    from hlo_tools.xla_trace import TraceUnavailable, device_kernel_us, thunk_times
+    from xla_bridge.xla_bench import time_compiled
+    from xla_bridge.xla_inputs import make_inputs
+    from xla_bridge.xla_trace import TraceUnavailable, device_kernel_us, thunk_times
 
     est = roofline.estimate(kernel, cost_of, host)
     rec = {"name": kernel.name, "opcode": kernel.opcode_text, "category": est.category, "bound": est.bound,
@@ -182,7 +182,7 @@ def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = Non
     if pin is not None:
         os.sched_setaffinity(0, {pin})
     from fusion_analysis import cost, devices
-    from hlo_tools.xla_bench import harness_overhead
+    from xla_bridge.xla_bench import harness_overhead
 
     entry = next(corpus.load(name))
     # pinned: the roofline gets this one core's own figures (measured once per run
@@ -405,7 +405,7 @@ def _selected(name: str, only: str | None) -> bool:
 
 def xla_log(only: str | None, device: str, show: int) -> int:
     from fusion_analysis import xla_fusion_log
-    from hlo_tools.xla import cuda_plugin_available
+    from xla_bridge.xla import cuda_plugin_available
 
     if not cuda_plugin_available():
         print("jax's CUDA plugin is not installed: no deviceless XLA:GPU compile, no priority-fusion log "

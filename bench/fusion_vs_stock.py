@@ -28,12 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import hlo_tools  # noqa: E402
-from hlo_tools.xla_bench import benchmark  # noqa: E402
-from hlo_tools.xla import XlaCompileError  # noqa: E402
-from hlo_tools.xla_compile import compile  # noqa: E402
+from xla_bridge.xla_bench import benchmark  # noqa: E402
+from xla_bridge.xla import XlaCompileError  # noqa: E402
+from xla_bridge.xla_compile import compile  # noqa: E402
 from passes import PassManager  # noqa: E402
 from passes.fusion.pipeline import BEST, TEXT_PREFIX, passes_of  # noqa: E402
-from passes.fusion.study import cpu_study, fusions, gpu_pipeline, gpu_study, kernels  # noqa: E402
+from hlo_lab.study import cpu_study, fusions, gpu_pipeline, gpu_study, kernels  # noqa: E402
 
 def runnable_modules(pattern: str | None) -> list[tuple[str, str]]:
     """(name, before_optimizations text) of the runnable, unsharded corpus modules."""
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     gpu_rows = []
     if args.gpu:
-        from hlo_tools import xla
+        from xla_bridge import xla
 
         if not xla.cuda_plugin_available():
             print(f"\nGPU columns skipped: no XLA:GPU compiler here (the CUDA plugin is not installed)")

@@ -25,9 +25,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import corpus  # noqa: E402
-from hlo_tools import parse, verify, xla  # noqa: E402
-from hlo_tools.xla_bench import benchmark  # noqa: E402
-from hlo_tools.xla_compile import Hook, compile  # noqa: E402
+from hlo_tools import parse, verify  # noqa: E402
+from xla_bridge import xla  # noqa: E402
+from xla_bridge.xla_bench import benchmark  # noqa: E402
+from xla_bridge.xla_compile import Hook, compile  # noqa: E402
 from passes.layout import LayoutNormalization, TransposeFolding, layout_analysis  # noqa: E402
 
 

@@ -32,15 +32,16 @@ import numpy as np  # noqa: E402
 import corpus  # noqa: E402
 from fusion_analysis.memory import lower_bound, profile  # noqa: E402
 from fusion_analysis.overlap import overlap  # noqa: E402
-from hlo_tools import parse, verify, xla  # noqa: E402
-from hlo_tools.xla_compile import Hook  # noqa: E402
+from hlo_tools import parse, verify  # noqa: E402
+from xla_bridge import xla  # noqa: E402
+from xla_bridge.xla_compile import Hook  # noqa: E402
 from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler  # noqa: E402
 
 
 def compile_spmd(text: str, hook: Hook | None, partitions: int = 8):
     """XLA:CPU compile of a sharded module over ``partitions`` host devices.
     The bridge's compile() is single-device; this is the bench's stand-in (see
-    docs/layout_and_scheduling.md: it belongs in hlo_tools.xla_compile)."""
+    docs/layout_and_scheduling.md: it belongs in xla_bridge.xla_compile)."""
     client = xla.get_client("cpu")
     devs = client.local_devices()[:partitions]
     opts = xla.make_compile_options({})
@@ -127,8 +128,8 @@ def sharded_gpu():
 
 
 def all_modules(quick: bool, xla_temp_for_full: bool = False):
-    from hlo_tools.xla_compile import compile
-    from hlo_tools.xla_run import compare
+    from xla_bridge.xla_compile import compile
+    from xla_bridge.xla_run import compare
 
     rows = []
     worse = 0

@@ -35,10 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import corpus
-    from hlo_tools import xla_worker
-    from hlo_tools.xla_compile import compile
-    from hlo_tools.xla_examples import UNFUSED
-    from hlo_tools.xla_run import run_module
+    from xla_bridge import xla_worker
+    from xla_bridge.xla_compile import compile
+    from xla_bridge.xla_examples import UNFUSED
+    from xla_bridge.xla_run import run_module
 
     text = next(e for e in corpus.load() if e.name == args.module).text("before_optimizations")
 

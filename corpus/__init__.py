@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 from .bundled import CORPUS_DIR, Entry, load, manifest
-from .dump import DumpModule, PassDump, from_dump_dir, read_hlo_file
+from .dump import DumpModule, PassDump, from_dump_dir
 
 __all__ = ["CORPUS_DIR", "DumpModule", "Entry", "PassDump", "from_dump_dir", "list_table", "load",
-           "list_json", "list_rows", "main_generate", "manifest", "read_hlo_file", "generator_python"]
+           "list_json", "list_rows", "main_generate", "manifest", "generator_python"]
 
 REPO_ROOT = CORPUS_DIR.parent
 

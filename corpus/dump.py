@@ -20,9 +20,9 @@ import re
 from pathlib import Path
 
 from hlo_tools.formats import is_module_file  # the one rule check DIR and the scan share
-from hlo_tools.parser import read_text
+from xla_bridge import read_text
 
-__all__ = ["DumpModule", "PassDump", "from_dump_dir", "is_dump_file_name", "is_module_file", "read_hlo_file"]
+__all__ = ["DumpModule", "PassDump", "from_dump_dir", "is_dump_file_name", "is_module_file"]
 
 _MODULE_RE = re.compile(r"^module_(?P<id>\d+)\.(?P<rest>.+)$")
 _PASS_RE = re.compile(
@@ -92,7 +92,7 @@ class DumpModule:
 
     def text(self, stage: str) -> str:
         """HLO text of a stage (``.pb`` files are decoded through jaxlib)."""
-        return read_hlo_file(self.path(stage))
+        return read_text(self.path(stage))
 
     def module(self, stage: str):  # -> hlo_tools.ir.Module
         """Parse a stage into the project's IR (imports hlo_tools lazily)."""
@@ -150,8 +150,3 @@ def from_dump_dir(path: str | Path) -> list[DumpModule]:
         mod.passes.sort(key=lambda x: x.index)
     return [mods[k] for k in sorted(mods)]
 
-
-def read_hlo_file(path: str | Path) -> str:
-    """HLO text of a dumped ``.txt``, ``.txt.gz``, ``.hlo.pb`` or ``.mlir`` file
-    (``hlo_tools.parser.read_text``: bounded gunzip, protos read by XLA in its worker)."""
-    return read_text(path)

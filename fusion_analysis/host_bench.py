@@ -3,7 +3,7 @@
 The roofline's ceilings are measured the way an empirical roofline tool measures
 them: small synthetic kernels, compiled by the same compiler that compiles the
 corpus (XLA:CPU, stock pipeline), timed by XLA's own per-thunk trace events
-(``hlo_tools.xla_trace``) so that the harness around an ``execute`` call is not
+(``xla_bridge.xla_trace``) so that the harness around an ``execute`` call is not
 counted. Nothing here looks at a corpus kernel.
 
 - ``bandwidth_curve``: a one-read-one-write loop (``negate``) over footprints from
@@ -43,7 +43,7 @@ def _hlo(name: str, n: int, body: list[str], root: str) -> str:
 def compiled_kernel(text: str):
     """Compiles ``text`` with stock XLA:CPU; returns the result and its one kernel."""
     from fusion_analysis import kernels
-    from hlo_tools.xla_compile import compile as xla_compile
+    from xla_bridge.xla_compile import compile as xla_compile
 
     res = xla_compile(text, "cpu", "stock")
     ks = kernels.kernels_of(res.optimized_module)
@@ -59,7 +59,7 @@ def kernel_us(text: str, shapes: list[tuple[int, ...]], reps: int, *, compiled=N
     others alternately in [0.5, 1.0] and [1.0, 1.5]). Two input sets take turns,
     as in the kernel bench: with one, XLA:CPU's run times triple here (a buffer
     reuse effect), which is not how a module runs."""
-    from hlo_tools.xla_trace import thunk_times
+    from xla_bridge.xla_trace import thunk_times
 
     res, kernel = compiled or compiled_kernel(text)
 

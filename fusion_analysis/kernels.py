@@ -234,8 +234,8 @@ def compile_alone(kernel: Instruction, backend: str = "cpu", *, target: str | No
     rejects fusion bodies before layout assignment), with the module marked
     scheduled (XLA:GPU also calls it for its autotuner's sub-compiles, which are left
     alone: only a module with the kernel's signature is swapped). Raises ``NotAlone`` when the result is not that one kernel."""
-    from hlo_tools.xla_compile import Hook, compile as xla_compile
-    from passes.fusion.pipeline import HOOK_STAGE
+    from xla_bridge.xla_compile import Hook, compile as xla_compile
+    from xla_bridge.xla_compile import HOOK_STAGE
 
     gpu = backend != "cpu"
     exact = extract_kernel(kernel)

@@ -8,7 +8,7 @@ Two kinds of edge:
   only user (otherwise the producer is duplicated into the consumer).
 * sibling: two kernels read the same value; a multi-output fusion reads it once.
 
-Legality reuses ``passes.fusion.legality`` (XLA:CPU's loop-fusion rules). The cycle
+Legality reuses ``fusion_analysis.legality`` (XLA:CPU's loop-fusion rules). The cycle
 check is a graph search per edge, so it runs on the ``cycle_check_top`` edges
 with the most bytes saved per computation; the others say ``cycle unchecked``.
 Edges are found inside each non-fused computation (entry, call and loop bodies);
@@ -173,7 +173,7 @@ def pattern_name(producer: Instruction, consumer: Instruction) -> str | None:
 
 def _legality(producer: Instruction, consumer: Instruction, direct: Instruction, check_cycle: bool):
     try:
-        from passes.fusion.legality import can_fuse, creates_cycle, fusible
+        from fusion_analysis.legality import can_fuse, creates_cycle, fusible
     except ImportError:  # pragma: no cover - legality lives in passes/
         return None, "legality rules unavailable"
     d = can_fuse(direct, consumer, check_cycle=False)
@@ -253,7 +253,7 @@ def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Devic
 
 def _siblings(comp: Computation, device: Device, cycle_check_top: int) -> list[Opportunity]:
     try:
-        from passes.fusion.legality import creates_cycle, fusible
+        from fusion_analysis.legality import creates_cycle, fusible
     except ImportError:  # pragma: no cover
         creates_cycle = fusible = None
     pairs = []

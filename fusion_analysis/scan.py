@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from xla_bridge import load
+
 #: Bump when the analysis changes what it computes: old cache entries are ignored.
 ANALYSIS_VERSION = 2
 SCATTER_POINTS_PER_MODULE = 150
@@ -72,14 +74,6 @@ class Found:
     tasks: list[Task] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     kind: str = "folder"  # "corpus", "dump", "folder" or "file"
-
-
-def read_text(path: str | Path) -> str:
-    """HLO text of any module file (``hlo_tools.parser.read_text``: text, proto,
-    StableHLO, gzip'd with a bound); kept for callers of the old name."""
-    from hlo_tools.parser import read_text as _read
-
-    return _read(path)
 
 
 # -- which files are modules, and which may be read -----------------------------------
@@ -203,7 +197,7 @@ def analyze_text(text: str, *, label: str, device: str, source: str = "<string>"
 
 def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # module: hlo_tools.ir.Module
     """``analyze_text`` for a module already in our IR (a proto or StableHLO file
-    loaded by ``hlo_tools.load``)."""
+    loaded by ``xla_bridge.load``)."""
     from . import cost, devices, opportunities, roofline
 
     t0 = time.perf_counter()
@@ -278,11 +272,9 @@ def analyze_task(task: Task, device: str, cache_dir: str | None) -> dict[str, An
             return out
         except (OSError, ValueError):
             pass  # unreadable or half-written: analyse again
-    import hlo_tools
-
     t0 = time.perf_counter()
     try:
-        module = hlo_tools.load(task.path)  # text, .hlo.pb, .mlir; gzip'd with a bound
+        module = load(task.path)  # text, .hlo.pb, .mlir; gzip'd with a bound
         out = {**analyze_module(module, label=task.label, device=device), **base, "sha256": digest}
     except Exception as e:  # noqa: BLE001 - reported per file, the scan goes on
         return {**base, "sha256": digest, "error": _describe(e)}

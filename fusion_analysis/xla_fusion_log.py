@@ -152,7 +152,7 @@ def capture(module: Module | str, target: str = "h100", *, dump_dir: str | None 
     """Compiles ``module`` (HLO text or our IR, pre-optimization) for ``target``
     without a GPU and returns its priority-fusion log. Raises FileNotFoundError
     when XLA wrote no dump (e.g. a pipeline without priority fusion)."""
-    from hlo_tools.xla_compile import compile
+    from xla_bridge.xla_compile import compile
 
     with tempfile.TemporaryDirectory(prefix="pfusion-") as tmp:
         where = dump_dir or tmp

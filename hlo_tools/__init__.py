@@ -4,6 +4,9 @@
     module = hlo_tools.load("module_0001.jit_step.before_optimizations.txt")
     print(module.entry.root)
     text = module.to_text()          # XLA's parser accepts this
+
+The IR and everything that reads and writes it; no jax.  Compiling, running and
+timing a module with XLA is the ``xla_bridge`` package, one layer up.
 """
 
 from .errors import HloError, HloParseError, IrError, VerificationError
@@ -11,9 +14,7 @@ from .ir import Computation, Instruction, Module
 from .opcode import HloOpcode
 from .parser import load, parse
 from .shape import Layout, PrimitiveType, Shape, parse_shape
-from .stablehlo import from_jax
 from .verifier import verify
-from .xla import XlaCompileError
 
 __all__ = [
     "Computation",
@@ -27,8 +28,6 @@ __all__ = [
     "PrimitiveType",
     "Shape",
     "VerificationError",
-    "XlaCompileError",
-    "from_jax",
     "load",
     "parse",
     "parse_shape",

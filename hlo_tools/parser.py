@@ -69,36 +69,36 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True) -> M
 
 
 def read_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> str:
-    """HLO text of a module file, whatever form it has on disk: HLO text, a
-    serialized HloModuleProto/HloProto (``*.hlo.pb``, converted by XLA), or
-    StableHLO (``*.mlir``, text or bytecode), each optionally gzip'd.
+    """HLO text of a module file: HLO text, optionally gzip'd.
 
     Every problem with the file is an HloParseError naming it (a missing file,
     corrupt or truncated gzip, a gzip that decompresses past ``max_bytes``
     (default 4 GiB or ``HLO_MAX_DECOMPRESSED_BYTES``), binary that is not a module).
-    jaxlib is imported only for proto and StableHLO files.
+    A serialized HloModuleProto or StableHLO needs XLA to become text: that is
+    ``xla_bridge.read_text`` / ``xla_bridge.load``, which accept every form.
     """
     p = Path(path)
     data = formats.read_module_bytes(p, max_bytes=max_bytes)
     kind = formats.module_format(p, data)
-    if kind == "proto":
-        from .xla_proto import hlo_text_from_proto
+    if kind != "hlo":
+        what = "a serialized HloModuleProto" if kind == "proto" else "a StableHLO module"
+        raise HloParseError(f"{what}: XLA converts it to HLO text; read it with xla_bridge.load (the hlo command does)",
+                            str(p), 1, 1)
+    return decode_text(data, str(p))
 
-        return hlo_text_from_proto(data, str(p))
-    if kind == "stablehlo":
-        from .xla_proto import hlo_text_from_stablehlo
 
-        return hlo_text_from_stablehlo(data, str(p))
+def decode_text(data: bytes, source: str) -> str:
+    """``data`` as UTF-8 HLO text; an HloParseError at the first byte that is not."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise HloParseError("file is not UTF-8 text, nor a binary HloModuleProto or MLIR bytecode", str(p), line, col) from None
+        raise HloParseError("file is not UTF-8 text, nor a binary HloModuleProto or MLIR bytecode", source, line, col) from None
 
 
 def load(path: str | os.PathLike) -> Module:
-    """Loads a module from a file: HLO text (an XLA dump's
-    ``module_0001.jit_step.before_optimizations.txt``), ``.hlo.pb`` or ``.mlir``,
-    optionally gzip'd; see ``read_text``."""
+    """Loads a module from an HLO text file (an XLA dump's
+    ``module_0001.jit_step.before_optimizations.txt``), optionally gzip'd; see
+    ``read_text``.  ``xla_bridge.load`` also reads ``.hlo.pb`` and ``.mlir``."""
     return parse(read_text(path), source=str(path))

@@ -12,7 +12,7 @@ from hlo_tools.printer import print_attributes
 
 from .base import ComputationPass
 from .registry import register_pass
-from .side_effects import NON_DETERMINISTIC, SideEffects
+from hlo_tools.side_effects import NON_DETERMINISTIC, SideEffects
 
 _METADATA = re.compile(r', metadata=\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\}')
 

@@ -9,7 +9,7 @@ from hlo_tools import Computation, HloOpcode, Module
 
 from .base import Pass
 from .registry import register_pass
-from .side_effects import SideEffects
+from hlo_tools.side_effects import SideEffects
 
 
 def remove_dead_instructions(comp: Computation, effects: SideEffects | None = None) -> bool:

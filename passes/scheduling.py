@@ -32,7 +32,7 @@ from fusion_analysis.overlap import ASYNC_DONES, ASYNC_STARTS, CostModel
 
 from .base import Pass, fused_computations
 from .registry import register_pass
-from .side_effects import SideEffects
+from hlo_tools.side_effects import SideEffects
 
 
 class SchedulerState:

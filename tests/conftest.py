@@ -24,7 +24,7 @@ CONFORMANCE = SHARED / "conformance"
 def run_hlo(*args, timeout: int = 600) -> subprocess.CompletedProcess:
     """The ``hlo`` command as a user runs it: a fresh process (text output), from
     the checkout, with this process's environment (JAX_PLATFORMS as set above)."""
-    return subprocess.run([sys.executable, "-m", "hlo_tools.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hlo_lab.cli", *map(str, args)], capture_output=True, text=True,
                           env=dict(os.environ), timeout=timeout, cwd=ROOT)
 
 
@@ -67,7 +67,7 @@ def conformance_dir() -> Path:
 def xla_cpu():
     """The XLA bridge, for tests that run Python passes inside XLA:CPU's pipeline."""
     pytest.importorskip("jax")
-    from hlo_tools import xla
+    from xla_bridge import xla
 
     if not xla.hook_supported():
         pytest.skip("needs jax.extend.xla pipeline hooks")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import hlo_tools
-from hlo_tools import xla
+from xla_bridge import xla
 
 
 def assert_rewrite(hlo_in: str, pass_, expected: str | None) -> hlo_tools.Module:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from hlo_tools.cli import main
+from hlo_lab.cli import main
 from tests.test_parser_errors import GOOD
 
 
@@ -65,6 +65,6 @@ def test_stats_json(tmp_path, capsys):
 def test_console_script_runs(tmp_path):
     src = tmp_path / "in.hlo"
     src.write_text(GOOD)
-    r = subprocess.run([sys.executable, "-m", "hlo_tools.cli", "stats", str(src)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "hlo_lab.cli", "stats", str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "6 instructions in 2 computations" in r.stdout

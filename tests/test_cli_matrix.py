@@ -3,7 +3,7 @@ file, a binary file, a corrupt gzip, an unknown pass name (commands that take
 ``--passes``) and an output it cannot write (commands that write one).  Each must
 end with one line on stderr, exit 1 or 2, and no Python traceback.
 
-The commands run in-process through ``hlo_tools.cli.main`` (fast); a few run
+The commands run in-process through ``hlo_lab.cli.main`` (fast); a few run
 through the console script too.  None of these inputs may reach XLA: commands
 that compile must fail before compiling.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hlo_tools.cli import build_parser, main
+from hlo_lab.cli import build_parser, main
 from tests.test_parser_errors import GOOD
 
 INPUTS = ("missing", "folder", "empty", "binary", "corrupt-gzip")
@@ -153,7 +153,7 @@ SUBPROCESS_CASES = [
 @pytest.mark.parametrize(("argv", "code", "says"), SUBPROCESS_CASES, ids=[c[0][0] for c in SUBPROCESS_CASES])
 def test_console_script_gives_one_line(argv, code, says, paths):
     filled = [a.format(**paths) for a in argv]
-    r = subprocess.run([sys.executable, "-m", "hlo_tools.cli", *filled], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "hlo_lab.cli", *filled], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
     assert r.returncode == code, r.stderr

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 import corpus
+from xla_bridge import read_text
 
 REPO = Path(__file__).resolve().parent.parent
 ENTRIES = list(corpus.load())
@@ -303,8 +304,8 @@ def test_from_dump_dir_pass_dumps_and_protos(tmp_path: Path) -> None:
     assert m.stages["before_optimizations"].suffix == ".txt"  # text preferred over .pb
     pbs = sorted(d.glob("module_*.jit_step.before_optimizations.hlo.pb"))
     assert pbs, sorted(p.name for p in d.iterdir())
-    assert corpus.read_hlo_file(pbs[0]) == corpus.read_hlo_file(m.stages["before_optimizations"]) or \
-        "HloModule jit_step" in corpus.read_hlo_file(pbs[0])
+    assert read_text(pbs[0]) == read_text(m.stages["before_optimizations"]) or \
+        "HloModule jit_step" in read_text(pbs[0])
     p = m.passes[-1]
     assert p.key in m.stages and m.text(p.key).startswith("HloModule")
 
@@ -329,7 +330,7 @@ _GPU_DUMP_NAMES = (
 
 def test_from_dump_dir_gpu_file_names(tmp_path: Path) -> None:
     """Classification of XLA:GPU dump names (contents: a real CPU dump's HLO text)."""
-    text = corpus.read_hlo_file(_dump(tmp_path).glob("module_*.jit_step.before_optimizations.txt").__next__())
+    text = read_text(_dump(tmp_path).glob("module_*.jit_step.before_optimizations.txt").__next__())
     d = tmp_path / "gpu"
     d.mkdir()
     for n in _GPU_DUMP_NAMES:

@@ -11,7 +11,7 @@ import pytest
 import corpus
 import hlo_tools
 from fusion_analysis import cost
-from hlo_tools import xla
+from xla_bridge import xla
 
 KEYS = ("flops", "transcendentals", "bytes accessed")
 

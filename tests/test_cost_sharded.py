@@ -22,7 +22,7 @@ import pytest
 import hlo_tools
 from fusion_analysis import cost
 from fusion_analysis.kernels import copy_computation
-from hlo_tools import xla
+from xla_bridge import xla
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import hlo_tools
-from hlo_tools import xla
+from xla_bridge import xla
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "writing_a_pass.md"
 

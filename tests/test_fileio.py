@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hlo_tools.cli import main
+from hlo_lab.cli import main
 from hlo_tools.fileio import OutputError, check_writable, write_output
 from tests.test_parser_errors import GOOD
 
@@ -179,7 +179,7 @@ def test_broken_pipe_is_quiet(tmp_path):
     big = tmp_path / "big.hlo"
     big.write_text(f"HloModule big\n\nENTRY e {{\n  p = f32[8]{{0}} parameter(0)\n{body}\n  ROOT r = f32[8]{{0}} add(p, p)\n}}\n")
     for cmd in (["fmt", str(big)],):
-        proc = subprocess.Popen([sys.executable, "-m", "hlo_tools.cli", *cmd], stdout=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "hlo_lab.cli", *cmd], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         proc.stdout.read(10)
         proc.stdout.close()  # the reader goes away, as `head` does

@@ -13,7 +13,7 @@ import pytest
 
 import hlo_tools
 from hlo_tools import HloParseError
-from hlo_tools.cli import main
+from hlo_lab.cli import main
 from hlo_tools.formats import find_module_proto, gunzip, is_module_file, module_files
 from hlo_tools.parser import read_text
 from tests.test_parser_errors import GOOD

@@ -15,7 +15,7 @@ import pytest
 import corpus
 import hlo_tools
 from fusion_analysis import devices, opportunities, roofline, scan
-from hlo_tools.cli import main as hlo_main
+from hlo_lab.cli import main as hlo_main
 
 HAVE_CORPUS = (corpus.CORPUS_DIR / "manifest.json").exists()
 needs_corpus = pytest.mark.skipif(not HAVE_CORPUS, reason="corpus not generated")

@@ -12,7 +12,7 @@ from hlo_tools import HloOpcode
 
 pytest.importorskip("jax")
 
-from hlo_tools import xla  # noqa: E402
+from xla_bridge import xla  # noqa: E402
 
 if not xla.hook_supported():
     pytest.skip("needs jax.extend.xla pipeline hooks", allow_module_level=True)
@@ -29,7 +29,7 @@ def _text(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def stock():
-    from hlo_tools.xla_compile import compile
+    from xla_bridge.xla_compile import compile
 
     cache = {}
 
@@ -42,8 +42,8 @@ def stock():
 
 
 def _check(name: str, spec: str, stock) -> None:
-    from hlo_tools.xla_compile import compile
-    from hlo_tools.xla_run import compare
+    from xla_bridge.xla_compile import compile
+    from xla_bridge.xla_run import compare
 
     hook = FusionHook(passes_of(spec))
     ours = compile(_text(name), "cpu", "as-written", hook=(hook, "pre-scheduler"))
@@ -72,7 +72,7 @@ def test_xla_gpu_keeps_our_fusions_deviceless():
     hook, every fusion we wrote is in XLA:GPU's optimized module."""
     if not xla.cuda_plugin_available():
         pytest.skip("no XLA:GPU compiler here: the CUDA plugin is not installed")
-    from passes.fusion.study import gpu_study
+    from hlo_lab.study import gpu_study
 
     g = gpu_study("llama3-tiny-decode-f32", _text("llama3-tiny-decode-f32"), BEST, "h100")
     assert g.fusions_written > 0 and g.kept

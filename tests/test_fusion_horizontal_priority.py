@@ -14,7 +14,7 @@ from tests.passes_util import SOFTMAX_CHAIN
 from hlo_tools import HloOpcode
 from passes import PassManager
 from passes.fusion.horizontal import HorizontalFusion, HorizontalLog
-from passes.fusion.legality import Decision
+from fusion_analysis.legality import Decision
 from passes.fusion.pipeline import FusionHook, passes_of
 from passes.fusion.priority import Candidate, PriorityFusion, PriorityLog, default_cost
 from passes.fusion.profitability import never_duplicate
@@ -265,8 +265,8 @@ CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "modules"
     "producer-consumer-fusion,horizontal-fusion,library-dot-fusion,dce",
 ])
 def test_on_a_corpus_module_equal_outputs_and_fusions_kept(xla_cpu, pipeline):
-    from hlo_tools.xla_compile import compile
-    from hlo_tools.xla_run import compare
+    from xla_bridge.xla_compile import compile
+    from xla_bridge.xla_run import compare
 
     path = CORPUS / "llama3-tiny-decode-f32" / "before_optimizations.hlo.txt.gz"
     if not path.exists():

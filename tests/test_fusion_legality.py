@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hlo_tools
 from passes.fusion.clusters import Clusters
-from passes.fusion.legality import ALLOW, Decision, can_fuse, creates_cycle, fusible, is_expensive, is_fusible
+from fusion_analysis.legality import ALLOW, Decision, can_fuse, creates_cycle, fusible, is_expensive, is_fusible
 
 SRC = """HloModule m
 

@@ -10,7 +10,7 @@ from tests.passes_util import ADD_REDUCER, SOFTMAX_CHAIN
 from hlo_tools import HloOpcode
 from passes import PassManager
 from passes.fusion.call_inliner import CallInliner
-from passes.fusion.legality import Decision
+from fusion_analysis.legality import Decision
 from passes.fusion.library_dot import LibraryDotFusion
 from passes.fusion.pipeline import BEST, FusionHook, passes_of
 from passes.fusion.producer_consumer import FusionLog, ProducerConsumerFusion
@@ -137,8 +137,8 @@ ENTRY e {
 
 
 def test_text_route_small_module_equal_and_kept(xla_cpu):
-    from hlo_tools.xla_compile import compile
-    from hlo_tools.xla_run import compare
+    from xla_bridge.xla_compile import compile
+    from xla_bridge.xla_run import compare
 
     module = hlo_tools.parse(SRC)
     ProducerConsumerFusion().run(module)

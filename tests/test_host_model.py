@@ -1,5 +1,5 @@
 """The host roofline's measured parts: per-thunk times from XLA's trace
-(hlo_tools.xla_trace), the cache bandwidth curve and the per-opcode costs
+(xla_bridge.xla_trace), the cache bandwidth curve and the per-opcode costs
 (fusion_analysis.host_bench, op_profile), all on the real XLA:CPU."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 import corpus
 import hlo_tools
 from fusion_analysis import cost, devices, kernels, op_profile, roofline
-from hlo_tools.xla_bench import time_compiled
-from hlo_tools.xla_compile import compile as xla_compile
-from hlo_tools.xla_inputs import make_inputs
-from hlo_tools.xla_trace import spans, thunk_times
+from xla_bridge.xla_bench import time_compiled
+from xla_bridge.xla_compile import compile as xla_compile
+from xla_bridge.xla_inputs import make_inputs
+from xla_bridge.xla_trace import spans, thunk_times
 
 from passes_util import SOFTMAX_CHAIN
 
@@ -101,7 +101,7 @@ def test_compute_seconds_charges_unprofiled_ops_their_xla_flops():
 
 
 def test_host_transfers_are_not_device_work():
-    from hlo_tools.xla_trace import _is_host_transfer
+    from xla_bridge.xla_trace import _is_host_transfer
 
     assert _is_host_transfer("MemcpyH2D") and _is_host_transfer("MemcpyDtoH") and _is_host_transfer("Memcpy HtoD")
     assert not any(map(_is_host_transfer, ("MemcpyD2D", "Memset", "loop_add_fusion", "gemm_fusion_dot")))

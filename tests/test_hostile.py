@@ -95,7 +95,7 @@ def test_reproducer_gives_a_clean_error(name):
 @pytest.mark.parametrize("name", ["self_recursive_call.hlo", "mutual_recursive_call.hlo", "tuple_shape_unterminated_comment_HANG.hlo"])
 def test_hlo_check_reports_them_in_one_located_line(name):
     """What the issue saw first: `hlo check` gave 'ok' or hung; now a located error."""
-    r = subprocess.run([sys.executable, "-m", "hlo_tools.cli", "check", str(HOSTILE / name)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "hlo_lab.cli", "check", str(HOSTILE / name)], capture_output=True,
                        text=True, timeout=60, cwd=ROOT)
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert f"{name}:" in r.stdout + r.stderr

@@ -47,7 +47,7 @@ def _pick(module, want: list[str]) -> list[Instruction]:
 
 
 def test_extract_kernel_copies_its_computations_and_shares_nothing(decode_cpu):
-    from hlo_tools import xla
+    from xla_bridge import xla
 
     k = _pick(decode_cpu, ["kLoop"])[0]
     m = kernels.extract_kernel(k)
@@ -86,7 +86,7 @@ def _probe(module, kernel_name: str):
 
 
 def _compile_exact(module):
-    from hlo_tools.xla_compile import Hook, compile
+    from xla_bridge.xla_compile import Hook, compile
 
     hook = Hook(lambda _m: module, stage="pre-scheduler")
     res = compile(kernels.stand_in(module), "cpu", "as-written", hook=hook)
@@ -95,8 +95,8 @@ def _compile_exact(module):
 
 
 def test_extracted_kernels_run_alone_and_match_their_value_in_the_module(decode_cpu):
-    from hlo_tools.xla_inputs import make_inputs
-    from hlo_tools.xla_run import compare_outputs, run
+    from xla_bridge.xla_inputs import make_inputs
+    from xla_bridge.xla_run import compare_outputs, run
 
     picked = _pick(decode_cpu, ["kLoop", "kCustom", "copy"])
     assert len(picked) == 3
@@ -179,7 +179,7 @@ def test_dump_parses_into_steps_and_replays():
 
 def _no_deviceless_gpu() -> str | None:
     try:
-        from hlo_tools.xla import cuda_plugin_available
+        from xla_bridge.xla import cuda_plugin_available
     except ImportError:  # pragma: no cover
         return "jax is not installed"
     if not cuda_plugin_available():
@@ -191,7 +191,7 @@ def _no_deviceless_gpu() -> str | None:
 @pytest.mark.skipif(_no_deviceless_gpu() is not None, reason=_no_deviceless_gpu() or "")
 def test_every_kernel_of_an_h100_module_compiles_alone_without_a_gpu():
     """The GPU kernel bench's route (post-scheduler hook, scheduled module), deviceless."""
-    from hlo_tools.xla_compile import compile
+    from xla_bridge.xla_compile import compile
 
     entry = next(corpus.load("llama3-tiny-decode-f32"))
     m = compile(entry.text("before_optimizations"), "gpu", "stock", target="h100").optimized_module

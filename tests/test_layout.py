@@ -44,7 +44,7 @@ def test_transpose_folds_into_dot_dimension_numbers_and_xla_agrees():
     assert "transpose" not in m.to_text()
     assert "dot(%p, %q), lhs_contracting_dims={0}, rhs_contracting_dims={0}" in m.to_text()
     assert not TransposeFolding().run(m)  # nothing left: reports unchanged
-    from hlo_tools.xla_run import compare
+    from xla_bridge.xla_run import compare
 
     assert compare(DOT_OF_TRANSPOSE, m, pipeline_b="as-written").ok
 
@@ -69,8 +69,8 @@ def test_layout_normalization_makes_the_physical_transpose_explicit():
     assert layout_analysis(m).by_kind()["transpose"][0] == 1  # the copy %c is now a normalized transpose
     # bitcasts do not lower to StableHLO: the pass is for after layout assignment,
     # i.e. inside XLA's pipeline at the pre-scheduler hook
-    from hlo_tools.xla_compile import Hook, compile
-    from hlo_tools.xla_run import compare
+    from xla_bridge.xla_compile import Hook, compile
+    from xla_bridge.xla_run import compare
 
     hook = Hook(LayoutNormalization(), "pre-scheduler")
     assert compare(compile(LAYOUT_COPY), compile(LAYOUT_COPY, hook=hook)).ok
@@ -82,7 +82,7 @@ def test_entry_layout_assignment_writes_the_attribute_and_xla_reassigns_it():
     assert EntryLayoutAssignment(parameter_layouts=((0, (0, 1)),)).run(m)
     assert m.entry_computation_layout == "{(f32[64,128]{0,1}, f32[64,32]{1,0})->f32[128,32]{1,0}}"
     verify(m)
-    from hlo_tools.xla_compile import compile
+    from xla_bridge.xla_compile import compile
 
     res = compile(m, pipeline="as-written")
     # documented finding: through the bridge XLA gives parameters its default layout
@@ -93,7 +93,7 @@ def test_entry_layout_assignment_writes_the_attribute_and_xla_reassigns_it():
 
 @pytest.mark.parametrize("name", ["gemma2-tiny-prefill-f32", "mixtral-tiny-prefill-f32"])
 def test_corpus_transpose_folding_verifies_and_gives_equal_outputs(name):
-    from hlo_tools.xla_run import compare
+    from xla_bridge.xla_run import compare
 
     e = next(iter(corpus.load(name)))
     m = e.module("before_optimizations")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import hlo_tools
-from hlo_tools import HloOpcode, xla
+from hlo_tools import HloOpcode
+from xla_bridge import xla
 from hlo_tools.opcode import ELEMENTWISE
 from passes.fusion import FusionError, inline_fusion, outline_fusion
 from tests.conftest import corpus_stage_texts

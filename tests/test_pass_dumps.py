@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import corpus
-from corpus import pass_dumps
-from hlo_tools.cli import main as hlo_main
+from hlo_lab import pass_dumps
+from hlo_lab.cli import main as hlo_main
 
 pytest.importorskip("jax")
 

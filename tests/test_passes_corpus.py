@@ -8,7 +8,7 @@ import pytest
 
 import corpus
 import hlo_tools
-from hlo_tools import xla
+import xla_bridge as xla
 from passes import PassManager, get_pass
 
 _HAVE = (corpus.CORPUS_DIR / "manifest.json").exists()

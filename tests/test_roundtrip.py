@@ -14,7 +14,7 @@ import json
 import pytest
 
 import hlo_tools
-from hlo_tools.fidelity import fidelity_problem as _fidelity_problem
+from xla_bridge.fidelity import fidelity_problem as _fidelity_problem
 from tests.conftest import CONFORMANCE, accepted_modules, corpus_stage_texts
 
 

@@ -66,7 +66,7 @@ def _slow_folder(tmp_path: Path) -> Path:
 
 def _start_scan(folder: Path, out: Path) -> subprocess.Popen:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    return subprocess.Popen([sys.executable, "-m", "hlo_tools.cli", "scan", str(folder), "-o", str(out), "-j", "2",
+    return subprocess.Popen([sys.executable, "-m", "hlo_lab.cli", "scan", str(folder), "-o", str(out), "-j", "2",
                              "-q", "--no-cache"], start_new_session=True, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -215,7 +215,7 @@ def test_file_names_are_text_in_report_md(tmp_path):
 
 
 def test_no_modules_is_an_error_not_an_empty_success(tmp_path, capsys):
-    from hlo_tools.cli import main
+    from hlo_lab.cli import main
 
     folder = tmp_path / "empty"
     folder.mkdir()

@@ -6,7 +6,7 @@ import corpus
 from fusion_analysis.memory import profile
 from fusion_analysis.overlap import overlap
 from hlo_tools import parse, verify
-from hlo_tools.xla import xla_module_from_text
+from xla_bridge.xla import xla_module_from_text
 from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler
 
 # Two independent chains: the written order keeps both big intermediates alive at once.
@@ -45,8 +45,8 @@ def test_memory_scheduler_finishes_one_chain_before_starting_the_other():
 
 
 def test_post_scheduler_hook_makes_xla_run_exactly_our_order():
-    from hlo_tools.xla_compile import Hook, compile
-    from hlo_tools.xla_run import compare
+    from xla_bridge.xla_compile import Hook, compile
+    from xla_bridge.xla_run import compare
 
     e = next(iter(corpus.load("llama3-tiny-prefill-f32")))
     orig = e.module("before_optimizations")

@@ -120,7 +120,7 @@ def test_conformance_modules_verify():
 @pytest.mark.parametrize("name", ["s1", "u4", "pred", "f32", "bf16", "f8e4m3fn", "token", "opaque", "tuple", "s33", "f32x", "x"])
 def test_instruction_named_like_an_element_type_is_what_xla_rejects(name):
     """The verifier flags exactly the names XLA's parser rejects (it sanitizes them)."""
-    from hlo_tools.xla import XlaCompileError, proto_from_text
+    from xla_bridge.xla import XlaCompileError, proto_from_text
 
     text = f"HloModule m\n\nENTRY e {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT {name} = f32[4]{{0}} negate(p)\n}}\n"
     ours = verify(hlo_tools.parse(text), raise_on_error=False)

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import hlo_tools
-from hlo_tools.cli import main
+from hlo_lab.cli import main
 from hlo_tools.opcode import HloOpcode
 from visualize import FocusOptions, VisualizeError, diff_modules, format_diff, select
 from visualize.samples import corpus_module, jax_pair

@@ -8,9 +8,9 @@ pytest.importorskip("jax")
 
 from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
-from hlo_tools.xla import XlaCompileError, canonical_text, jax_versions
-from hlo_tools.xla_compile import AS_WRITTEN_DISABLED_PASSES, compile, disabled_passes, parse_flags
-from hlo_tools.xla_examples import FUSION_KLOOP, UNFUSED
+from xla_bridge.xla import XlaCompileError, canonical_text, jax_versions
+from xla_bridge.xla_compile import AS_WRITTEN_DISABLED_PASSES, compile, disabled_passes, parse_flags
+from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED
 
 
 def fused_bodies(res) -> dict[str, list[str]]:
@@ -101,7 +101,7 @@ def test_existing_helpers_keep_their_behaviour():
 
 
 def test_lazy_reexports_from_xla_module():
-    import hlo_tools.xla as x
+    import xla_bridge.xla as x
 
     assert x.compile is compile
     with pytest.raises(AttributeError):

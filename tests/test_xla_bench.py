@@ -9,10 +9,10 @@ import pytest
 pytest.importorskip("jax")
 
 from hlo_tools import parse
-from hlo_tools.cli import main
-from hlo_tools.xla_bench import benchmark, harness_overhead
-from hlo_tools.xla_examples import FUSION_KLOOP, UNFUSED
-from hlo_tools.xla_results import connect, history, record
+from hlo_lab.cli import main
+from xla_bridge.xla_bench import benchmark, harness_overhead
+from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED
+from xla_bridge.xla_results import connect, history, record
 
 
 def test_benchmark_interleaves_and_reports_spread():
@@ -94,7 +94,7 @@ def test_cli_bench_and_history(files, capsys):
 
 
 def test_cli_bench_runs_fusion_passes_at_the_hook(files, capsys):
-    from hlo_tools import xla
+    from xla_bridge import xla
 
     if not xla.hook_supported():
         pytest.skip("needs jax.extend.xla pipeline hooks")

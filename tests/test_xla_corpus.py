@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("jax")
 
 from hlo_tools import parse
-from hlo_tools.xla import cuda_plugin_available
-from hlo_tools.xla_compile import compile
-from hlo_tools.xla_run import compare
+from xla_bridge.xla import cuda_plugin_available
+from xla_bridge.xla_compile import compile
+from xla_bridge.xla_run import compare
 
 MANIFEST = Path(__file__).resolve().parent.parent / "corpus" / "manifest.json"
 

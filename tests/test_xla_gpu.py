@@ -9,10 +9,10 @@ pytest.importorskip("jax")
 
 from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
-from hlo_tools.xla import XlaCompileError, backend_available, cuda_plugin_available, hook_supported
-from hlo_tools.xla_compile import compile
-from hlo_tools.xla_examples import FUSION_KLOOP, UNFUSED
-from hlo_tools.xla_targets import UnknownTargetError, device_description, target_config
+from xla_bridge.xla import XlaCompileError, backend_available, cuda_plugin_available, hook_supported
+from xla_bridge.xla_compile import compile
+from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED
+from xla_bridge.xla_targets import UnknownTargetError, device_description, target_config
 
 needs_plugin = pytest.mark.skipif(not cuda_plugin_available(),
                                   reason="jax's CUDA plugin is not installed (pip install --no-deps jax-cuda12-plugin "
@@ -72,7 +72,7 @@ def test_deviceless_h100_as_written_keeps_a_hand_written_fusion():
 
 @pytest.mark.skipif(not backend_available("gpu"), reason="no GPU visible to jax")
 def test_on_a_real_gpu_as_written_and_stock_agree():
-    from hlo_tools.xla_run import compare
+    from xla_bridge.xla_run import compare
 
     cmp = compare(parse(UNFUSED), parse(FUSION_KLOOP), backend="gpu", pipeline_b="as-written")
     assert cmp.ok, str(cmp)

@@ -8,11 +8,11 @@ pytest.importorskip("jax")
 
 from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
-from hlo_tools.xla import XlaCompileError, hook_supported
-from hlo_tools.xla_compile import Hook, compile
-from hlo_tools.xla_examples import TWO_BRANCHES, UNFUSED
-from hlo_tools.xla_inputs import make_inputs
-from hlo_tools.xla_run import compare_outputs, run
+from xla_bridge.xla import XlaCompileError, hook_supported
+from xla_bridge.xla_compile import Hook, compile
+from xla_bridge.xla_examples import TWO_BRANCHES, UNFUSED
+from xla_bridge.xla_inputs import make_inputs
+from xla_bridge.xla_run import compare_outputs, run
 
 pytestmark = pytest.mark.skipif(not hook_supported(), reason="this jax has no HLO module transformation hook (jax >= 0.12)")
 

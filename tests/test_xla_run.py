@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("jax")
 
 from hlo_tools import parse
-from hlo_tools.xla import XlaCompileError
-from hlo_tools.xla_compile import compile
-from hlo_tools.xla_examples import FUSION_KLOOP, INDICES, TWO_BRANCHES, UNFUSED
-from hlo_tools.xla_inputs import index_bounds, make_inputs
-from hlo_tools.xla_run import compare, compare_outputs, diff_output, run
+from xla_bridge.xla import XlaCompileError
+from xla_bridge.xla_compile import compile
+from xla_bridge.xla_examples import FUSION_KLOOP, INDICES, TWO_BRANCHES, UNFUSED
+from xla_bridge.xla_inputs import index_bounds, make_inputs
+from xla_bridge.xla_run import compare, compare_outputs, diff_output, run
 
 
 def test_inputs_are_deterministic_typed_and_index_safe():

@@ -18,11 +18,12 @@ import pytest
 pytest.importorskip("jax")
 
 import corpus  # noqa: E402
-from hlo_tools import HloError, parse, xla_worker  # noqa: E402
-from hlo_tools.xla import XlaAbortError, XlaCompileError, backend_available, hook_supported  # noqa: E402
-from hlo_tools.xla_compile import Hook, compile, is_optimized  # noqa: E402
-from hlo_tools.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
-from hlo_tools.xla_run import compare, run_module  # noqa: E402
+from hlo_tools import HloError, parse  # noqa: E402
+from xla_bridge import xla_worker  # noqa: E402
+from xla_bridge.xla import XlaAbortError, XlaCompileError, backend_available, hook_supported  # noqa: E402
+from xla_bridge.xla_compile import Hook, compile, is_optimized  # noqa: E402
+from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
+from xla_bridge.xla_run import compare, run_module  # noqa: E402
 from tests.conftest import run_hlo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +130,7 @@ def test_a_hooked_benchmark_in_the_worker_brings_the_hooks_state_back():
     from passes import parse_pipeline
     from passes.fusion.pipeline import FusionHook
 
-    from hlo_tools.xla_bench import benchmark
+    from xla_bridge.xla_bench import benchmark
 
     fusion_hook = FusionHook(parse_pipeline("producer-consumer-fusion,dce"))
     hook = Hook(fusion_hook, "pre-scheduler")
@@ -150,7 +151,7 @@ def test_the_parents_environment_reaches_the_worker(monkeypatch):
 
 _PARENT = """
 import sys, time
-from hlo_tools import xla_worker
+from xla_bridge import xla_worker
 xla_worker.contained(sum, ([1, 2],))
 print(xla_worker.worker().pid, flush=True)
 time.sleep(60)
@@ -180,7 +181,7 @@ def test_the_worker_ends_with_its_parent_even_when_the_parent_is_killed():
 
 
 def test_a_study_loop_keeps_the_other_modules_rows(files):
-    from passes.fusion.study import CpuRow, StudyError, studies
+    from hlo_lab.study import CpuRow, StudyError, studies
 
     rows = studies([("aborts", files["fused"].read_text()), ("unfused", UNFUSED)], "producer-consumer-fusion,dce",
                    reps=2, warmup=0)

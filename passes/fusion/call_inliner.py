@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 
-from ..base import Pass
-from ..dce import remove_unreachable_computations
-from ..registry import register_pass
+from passes.base import Pass
+from passes.dce import remove_unreachable_computations
+from passes.registry import register_pass
 
 
 def inline_call(call: Instruction) -> list[Instruction]:

@@ -40,10 +40,10 @@ from typing import Callable, Protocol, Sequence
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 
-from ..base import Pass
-from ..registry import register_pass
+from passes.base import Pass
+from passes.registry import register_pass
 from .clusters import Cluster, Clusters, fusible_computations
-from .legality import ALLOW, Decision, fusible, shape_key
+from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 from .producer_consumer import loop_kind
 
 #: Default bound on a member's output size: 64 KiB (16K f32 elements), about

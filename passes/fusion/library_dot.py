@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from hlo_tools import HloOpcode, Instruction, Module
 
-from ..base import Pass
-from ..registry import register_pass
+from passes.base import Pass
+from passes.registry import register_pass
 from .clusters import fusible_computations
 from .outline import outline_fusion
 

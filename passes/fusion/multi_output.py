@@ -28,10 +28,10 @@ from typing import Callable
 
 from hlo_tools import HloOpcode, Instruction, Module
 
-from ..base import Pass
-from ..registry import register_pass
+from passes.base import Pass
+from passes.registry import register_pass
 from .clusters import Cluster, Clusters, fusible_computations
-from .legality import ALLOW, Decision, fusible, shape_key
+from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 from .producer_consumer import FusionLog, loop_kind
 
 #: A sibling profitability: (shared value, cluster a, cluster b, clusters) -> Decision.

@@ -9,9 +9,9 @@ from typing import Iterable
 
 from hlo_tools import Computation, HloOpcode, Instruction, IrError, Module, Shape
 
-from ..base import Pass
-from .legality import path_around
-from ..registry import register_pass
+from passes.base import Pass
+from fusion_analysis.legality import path_around
+from passes.registry import register_pass
 
 
 class FusionError(IrError):

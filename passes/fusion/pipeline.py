@@ -22,9 +22,10 @@ from typing import Sequence
 
 from hlo_tools import HloOpcode, Module
 
-from ..base import Pass
-from ..manager import PassManager
-from ..registry import parse_pipeline
+from passes.base import Pass
+from passes.manager import PassManager
+from passes.registry import parse_pipeline
+from xla_bridge.xla_compile import HOOK_STAGE  # noqa: F401 - where FusionHook runs; defined by the bridge
 
 #: The best pipeline found on the bundled corpus (XLA:CPU, hooked route): every
 #: fusion pass but priority (its own alternative to the first three), in the order
@@ -38,16 +39,6 @@ PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
 TEXT_PREFIX = "call-inliner,simplify,cse,dce"
 
 
-#: Where a fusion pipeline runs inside XLA's pipeline, per backend. jax's
-#: "pre-scheduler" transformation runs on XLA:CPU after layout assignment, just
-#: before scheduling: the right place. On XLA:GPU the same stage runs at the end
-#: of the "optimization" pipeline, before layout assignment, which then
-#: CHECK-fails on fusion bodies; its "post-scheduler" stage runs after layout
-#: assignment, gemm rewriting and scheduling, on the unfused module, and XLA:GPU
-#: compiles the fusions handed back there as written (outline_fusion keeps the
-#: instruction order a valid schedule; XLA's fusion-wrapper then wraps what is
-#: left alone).
-HOOK_STAGE = {"cpu": "pre-scheduler", "gpu": "post-scheduler"}
 
 
 @dataclass

@@ -42,10 +42,10 @@ from typing import Callable, Sequence
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 
-from ..base import Pass
-from ..registry import register_pass
+from passes.base import Pass
+from passes.registry import register_pass
 from .clusters import Cluster, Clusters, fusible_computations
-from .legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reused_within, shape_key
+from fusion_analysis.legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reused_within, shape_key
 from .producer_consumer import FusionLog, loop_kind
 from .profitability import Profitability, bytes_saved, default_profitability
 

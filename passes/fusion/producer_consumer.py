@@ -18,10 +18,10 @@ from typing import Callable
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 
-from ..registry import register_pass
-from ..base import Pass
+from passes.registry import register_pass
+from passes.base import Pass
 from .clusters import Cluster, Clusters, fusible_computations
-from .legality import Decision, can_fuse, fusible, is_expensive_producer, reused_within
+from fusion_analysis.legality import Decision, can_fuse, fusible, is_expensive_producer, reused_within
 from .profitability import Profitability, default_profitability
 
 

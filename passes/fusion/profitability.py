@@ -17,7 +17,7 @@ from typing import Callable, Protocol, Sequence
 
 from hlo_tools import HloOpcode, Instruction
 
-from .legality import ALLOW, Decision, is_expensive_producer
+from fusion_analysis.legality import ALLOW, Decision, is_expensive_producer
 
 
 class Profitability(Protocol):

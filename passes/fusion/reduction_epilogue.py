@@ -29,10 +29,10 @@ from typing import Sequence
 from hlo_tools import HloOpcode, Instruction, Module
 from hlo_tools.opcode import ELEMENTWISE
 
-from ..base import Pass
-from ..registry import register_pass
+from passes.base import Pass
+from passes.registry import register_pass
 from .clusters import Clusters, fusible_computations
-from .legality import ALLOW, Decision
+from fusion_analysis.legality import ALLOW, Decision
 from .producer_consumer import FusionLog, grow, loop_kind
 from .profitability import default_profitability
 

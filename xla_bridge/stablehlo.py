@@ -10,13 +10,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 from . import xla
-from .ir import Module
+from hlo_tools.ir import Module
 
 
 def to_module(mlir_module: str | bytes, source: str = "<stablehlo>") -> Module:
     """A StableHLO (or MHLO) module, as text or bytecode, converted by XLA to HLO
     and parsed into our IR."""
-    from .parser import parse
+    from hlo_tools.parser import parse
 
     try:
         text = xla.stablehlo_to_hlo_text(mlir_module)
@@ -58,7 +58,7 @@ def from_jax(fn, *example_args, **example_kwargs) -> Module:
     lowered = jax.jit(fn).lower(*example_args, **example_kwargs)
     name = getattr(fn, "__name__", "fn")
     text = _hlo_text_with_metadata(lowered)
-    from .parser import parse
+    from hlo_tools.parser import parse
 
     return parse(text, source=f"<from_jax {name}>")
 

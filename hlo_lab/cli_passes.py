@@ -9,8 +9,8 @@ def _cmd_opt(args) -> int:
     from hlo_tools import HloParseError, load
     from hlo_tools.fileio import check_writable, write_output
 
-    from .manager import PassError, PassManager
-    from .registry import available_passes, parse_pipeline
+    from passes.manager import PassError, PassManager
+    from passes.registry import available_passes, parse_pipeline
 
     if args.list:
         print("\n".join(available_passes()))

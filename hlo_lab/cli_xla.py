@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 
-from .errors import HloError, HloParseError
+from hlo_tools.errors import HloError, HloParseError
 
 
 def _load(path: str):
-    from .parser import load
+    from xla_bridge import load
 
     return load(path)
 
@@ -20,10 +20,10 @@ def _flags(args) -> list[str]:
 
 
 def _cmd_compile(args) -> int:
-    from .xla import XlaCompileError
-    from .xla_compile import compile
+    from xla_bridge.xla import XlaCompileError
+    from xla_bridge.xla_compile import compile
 
-    from .fileio import check_writable
+    from hlo_tools.fileio import check_writable
 
     if args.dump_optimized:
         check_writable(args.dump_optimized)  # before compiling: a bad path fails at once
@@ -39,7 +39,7 @@ def _cmd_compile(args) -> int:
         print(f"hlo compile: {e}", file=sys.stderr)
         return 2
     if args.dump_optimized:
-        from .fileio import write_output
+        from hlo_tools.fileio import write_output
 
         write_output(args.dump_optimized, res.optimized_text)
     kinds: dict[str, int] = {}
@@ -64,8 +64,8 @@ def _cmd_compile(args) -> int:
 def _cmd_run(args) -> int:
     import numpy as np
 
-    from .xla import XlaCompileError
-    from .xla_run import run_module
+    from xla_bridge.xla import XlaCompileError
+    from xla_bridge.xla_run import run_module
 
     try:
         module = _load(args.file)
@@ -85,8 +85,8 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from .xla import XlaCompileError
-    from .xla_run import compare
+    from xla_bridge.xla import XlaCompileError
+    from xla_bridge.xla_run import compare
 
     try:
         cmp = compare(_load(args.a), _load(args.b), backend=args.backend, pipeline_a=args.pipeline_a,
@@ -128,8 +128,8 @@ def _bench_hooked(original, pipeline: list, args):
     as pickled Pass objects) and the module they left comes back."""
     from passes.fusion.pipeline import FusionHook
 
-    from .xla_bench import benchmark
-    from .xla_compile import Hook
+    from xla_bridge.xla_bench import benchmark
+    from xla_bridge.xla_compile import Hook
 
     passes_hook = FusionHook(pipeline)
     res = benchmark(original, original, backend=args.backend, pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b,
@@ -139,9 +139,9 @@ def _bench_hooked(original, pipeline: list, args):
 
 
 def _cmd_bench(args) -> int:
-    from .xla import XlaCompileError
-    from .xla_bench import benchmark
-    from .xla_results import record
+    from xla_bridge.xla import XlaCompileError
+    from xla_bridge.xla_bench import benchmark
+    from xla_bridge.xla_results import record
 
     try:
         if args.hook and not args.passes:
@@ -175,7 +175,7 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_history(args) -> int:
-    from .xla_results import history
+    from xla_bridge.xla_results import history
 
     rows = history(args.db, limit=args.limit, module=args.module)
     if args.json:

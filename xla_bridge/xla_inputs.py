@@ -13,9 +13,9 @@ import re
 
 import numpy as np
 
-from .ir import Instruction, Module
-from .opcode import HloOpcode
-from .shape import PrimitiveType, Shape
+from hlo_tools.ir import Instruction, Module
+from hlo_tools.opcode import HloOpcode
+from hlo_tools.shape import PrimitiveType, Shape
 
 _INT_RE = re.compile(r"-?\d+")
 

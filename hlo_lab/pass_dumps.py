@@ -21,7 +21,8 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .dump import DumpModule, from_dump_dir
+from corpus.dump import DumpModule, from_dump_dir
+from xla_bridge import load
 
 __all__ = ["Step", "Walk", "find_module", "modules_with_passes", "walk", "load_step", "diff_steps", "first_changes"]
 
@@ -145,10 +146,8 @@ def _steps(module: DumpModule) -> list[Step]:
 
 
 def load_step(step: Step):  # -> hlo_tools.ir.Module
-    """The module of one step (``hlo_tools.load``: text or ``.hlo.pb``)."""
-    import hlo_tools
-
-    return hlo_tools.load(step.path)
+    """The module of one step (``xla_bridge.load``: text or ``.hlo.pb``)."""
+    return load(step.path)
 
 
 def walk(module: DumpModule, *, find: Iterable[str] = (),

@@ -5,8 +5,8 @@ Every call into jaxlib internals is one small function here, with fallbacks for
 the names that moved between jax 0.10, 0.11 and 0.12, so a rename in a new jax
 release is one fix.  The user-facing layer is in ``xla_compile`` (compile),
 ``xla_run`` (inputs, run, compare), ``xla_bench`` (timing) and ``xla_results``
-(the SQLite db); ``compile``, ``run``, ``compare`` and ``benchmark`` are also
-reachable as ``hlo_tools.xla.compile`` etc.  ``xla_worker`` runs them in a child
+(the SQLite db); ``compile``, ``run``, ``compare`` and ``benchmark`` are
+imported from the package: ``from xla_bridge import compile``.  ``xla_worker`` runs them in a child
 process when asked (``contained=True``, what the ``hlo`` commands and the fusion
 study do), so that an XLA abort becomes ``XlaAbortError`` instead of the end of
 the caller.
@@ -21,7 +21,7 @@ import re
 from functools import lru_cache
 from typing import Any, Callable
 
-from .errors import HloError, HloParseError
+from hlo_tools.errors import HloError, HloParseError
 
 
 class XlaCompileError(HloError):
@@ -448,23 +448,6 @@ def compile_deviceless_gpu(text: str, target_config_text: str, debug_options: di
     with jax_mlir.make_ir_context():
         ir_module = ir.Module.parse(mlir_bytes)
         return dev.client.compile(ir_module, _xc().DeviceList((dev,)), opts), dev
-
-
-# -- lazy re-exports of the user-facing layer -----------------------------------------
-
-_LAZY = {
-    "compile": "xla_compile", "CompileResult": "xla_compile", "AS_WRITTEN_DISABLED_PASSES": "xla_compile",
-    "make_inputs": "xla_inputs", "run": "xla_run", "run_module": "xla_run", "compare": "xla_run",
-    "compare_outputs": "xla_run", "contained": "xla_worker",
-    "Comparison": "xla_run", "benchmark": "xla_bench", "BenchResult": "xla_bench",
-}
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        mod = importlib.import_module(f"{__package__}.{_LAZY[name]}")
-        return getattr(mod, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _MODULE_NAME_RE = re.compile(r"^\s*HloModule\s+([^\s,]+)", re.M)

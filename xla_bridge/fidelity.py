@@ -4,8 +4,8 @@ the conformance tests and ``hlo demo``."""
 from __future__ import annotations
 
 from . import xla
-from .errors import HloParseError
-from .parser import parse
+from hlo_tools.errors import HloParseError
+from hlo_tools.parser import parse
 
 
 def fidelity_problem(text: str, source: str = "<string>") -> str | None:

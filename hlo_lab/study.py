@@ -8,7 +8,7 @@ compiled exactly the fusions we wrote.
 
 GPU (compiled, no GPU needed): stock XLA:GPU compiled here for a target
 (deviceless) vs XLA:GPU "as-written" with our pipeline at its post-scheduler
-hook (``pipeline.HOOK_STAGE``), kernels and bytes from XLA's HloCostAnalysis
+hook (``xla_compile.HOOK_STAGE``), kernels and bytes from XLA's HloCostAnalysis
 of both optimized modules, time predicted by our roofline for that device, and
 whether XLA:GPU compiled every fusion we wrote.
 
@@ -25,7 +25,8 @@ from typing import Any
 
 from hlo_tools import HloOpcode, Module
 
-from .pipeline import HOOK_STAGE, FusionHook, passes_of
+from passes.fusion.pipeline import FusionHook, passes_of
+from xla_bridge.xla_compile import HOOK_STAGE
 
 #: Not kernels: no code runs for them.
 FREE = frozenset({HloOpcode.PARAMETER, HloOpcode.CONSTANT, HloOpcode.BITCAST, HloOpcode.TUPLE,
@@ -80,9 +81,9 @@ def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 
     ``backend="gpu"`` does the same on a real GPU (CPU-only passes dropped); with
     this jax it fails at compile time (see the module docstring).  ``contained``:
     all of it in the XLA worker (``spec`` goes there as names or Pass objects)."""
-    from hlo_tools import xla_worker
-    from hlo_tools.xla_bench import benchmark
-    from hlo_tools.xla_compile import Hook, compile
+    from xla_bridge import xla_worker
+    from xla_bridge.xla_bench import benchmark
+    from xla_bridge.xla_compile import Hook, compile
 
     if contained and not xla_worker.in_worker():
         return xla_worker.contained(cpu_study, (name, text, spec), dict(reps=reps, warmup=warmup, backend=backend),
@@ -141,8 +142,8 @@ def gpu_study(name: str, text: str, spec: str, target: str = "h100", *, containe
     ``contained``: in the XLA worker."""
     from fusion_analysis import devices
     from fusion_analysis.roofline import roofline
-    from hlo_tools import xla, xla_worker
-    from hlo_tools.xla_compile import Hook, compile
+    from xla_bridge import xla, xla_worker
+    from xla_bridge.xla_compile import Hook, compile
 
     if contained and not xla_worker.in_worker():
         return xla_worker.contained(gpu_study, (name, text, spec, target), phase="compiling", module=name,
@@ -176,7 +177,7 @@ def studies(modules, spec: str, *, reps: int = 30, warmup: int = 5, backend: str
     """``cpu_study`` (or ``gpu_study`` for ``target``) of each ``(name, text)``, in
     order; a module XLA refuses or aborts on becomes a ``StudyError`` row and the
     others go on."""
-    from hlo_tools.xla import XlaCompileError
+    from xla_bridge.xla import XlaCompileError
 
     rows: list[CpuRow | GpuRow | StudyError] = []
     for name, text in modules:

@@ -10,11 +10,11 @@ import sys
 def _cmd_analyze(args) -> int:
     from hlo_tools.errors import HloParseError
 
-    from . import devices
-    from .report import fmt_bytes, fmt_time
-    from hlo_tools.parser import read_text  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
+    from fusion_analysis import devices
+    from fusion_analysis.report import fmt_bytes, fmt_time
+    from xla_bridge import read_text  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
 
-    from .scan import analyze_text
+    from fusion_analysis.scan import analyze_text
 
     try:
         devices.load(args.device)  # an unknown device is an error before any parsing
@@ -27,7 +27,7 @@ def _cmd_analyze(args) -> int:
         print(f"hlo analyze: {e}", file=sys.stderr)
         return 1
     if args.compare_xla:
-        from hlo_tools import xla
+        from xla_bridge import xla
 
         x = xla.cost_analysis_of_text(text, contained=True)
         r["xla_cost"] = {k: x.get(k) for k in r["cost"]}
@@ -69,7 +69,7 @@ def _cmd_analyze(args) -> int:
 def _cmd_scan(args) -> int:
     from hlo_tools.fileio import check_writable
 
-    from .scan import scan
+    from fusion_analysis.scan import scan
 
     check_writable(args.output, directory=True)  # before the scan, not after it
     try:
@@ -103,8 +103,8 @@ def _cmd_scan(args) -> int:
 
 
 def _cmd_passes_dump(args) -> int:
-    """``hlo passes-dump``: one module's per-pass dumps in order (corpus.pass_dumps)."""
-    from corpus import pass_dumps
+    """``hlo passes-dump``: one module's per-pass dumps in order (hlo_lab.pass_dumps)."""
+    from hlo_lab import pass_dumps
 
     try:
         if args.module is None and len(mods := pass_dumps.modules_with_passes(args.dir)) > 1:
@@ -200,7 +200,7 @@ def _list_pass_modules(mods, as_json: bool) -> int:
 
 def _cmd_fusion_log(args) -> int:
     """``hlo fusion-log``: XLA:GPU's priority-fusion decisions, step by step."""
-    from . import xla_fusion_log as fl
+    from fusion_analysis import xla_fusion_log as fl
 
     try:
         logs = fl.dump_logs(args.path, args.module)

@@ -41,7 +41,7 @@ from typing import Iterable
 from hlo_tools import HloOpcode, Instruction
 from hlo_tools.opcode import ELEMENTWISE
 
-from ..side_effects import NON_DETERMINISTIC, SideEffects
+from hlo_tools.side_effects import NON_DETERMINISTIC, SideEffects
 
 
 @dataclass(frozen=True)

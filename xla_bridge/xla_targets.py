@@ -15,7 +15,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import HloError
+from hlo_tools.errors import HloError
 
 #: name -> (file name in gpu_specs/, XLA's device_description_str)
 GPU_TARGETS: dict[str, tuple[str, str]] = {
@@ -89,7 +89,7 @@ def target_config(name: str) -> str:
         raise UnknownTargetError(
             f"no target config for {name!r}: not in {', '.join(str(d) for d in _spec_dirs()[:-1])}, and the CUDA "
             "plugin (jax-cuda12-plugin) is missing or does not embed it")
-    from .fileio import OutputError, write_output
+    from hlo_tools.fileio import OutputError, write_output
 
     try:  # cache it: reading the 500 MB plugin takes a second
         write_output(_cache_dir() / fname, text)

@@ -48,8 +48,8 @@ import time
 import traceback
 from typing import Any, Callable, Iterator
 
-from .errors import HloError
-from .ir import Module
+from hlo_tools.errors import HloError
+from hlo_tools.ir import Module
 
 #: Environment variables that shape XLA in the worker (read once, at its start): a
 #: change restarts it.  (Not those jax itself sets on import, e.g. TF_CPP_MIN_LOG_LEVEL.)
@@ -81,7 +81,7 @@ def in_worker() -> bool:
 
 
 def _module_from_text(text: str, source: str):
-    from .parser import parse
+    from hlo_tools.parser import parse
 
     return parse(text, source=source)
 
@@ -273,7 +273,7 @@ class Worker:
         os.unlink(path)  # anonymous: nothing to clean up, whatever happens
         t0 = time.perf_counter()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "hlo_tools.xla_worker"], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-m", "xla_bridge.xla_worker"], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self._stderr_fd, env=_child_env(),
                                          close_fds=True)
         except OSError as e:
@@ -463,6 +463,6 @@ def _serve() -> int:
 if __name__ == "__main__":
     # Serve from the package's module, not from this ``__main__`` copy of it: the
     # bridge's ``note`` and ``in_worker`` read the package module's globals.
-    from hlo_tools import xla_worker
+    from xla_bridge import xla_worker
 
     sys.exit(xla_worker._serve())

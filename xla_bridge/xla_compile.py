@@ -20,8 +20,8 @@ from functools import cached_property
 from typing import Any, Callable
 
 from . import xla, xla_worker
-from .ir import Module
-from .opcode import HloOpcode
+from hlo_tools.ir import Module
+from hlo_tools.opcode import HloOpcode
 from .xla import XlaCompileError
 
 PIPELINES = ("stock", "as-written")
@@ -50,6 +50,18 @@ AS_WRITTEN_DISABLED_PASSES: dict[str, tuple[str, ...]] = {
         "horizontal-input-fusion",
     ),
 }
+
+
+#: Where a Python fusion pipeline runs inside XLA's pipeline, per backend. jax's
+#: "pre-scheduler" transformation runs on XLA:CPU after layout assignment, just
+#: before scheduling: the right place. On XLA:GPU the same stage runs at the end
+#: of the "optimization" pipeline, before layout assignment, which then
+#: CHECK-fails on fusion bodies; its "post-scheduler" stage runs after layout
+#: assignment, gemm rewriting and scheduling, on the unfused module, and XLA:GPU
+#: compiles the fusions handed back there as written (outline_fusion keeps the
+#: instruction order a valid schedule; XLA's fusion-wrapper then wraps what is
+#: left alone).
+HOOK_STAGE = {"cpu": "pre-scheduler", "gpu": "post-scheduler"}
 
 
 def disabled_passes(backend: str, pipeline: str) -> tuple[str, ...]:
@@ -102,7 +114,7 @@ class Hook:
         xla.hook_stage_name(self.stage)  # ValueError for an unknown stage, before any compile
 
     def callback(self, proto: bytes) -> bytes | None:
-        from .parser import parse
+        from hlo_tools.parser import parse
 
         self.calls += 1
         try:
@@ -185,7 +197,7 @@ class CompileResult:
     @cached_property
     def optimized_module(self) -> Module:
         """XLA's optimized module parsed into our IR."""
-        from .parser import parse
+        from hlo_tools.parser import parse
 
         return parse(self.optimized_text, source=f"<{self.module_name} optimized by XLA:{self.backend} {self.pipeline}>")
 
@@ -235,7 +247,7 @@ def is_optimized(text: str) -> bool:
 
 def _leaf_text(shape_text: str, lines: list[str], k: list[int]) -> str:
     """Appends instructions making a zero value of ``shape_text``; returns its name."""
-    from .shape import parse_shape
+    from hlo_tools.shape import parse_shape
 
     shape = parse_shape(shape_text)
     k[0] += 1

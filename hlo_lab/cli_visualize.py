@@ -1,6 +1,6 @@
 """``hlo viz`` and ``hlo diff``: thin layers over ``visualize`` functions.
 
-Registered by ``hlo_tools.cli``; heavy imports (graphviz, the page) happen inside
+Registered by ``hlo_lab.cli``; heavy imports (graphviz, the page) happen inside
 the commands so ``hlo --help`` stays fast.
 """
 
@@ -22,7 +22,7 @@ def _add_focus_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _focus(args: argparse.Namespace):
-    from .view import FocusOptions
+    from visualize.view import FocusOptions
 
     if args.radius < 0 or args.max_nodes < 1:
         raise SystemExit("hlo viz: --radius must be >= 0 and --max-nodes >= 1")
@@ -32,9 +32,9 @@ def _focus(args: argparse.Namespace):
 
 def _cmd_viz(args: argparse.Namespace) -> int:
     from hlo_tools.errors import HloParseError
-    from hlo_tools.parser import load
+    from xla_bridge import load
 
-    from .view import VisualizeError
+    from visualize.view import VisualizeError
 
     from hlo_tools.fileio import check_writable
 
@@ -55,7 +55,7 @@ def _cmd_viz(args: argparse.Namespace) -> int:
 def _read_summary(path: str) -> list[dict]:
     """The ``--summary`` file: a JSON list of objects, one per pass (what the
     page's pass table shows); anything else is a VisualizeError saying so."""
-    from .view import VisualizeError
+    from visualize.view import VisualizeError
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -73,14 +73,14 @@ def _read_summary(path: str) -> list[dict]:
 def _write(args: argparse.Namespace, before, after) -> int:
     from hlo_tools.fileio import write_output
 
-    from .dot import to_dot
-    from .render import write_graph
-    from .view import VisualizeError, select
+    from visualize.dot import to_dot
+    from visualize.render import write_graph
+    from visualize.view import VisualizeError, select
 
     options = _focus(args)
     out: str = args.output
     if out.endswith(".html"):
-        from .page import before_after_html, single_html
+        from visualize.page import before_after_html, single_html
 
         summary = _read_summary(args.summary) if args.summary else None
         text = before_after_html(before, after, options, summary=summary) if after is not None else single_html(before, options)
@@ -98,9 +98,9 @@ def _write(args: argparse.Namespace, before, after) -> int:
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     from hlo_tools.errors import HloParseError
-    from hlo_tools.parser import load
+    from xla_bridge import load
 
-    from .diff import diff_modules, format_diff
+    from visualize.diff import diff_modules, format_diff
 
     try:
         d = diff_modules(load(args.before), load(args.after))

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .parser import parse
-from .stats import module_stats
-from .verifier import verify
+from hlo_tools.parser import parse
+from hlo_tools.stats import module_stats
+from hlo_tools.verifier import verify
 
 
 def fidelity(report_lines: list[str]) -> int:
@@ -29,7 +29,7 @@ def fidelity(report_lines: list[str]) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from .fidelity import fidelity_problem
+    from xla_bridge.fidelity import fidelity_problem
 
     entries = list(corpus.load())
     jobs = [(e, stage) for e in entries for stage in e.files]
@@ -97,13 +97,13 @@ def fusion_step(pages: Path, lines: list[str], reps: int) -> tuple[list, list, i
     """Steps 3 and 4: the best pipeline against stock XLA on two modules."""
     import corpus
     from passes.fusion.pipeline import BEST
-    from passes.fusion.study import cpu_study, gpu_study
+    from hlo_lab.study import cpu_study, gpu_study
     from visualize.page import before_after_html
     from visualize.view import FocusOptions
 
-    from . import xla
-    from .fileio import write_output
-    from .xla import XlaCompileError
+    from xla_bridge import xla
+    from hlo_tools.fileio import write_output
+    from xla_bridge.xla import XlaCompileError
 
     entries = {e.name: e for e in corpus.load()}
     cpu_rows, gpu_rows, errors = [], [], []
@@ -165,7 +165,7 @@ def run_demo(report_path: str, *, reps: int = 30) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .fileio import write_output
+    from hlo_tools.fileio import write_output
 
     t0 = time.perf_counter()
     out = Path(report_path).resolve().parent

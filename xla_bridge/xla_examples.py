@@ -1,4 +1,10 @@
-"""Small hand-written HLO modules for the XLA bridge's tests, benches and docs."""
+"""Small hand-written HLO modules for the XLA bridge's tests, benches and docs,
+and one jax model lowered and compiled on the spot (``jax_texts``)."""
+
+from __future__ import annotations
+
+import functools
+import os
 
 FUSION_KLOOP = '''\
 HloModule fusion_kloop, entry_computation_layout={(f32[32,64]{1,0}, f32[32,64]{1,0})->f32[32,64]{1,0}}
@@ -60,3 +66,22 @@ ENTRY %main (x: f32[32,64], y: f32[32,64]) -> f32[32,64] {
   ROOT %exp = f32[32,64]{1,0} exponential(%sub)
 }
 '''
+
+
+@functools.lru_cache(maxsize=None)
+def jax_texts(layers: int = 1, width: int = 16) -> tuple[str, str]:
+    """(before, after) HLO text of a small jitted MLP: jax's lowering, and
+    XLA:CPU's optimized (fused) module."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+    import jax.numpy as jnp
+
+    def mlp(x, ws):
+        for w in ws:
+            x = jnp.tanh(x @ w + 1.0) * 2.0
+        return x.sum(axis=-1)
+
+    x = jnp.ones((8, width), jnp.float32)
+    ws = [jnp.ones((width, width), jnp.float32) for _ in range(layers)]
+    lowered = jax.jit(mlp).lower(x, ws)
+    return lowered.compiler_ir("hlo").as_hlo_text(), lowered.compile().as_text()

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sqlite3
 import sys
 from pathlib import Path
 
-from .errors import HloError, HloParseError
-from .fileio import check_writable, write_output
-from .formats import module_files
-from .parser import load
-from .stats import module_stats
-from .verifier import verify
-from .xla import XlaCompileError
+from hlo_tools.errors import HloError, HloParseError
+from hlo_tools.fileio import check_writable, write_output
+from hlo_tools.formats import module_files
+from hlo_tools.stats import module_stats
+from hlo_tools.verifier import verify
+from passes.registry import parse_pipeline
+from xla_bridge import load
+from xla_bridge.xla import XlaCompileError
+from xla_bridge.xla_compile import parse_flags
+
+from . import cli_analysis, cli_passes, cli_visualize, cli_xla
 
 
 def _inputs(paths: list[str]) -> list[str]:
@@ -155,20 +158,14 @@ def build_parser() -> argparse.ArgumentParser:
     kg.add_argument("--only")
     kg.add_argument("--out")
     k.set_defaults(func=_cmd_corpus)
-    for name in _EXTENSIONS:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-            continue
+    for mod in _EXTENSIONS:
         mod.register(sub)
     return p
 
 
 #: Modules that add subcommands: each has ``register(subparsers)`` and sets
-#: ``func`` on its parsers.  They import heavy dependencies inside the command.
-_EXTENSIONS = ("hlo_tools.cli_xla", "passes.cli", "fusion_analysis.cli", "visualize.cli")
+#: ``func`` on its parsers.
+_EXTENSIONS = (cli_xla, cli_passes, cli_analysis, cli_visualize)
 
 
 #: Commands whose failures exit 2 ("cannot compile/run"), so that compare's exit 1
@@ -236,10 +233,6 @@ def _unknown_pass(args: argparse.Namespace) -> str | None:
     if args.cmd not in _TAKES_PASSES or not isinstance(spec, str) or not spec.strip():
         return None
     try:
-        from passes.registry import parse_pipeline  # lazy: hlo_tools does not depend on passes
-    except ModuleNotFoundError:
-        return None
-    try:
         parse_pipeline(spec)
     except KeyError as e:
         return str(e.args[0]) if e.args else f"unknown pass in {spec!r}"
@@ -251,8 +244,6 @@ def _bad_xla_flag(args: argparse.Namespace) -> str | None:
     flags = getattr(args, "xla_flag", None)
     if not flags:
         return None
-    from .xla_compile import parse_flags
-
     try:
         parse_flags(flags)
     except ValueError as e:

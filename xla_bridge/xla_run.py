@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import xla, xla_worker
-from .ir import Module
+from hlo_tools.ir import Module
 from .xla import XlaCompileError
 
 #: (rtol, atol) per element type: |a - b| <= atol * max(1, max|b|) + rtol * |b|.
@@ -230,7 +230,7 @@ def _compiled(x, backend: str, pipeline: str, flags, target, hook=None):
 
 
 def _module_of(x) -> Module:
-    from .parser import parse
+    from hlo_tools.parser import parse
     from .xla_compile import CompileResult
 
     if isinstance(x, Module):

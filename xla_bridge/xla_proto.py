@@ -1,16 +1,22 @@
 """Binary and StableHLO module files to HLO text, through jaxlib.
 
-Imported only when such a file is loaded (``parser.read_text``), so that
-``import hlo_tools`` stays free of jax.  XLA prints the module; our parser
-then reads that text like any other.
+``read_text``/``load`` accept every module file a user has: HLO text through
+``hlo_tools.parser``, protos and StableHLO converted by XLA (in the XLA worker,
+so that a proto XLA CHECK-fails on ends the worker, not the caller).  XLA prints
+the module; our parser then reads that text like any other.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
-from .errors import HloParseError
-from .formats import find_module_proto
+from hlo_tools.errors import HloParseError
+from hlo_tools import formats
+from hlo_tools.formats import find_module_proto
+from hlo_tools.ir import Module
+from hlo_tools.parser import decode_text, parse
 from .xla import XlaAbortError, stablehlo_to_hlo_text
 from .xla_worker import contained
 
@@ -79,3 +85,23 @@ def hlo_text_from_stablehlo(data: bytes, source: str) -> str:
             raise HloParseError(f"StableHLO: {m.group(3).strip()}", source, max(line, 1), max(col, 1), text) from None
         first = m.group(3).strip() if m else (msg.strip().splitlines() or [type(e).__name__])[0]
         raise HloParseError(f"XLA cannot convert this StableHLO module: {first}", source, 1, 1) from None
+
+
+def read_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> str:
+    """HLO text of a module file, whatever form it has on disk: HLO text, a
+    serialized HloModuleProto/HloProto (``*.hlo.pb``, converted by XLA), or
+    StableHLO (``*.mlir``, text or bytecode), each optionally gzip'd.  Every
+    problem with the file is an HloParseError naming it (``hlo_tools.parser.read_text``)."""
+    p = Path(path)
+    data = formats.read_module_bytes(p, max_bytes=max_bytes)
+    kind = formats.module_format(p, data)
+    if kind == "proto":
+        return hlo_text_from_proto(data, str(p))
+    if kind == "stablehlo":
+        return hlo_text_from_stablehlo(data, str(p))
+    return decode_text(data, str(p))
+
+
+def load(path: str | os.PathLike) -> Module:
+    """A module from any module file (see ``read_text``)."""
+    return parse(read_text(path), source=str(path))

@@ -1,0 +1,63 @@
+"""The layers of docs/architecture.md hold: import-linter checks the contracts in
+pyproject.toml, on the tree and on copies of it with one forbidden import added
+(so that the check is known to fail when it should)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("hlo_lab", "visualize", "passes", "fusion_analysis", "corpus", "xla_bridge", "hlo_tools")
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    """import-linter on the packages under ``root``, with the project's contracts."""
+    return subprocess.run([str(LINT), "--no-cache", "--config", str(root / "pyproject.toml")], cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=300)
+
+
+def copy_tree(dest: Path) -> Path:
+    """The library's Python files and pyproject.toml, without the corpus' modules."""
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, dest / pkg, ignore=shutil.ignore_patterns("modules", "__pycache__", "*.gz"))
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+def test_the_tree_keeps_every_contract():
+    result = lint(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize("module, line, broken", [
+    # the IR reaching up into the passes
+    ("hlo_tools/ir.py", "import passes.dce", "hlo_tools is not allowed to import passes"),
+    # an analysis reaching up into a transform, hidden inside a function
+    ("fusion_analysis/cost.py", "def _late():\n    from passes.fusion import priority\n", "fusion_analysis is not allowed to import passes"),
+    # a library module importing the application
+    ("visualize/dot.py", "from hlo_lab import cli", "visualize is not allowed to import hlo_lab"),
+    # jax outside the XLA bridge
+    ("passes/dce.py", "import jax", "passes is not allowed to import jax"),
+])
+def test_an_upward_import_breaks_the_check(tmp_path, module, line, broken):
+    root = copy_tree(tmp_path)
+    path = root / module
+    path.write_text(path.read_text() + "\n" + line + "\n")
+    result = lint(root)
+    assert result.returncode != 0
+    assert broken in result.stdout, result.stdout
+    assert f"{module[:-3].replace('/', '.')} ->" in result.stdout
+
+
+def test_the_copy_alone_passes(tmp_path):
+    """The copy the tests above break is itself clean: their failures come from the added line."""
+    result = lint(copy_tree(tmp_path))
+    assert result.returncode == 0, result.stdout

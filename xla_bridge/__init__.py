@@ -1,0 +1,29 @@
+"""The XLA bridge: compile, run, compare, time and trace HLO modules with the XLA
+that jaxlib ships, and convert to and from StableHLO.  The only package that
+imports jax; jax itself is imported when first needed, so importing the bridge
+is cheap.
+
+    from xla_bridge import compile, compare, benchmark
+    result = compile(module, backend="cpu", pipeline="stock")
+
+The pieces: ``xla`` (every jaxlib internal, one small function each),
+``xla_compile``, ``xla_run``, ``xla_bench``, ``xla_trace``, ``xla_results`` (the
+SQLite history), ``xla_inputs``, ``xla_targets`` (GPU target descriptions),
+``xla_worker`` (the child process that contains XLA aborts), ``xla_proto``
+(module files in any form), ``stablehlo``, ``fidelity``.
+"""
+
+from .stablehlo import from_jax
+from .xla import XlaAbortError, XlaCompileError
+from .xla_bench import BenchResult, benchmark
+from .xla_compile import AS_WRITTEN_DISABLED_PASSES, CompileResult, Hook, compile
+from .xla_inputs import make_inputs
+from .xla_proto import load, read_text
+from .xla_run import Comparison, compare, compare_outputs, run, run_module
+from .xla_worker import contained
+
+__all__ = [
+    "AS_WRITTEN_DISABLED_PASSES", "BenchResult", "CompileResult", "Comparison", "Hook", "XlaAbortError",
+    "XlaCompileError", "benchmark", "compare", "compare_outputs", "compile", "contained", "from_jax", "load",
+    "make_inputs", "read_text", "run", "run_module",
+]
