@@ -1,0 +1,96 @@
+"""Pass tests as HLO text in, FileCheck lines out: XLA's ``RunAndFilecheckHloRewrite``.
+
+    from hlo_tools.testing import assert_rewrite
+
+    assert_rewrite(HLO, MyPass(), '''
+    CHECK:      %[[EXP:[^ ]+]] = f32[8]{0} exponential(
+    CHECK-NEXT: ROOT {{.*}} negate(%[[EXP]])
+    ''')
+    assert_rewrite(OTHER_HLO, MyPass(), None)   # the pass must leave it alone
+
+The check lines are LLVM FileCheck's (CHECK, CHECK-NEXT, CHECK-SAME, CHECK-NOT,
+CHECK-DAG, ``[[NAME:regex]]`` captures, ``{{regex}}``), matched in-process by the
+``filecheck`` package, so a test says what the pass must have written and nothing
+about the rest of the module.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from filecheck.finput import FInput
+from filecheck.matcher import Matcher
+from filecheck.options import Options
+from filecheck.parser import Parser, pattern_for_opts
+
+from .ir import Module
+from .parser import parse
+from .verifier import verify
+
+__all__ = ["FileCheckResult", "HloPassLike", "assert_rewrite", "run_filecheck"]
+
+
+class HloPassLike(Protocol):
+    """Anything with XLA's ``HloPassInterface::Run`` shape: a pass or a pipeline."""
+
+    def run(self, module: Module) -> bool: ...
+
+
+@dataclass(frozen=True)
+class FileCheckResult:
+    """Whether the checks matched, and FileCheck's diagnostic when they did not."""
+
+    matched: bool
+    diagnostic: str
+
+    def __bool__(self) -> bool:
+        return self.matched
+
+
+def run_filecheck(text: str, checks: str) -> FileCheckResult:
+    """Matches ``text`` against the FileCheck directives in ``checks`` (the
+    ``CHECK`` prefix, LLVM's defaults), like XLA's ``RunFileCheck``."""
+    opts = Options(match_filename="<checks>", input_file="<hlo>")
+    matcher = Matcher(opts, FInput(opts.input_file, FInput.canonicalize_line_ends(text)),
+                      Parser(opts, io.StringIO(checks), *pattern_for_opts(opts)))
+    matcher.stderr = io.StringIO()  # the diagnostic belongs in the result, not on the terminal
+    code = matcher.run()
+    return FileCheckResult(code == 0, matcher.stderr.getvalue())
+
+
+def _name(pass_: HloPassLike) -> str:
+    return getattr(pass_, "name", None) or type(pass_).__name__
+
+
+def assert_rewrite(hlo_in: str | Module, pass_: HloPassLike, expected: str | None, *,
+                   accepted_by: Callable[[str], object] | None = None) -> bool:
+    """Runs ``pass_`` on ``hlo_in`` (HLO text, or a module, which is rewritten in
+    place so the caller can look further) and verifies the result.
+
+    ``expected=None``: the pass must report no change and leave the printed
+    module as it was; returns False.  Otherwise it must report a change and its
+    printed result must match the FileCheck lines ``expected``; returns True.
+    Either way the pass's ``changed`` must agree with the text, and
+    ``accepted_by`` (for instance XLA's parser, ``xla_bridge.xla.xla_module_from_text``)
+    is called on the printed result.  Failures show the printed module and
+    FileCheck's diagnostic.
+    """
+    module = parse(hlo_in) if isinstance(hlo_in, str) else hlo_in
+    before = module.to_text()
+    changed = bool(pass_.run(module))
+    after = module.to_text()
+    name = _name(pass_)
+    assert changed == (before != after), (
+        f"{name} returned changed={changed} but the printed module {'changed' if before != after else 'did not change'}:\n{after}")
+    verify(module)
+    if accepted_by is not None:
+        accepted_by(after)
+    if expected is None:
+        assert not changed, f"{name} was expected to leave the module unchanged; it wrote:\n{after}"
+        return False
+    assert changed, f"{name} did not change the module:\n{after}"
+    result = run_filecheck(after, expected)
+    assert result, f"{name} wrote:\n{after}\nFileCheck:\n{result.diagnostic}"
+    return True
