@@ -25,7 +25,7 @@ HOSTILE = ROOT / "tests" / "data" / "hostile"
 
 def _error(path: Path, **kw) -> HloParseError:
     with pytest.raises(HloParseError) as info:
-        read_text(path, **kw)
+        xla_bridge.read_text(path, **kw)  # every form; the same errors as hlo_tools' for text
     e = info.value
     assert e.source == str(path) and (e.line, e.column) == (1, 1)
     return e
@@ -172,7 +172,16 @@ def test_truncated_proto_is_an_error(dump, tmp_path):
     assert "not an HLO module" in _error(cut).message
     packed = tmp_path / "m.hlo.pb.gz"
     packed.write_bytes(gzip.compress(good.read_bytes()))
-    assert hlo_tools.load(packed).instruction_count == hlo_tools.load(good).instruction_count
+    assert xla_bridge.load(packed).instruction_count == xla_bridge.load(good).instruction_count
+
+
+def test_the_ir_layer_points_protos_to_the_bridge(dump):
+    """hlo_tools has no jax: it names the proto and says what reads it."""
+    good = next(dump.glob("*train_step.before_optimizations.hlo.pb"))
+    with pytest.raises(HloParseError) as info:
+        hlo_tools.load(good)
+    assert (info.value.source, info.value.line, info.value.column) == (str(good), 1, 1)
+    assert "serialized HloModuleProto" in info.value.message and "xla_bridge.load" in info.value.message
 
 
 def test_stablehlo_errors_are_located(tmp_path):
@@ -180,7 +189,7 @@ def test_stablehlo_errors_are_located(tmp_path):
     bad = tmp_path / "bad.mlir"
     bad.write_text("module @m {\n  func.func @main( }\n")
     with pytest.raises(HloParseError) as info:
-        hlo_tools.load(bad)
+        xla_bridge.load(bad)
     assert (info.value.source, info.value.line) == (str(bad), 2) and info.value.message.startswith("StableHLO:")
 
 
