@@ -7,7 +7,7 @@ on the pre-optimization module, compiled as written). Prints one row per module
 (kernels, XLA's bytes accessed, median ms, ratio with p10-p90, outputs equal,
 fusions kept) and ``geomean_speedup_vs_stock=...`` last. ``--gpu [h100]`` adds the
 XLA:GPU columns compiled here without a GPU (kernels, bytes, roofline-predicted
-time; see passes/fusion/study.py). Timings are A/B
+time; see hlo_lab/study.py). Timings are A/B
 interleaved (ABBA) medians; the machine is shared, so expect a few % of noise.
 
     JAX_PLATFORMS=cpu .venv/bin/python bench/fusion_vs_stock.py [--passes P1,P2] [--only GLOB] [--reps N] [--gpu h100]

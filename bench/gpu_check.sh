@@ -13,7 +13,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! "$PY" - <<'PYEOF' 2>/dev/null
 import sys
-from hlo_tools.xla import backend_available
+from xla_bridge.xla import backend_available
 sys.exit(0 if backend_available("gpu") else 1)
 PYEOF
 then
@@ -22,7 +22,7 @@ then
 fi
 
 "$PY" - <<'PYEOF'
-from hlo_tools.xla import get_client, hook_supported, jax_versions
+from xla_bridge.xla import get_client, hook_supported, jax_versions
 dev = get_client("gpu").local_devices()[0]
 v = jax_versions()
 print(f"GPU: {dev.device_kind}; jax {v['jax']} jaxlib {v['jaxlib']}; pipeline hook: {'yes' if hook_supported() else 'no'}")

@@ -165,8 +165,8 @@ def test_every_writer_goes_through_write_output():
     """No second copy of write-atomic: the modules that write user-named outputs
     import write_output, and none of them replaces files by itself."""
     root = Path(__file__).resolve().parent.parent
-    writers = ["hlo_tools/cli.py", "passes/cli.py", "passes/manager.py", "visualize/cli.py", "visualize/render.py",
-               "fusion_analysis/report.py", "fusion_analysis/devices.py", "hlo_tools/xla_targets.py"]
+    writers = ["hlo_lab/cli.py", "hlo_lab/cli_passes.py", "passes/manager.py", "hlo_lab/cli_visualize.py", "visualize/render.py",
+               "fusion_analysis/report.py", "fusion_analysis/devices.py", "xla_bridge/xla_targets.py"]
     for rel in writers:
         text = (root / rel).read_text()
         assert "write_output" in text, rel
