@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import sys
 
+from hlo_tools import HloParseError, load
+from hlo_tools.fileio import check_writable, write_output
+from passes import PassError, PassManager, available_passes, parse_pipeline
+
 
 def _cmd_opt(args) -> int:
-    from hlo_tools import HloParseError, load
-    from hlo_tools.fileio import check_writable, write_output
-
-    from passes.manager import PassError, PassManager
-    from passes.registry import available_passes, parse_pipeline
-
     if args.list:
         print("\n".join(available_passes()))
         return 0
@@ -35,11 +33,11 @@ def _cmd_opt(args) -> int:
         return 1
     manager = PassManager(pipeline, fixed_point=args.fixed_point, dump_dir=args.dump_dir)
     try:
-        result = manager.run(module)
+        report = manager.run_with_report(module)
     except PassError as e:
         print(f"hlo opt: {e}", file=sys.stderr)
         return 1
-    print(result.table(), file=sys.stderr if not args.output else sys.stdout)
+    print(report.table(), file=sys.stderr if not args.output else sys.stdout)
     text = module.to_text()
     if args.output:
         write_output(args.output, text)

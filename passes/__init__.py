@@ -1,15 +1,20 @@
-"""Passes over the HLO IR: the pass interface, a pass manager, and the passes.
+"""Passes over the HLO IR: the pass interface, pipelines (which are passes), and the passes.
 
-    from passes import PassManager, get_pass
-    PassManager([get_pass("dce"), get_pass("cse"), get_pass("simplify")], fixed_point=True).run(module)
+    from passes import FixedPoint, PassManager, get_pass
+    cleanup = PassManager([get_pass("dce"), get_pass("cse"), FixedPoint(get_pass("simplify"))], name="cleanup")
+    changed = PassManager([cleanup, get_pass("producer-consumer-fusion")]).run(module)
+    print(cleanup.run_with_report(module).table())   # what each pass did
 """
 
-from .base import ComputationPass, Pass
+from .base import ComputationPass, Pass, register_pass
+from .fixed_point import FixedPoint
 from .manager import PassError, PassManager, PassRecord, PipelineResult
-from .registry import available_passes, get_pass, parse_pipeline, register_pass
+from .registry import PASSES, available_passes, get_pass, parse_pipeline
 
 __all__ = [
+    "PASSES",
     "ComputationPass",
+    "FixedPoint",
     "Pass",
     "PassError",
     "PassManager",

@@ -1,59 +1,62 @@
-"""Named passes, so the CLI and notebooks can say ``--passes dce,cse,simplify``."""
+"""Named passes, so the CLI and notebooks can say ``--passes dce,cse,simplify``.
+
+The table is explicit: a pass gets a name on the command line by being listed
+here, not as a side effect of importing its module.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Mapping
 
-from .base import Pass
+from .base import Pass, register_pass  # noqa: F401 - register_pass first: pass modules still import it from here
+from .cse import CommonSubexpressionElimination
+from .dce import DeadCodeElimination
+from .fusion.call_inliner import CallInliner
+from .fusion.horizontal import HorizontalFusion
+from .fusion.library_dot import LibraryDotFusion
+from .fusion.multi_output import MultiOutputFusion
+from .fusion.outline import InlineFusions
+from .fusion.priority import PriorityFusion
+from .fusion.producer_consumer import ProducerConsumerFusion
+from .fusion.reduction_epilogue import ReductionEpilogueFusion
+from .layout import EntryLayoutAssignment, LayoutNormalization, TransposeFolding
+from .scheduling import LatencyHidingScheduler, MemoryScheduler
+from .simplify import AlgebraicSimplifier
 
-_REGISTRY: dict[str, Callable[..., Pass]] = {}
-
-
-def register_pass(factory: type[Pass] | Callable[..., Pass]):
-    """Class decorator (or call) registering a pass under its ``name``."""
-    name = getattr(factory, "name", None)
-    if not isinstance(name, str) or name == "pass":
-        raise ValueError(f"{factory!r} has no pass name")
-    if name in _REGISTRY and _REGISTRY[name] is not factory:
-        raise ValueError(f"a pass named {name!r} is already registered")
-    _REGISTRY[name] = factory
-    return factory
+#: Every built-in pass, by its ``name``.
+PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
+    CallInliner,
+    CommonSubexpressionElimination,
+    DeadCodeElimination,
+    EntryLayoutAssignment,
+    HorizontalFusion,
+    InlineFusions,
+    LatencyHidingScheduler,
+    LayoutNormalization,
+    LibraryDotFusion,
+    MemoryScheduler,
+    MultiOutputFusion,
+    PriorityFusion,
+    ProducerConsumerFusion,
+    ReductionEpilogueFusion,
+    AlgebraicSimplifier,
+    TransposeFolding,
+)}
 
 
 def available_passes() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
+    return sorted(PASSES)
 
 
 def get_pass(name: str, **options) -> Pass:
-    _load_builtin()
+    """A new ``name`` pass built with ``options``; KeyError listing the known names."""
     try:
-        return _REGISTRY[name](**options)
+        cls = PASSES[name]
     except KeyError:
-        raise KeyError(f"unknown pass {name!r}; available: {', '.join(sorted(_REGISTRY))}") from None
+        raise KeyError(f"unknown pass {name!r}; available: {', '.join(sorted(PASSES))}") from None
+    return cls(**options)
 
 
 def parse_pipeline(spec: str) -> list[Pass]:
     """``"dce,cse,simplify"`` -> pass objects."""
     return [get_pass(n.strip()) for n in spec.split(",") if n.strip()]
-
-
-_LOADED = False
-
-
-def _load_builtin() -> None:
-    """Imports every module of ``passes`` and ``passes.fusion`` once, so a pass
-    registers itself just by living there (registration happens on import)."""
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    import importlib
-    import pkgutil
-
-    from . import fusion
-
-    for pkg in (importlib.import_module(__package__), fusion):
-        for info in pkgutil.iter_modules(pkg.__path__):
-            if info.name not in ("cli",) and not info.name.startswith("_"):
-                importlib.import_module(f"{pkg.__name__}.{info.name}")

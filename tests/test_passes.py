@@ -178,7 +178,7 @@ def test_manager_fixed_point_cap():
 def test_manager_records_and_dumps(tmp_path):
     src = mod("  x = f32[4]{0} parameter(0)\n  d = f32[4]{0} negate(x)\n  a = f32[4]{0} abs(x)\n  b = f32[4]{0} abs(x)\n  ROOT r = f32[4]{0} add(a, b)\n")
     module = hlo_tools.parse(src)
-    result = PassManager(parse_pipeline("dce,cse"), fixed_point=True, dump_dir=tmp_path).run(module)
+    result = PassManager(parse_pipeline("dce,cse"), fixed_point=True, dump_dir=tmp_path).run_with_report(module)
     assert result.changed and result.iterations == 2
     first = result.records[:2]
     assert [(r.name, r.changed, r.instructions_before, r.instructions_after) for r in first] == [("dce", True, 5, 4), ("cse", True, 4, 3)]

@@ -39,12 +39,11 @@ PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
 TEXT_PREFIX = "call-inliner,simplify,cse,dce"
 
 
-
-
 @dataclass
 class FusionHook:
     """A callable for ``compile(..., hook=(FusionHook(passes), "pre-scheduler"))``
-    that runs ``passes`` and remembers how many fusions it handed XLA."""
+    that runs ``passes`` as one pipeline, answers whether they changed the module,
+    and remembers how many fusions it handed XLA."""
 
     passes: Sequence[Pass]
     fusions_out: int = -1
@@ -52,7 +51,7 @@ class FusionHook:
     names_out: frozenset[str] = frozenset()
 
     def __call__(self, module: Module) -> bool:
-        changed = PassManager(list(self.passes)).run(module).changed
+        changed = PassManager(self.passes).run(module)
         written = [i.name for i in module.entry if i.opcode is HloOpcode.FUSION]
         self.fusions_out, self.names_out = len(written), frozenset(written)
         self.modules.append(module)
