@@ -1,35 +1,47 @@
-"""Fusion passes: what each fuses and refuses on small modules, and equal outputs
-with XLA keeping our fusions on a small corpus module."""
+"""Fusion passes: what each writes (HLO in, FileCheck lines out) and refuses (the
+log's reasons) on small modules, and equal outputs with XLA keeping our fusions
+on a small corpus module."""
 
 from __future__ import annotations
 
-
-
 import hlo_tools
-from tests.passes_util import ADD_REDUCER, SOFTMAX_CHAIN
+from fusion_analysis.legality import Decision
 from hlo_tools import HloOpcode
+from hlo_tools.testing import assert_rewrite
 from passes import PassManager
 from passes.fusion.call_inliner import CallInliner
-from fusion_analysis.legality import Decision
 from passes.fusion.library_dot import LibraryDotFusion
-from passes.fusion.pipeline import BEST, FusionHook, passes_of
+from passes.fusion.multi_output import MultiOutputFusion
+from passes.fusion.pipeline import passes_of
 from passes.fusion.producer_consumer import FusionLog, ProducerConsumerFusion
 from passes.fusion.profitability import never_duplicate
+from passes.fusion.reduction_epilogue import ReductionEpilogueFusion
+from tests.passes_util import ADD_REDUCER, SOFTMAX_CHAIN
+from xla_bridge.xla_compile import compile
+from xla_bridge.xla_run import compare
 
 SRC = SOFTMAX_CHAIN
 
 
-def _fusions(module):
-    return {f.name: sorted(i.name for i in f.fused_computation if i.opcode is not HloOpcode.PARAMETER)
-            for f in module.entry if f.opcode is HloOpcode.FUSION}
-
-
 def test_producer_consumer_fuses_and_refuses_with_reasons():
-    module = hlo_tools.parse(SRC)
     log = FusionLog()
-    assert PassManager([ProducerConsumerFusion(log=log)], check_changed=True).run(module).changed
-    hlo_tools.verify(module)
-    assert _fusions(module) == {"loop_fusion": ["b", "k"]}  # the broadcast of the reduction joins the subtract
+    # the broadcast of the reduction joins the subtract; nothing else fuses, the
+    # reduce stays a reduce and the dot a library call
+    assert_rewrite(SRC, ProducerConsumerFusion(log=log), """
+    CHECK:      %[[BODY:fused_computation[.0-9]*]] (param_0: f32[4], param_1: f32[4,8]) -> f32[4,8] {
+    CHECK-NEXT:   %param_0 = f32[4]{0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)
+    CHECK-NEXT:   %b = f32[4,8]{1,0} broadcast(%param_0), dimensions={0}
+    CHECK-NEXT:   ROOT %k = f32[4,8]{1,0} subtract(%param_1, %b)
+    CHECK-NEXT: }
+    CHECK:      ENTRY
+    CHECK-NOT:    fusion(
+    CHECK:        %r = f32[4]{0} reduce(%n, %z)
+    CHECK-NEXT:   %loop_fusion = f32[4,8]{1,0} fusion(%r, %n), kind=kLoop, calls=%[[BODY]]
+    CHECK-NOT:    fusion(
+    CHECK:        %d = f32[4,4]{1,0} dot(%loop_fusion, %c)
+    CHECK-NOT:    fusion(
+    """)
     refused = log.refused()
     assert refused[("r", "b")] == "expensive producer would be recomputed per reused element"
     assert refused[("n", "k")] == "cost: expensive producer would be duplicated"
@@ -39,8 +51,7 @@ def test_producer_consumer_fuses_and_refuses_with_reasons():
     # refused (FMA contraction may differ per copy); sibling fusion is the fix
     assert refused[("m", "c")] == refused[("m", "n")] == "cost: duplicated arithmetic may not recompute bit-identically"
     # the reduce only gained its init constant, and a lone op plus a constant is no fusion (as in XLA:CPU)
-    assert ("z", "r") in log.fused() and module.entry.get_instruction("r").opcode is HloOpcode.REDUCE
-    assert module.entry.get_instruction("d").opcode is HloOpcode.DOT  # dots stay library calls
+    assert ("z", "r") in log.fused()
 
 
 DUP = """HloModule m
@@ -57,41 +68,54 @@ ENTRY e {
 
 
 def test_producer_consumer_duplicates_data_movement_only_when_allowed():
-    dup = hlo_tools.parse(DUP)
-    assert ProducerConsumerFusion().run(dup)
-    assert sorted(_fusions(dup).values()) == [["a", "b.dup"], ["b", "m"]]  # the broadcast is recomputed in both
-    nodup = hlo_tools.parse(DUP)
+    # the broadcast is recomputed in both users, and the original is gone
+    assert_rewrite(DUP, ProducerConsumerFusion(), """
+    CHECK:      %[[MUL:fused_computation[.0-9]*]] (param_0: f32[4], param_1: f32[4,8]) -> f32[4,8] {
+    CHECK-NEXT:   %param_0 = f32[4]{0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)
+    CHECK-NEXT:   %b = f32[4,8]{1,0} broadcast(%param_0), dimensions={0}
+    CHECK-NEXT:   ROOT %m = f32[4,8]{1,0} multiply(%b, %param_1)
+    CHECK-NEXT: }
+    CHECK:      %[[ADD:fused_computation[.0-9]*]] (param_0: f32[4], param_1: f32[4,8]) -> f32[4,8] {
+    CHECK-NEXT:   %param_0 = f32[4]{0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)
+    CHECK-NEXT:   %b.dup = f32[4,8]{1,0} broadcast(%param_0), dimensions={0}
+    CHECK-NEXT:   ROOT %a = f32[4,8]{1,0} add(%b.dup, %param_1)
+    CHECK-NEXT: }
+    CHECK:      ENTRY
+    CHECK:        %y = f32[4,8]{1,0} parameter(1)
+    CHECK-NEXT:   fusion(%x, %y), kind=kLoop, calls=%[[MUL]]
+    CHECK-NEXT:   fusion(%x, %y), kind=kLoop, calls=%[[ADD]]
+    CHECK-NEXT:   ROOT %t
+    """)
     log = FusionLog()
-    ProducerConsumerFusion(profitable=never_duplicate, log=log).run(nodup)
-    assert not any(".dup" in i.name for c in nodup.computations for i in c)
+    assert_rewrite(DUP, ProducerConsumerFusion(profitable=never_duplicate, log=log), None)
     assert log.refused()[("b", "a")] == "cost: duplication disabled"
 
 
 def test_producer_consumer_reports_unchanged_when_nothing_fuses():
-    module = hlo_tools.parse("""HloModule m
+    assert_rewrite("""HloModule m
 
 ENTRY e {
   x = f32[4,4]{1,0} parameter(0)
   ROOT d = f32[4,4]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
 }
-""")
-    before = module.to_text()
-    assert not ProducerConsumerFusion().run(module)
-    assert module.to_text() == before
+""", ProducerConsumerFusion(), None)
 
 
 def test_custom_profitability_is_a_callable():
-    module = hlo_tools.parse(SRC)
     log = FusionLog()
-    ProducerConsumerFusion(profitable=lambda p, users, dup: Decision.forbid("cost: no"), log=log).run(module)
-    assert not _fusions(module)
+    assert_rewrite(SRC, ProducerConsumerFusion(profitable=lambda p, users, dup: Decision.forbid("cost: no"), log=log), None)
     assert set(log.refused().values()) <= {"cost: no", "producer is a parameter", "consumer is a dot", "producer is a dot",
                                            "expensive producer would be recomputed per reused element",
                                            "consumer is tuple-shaped"}
 
 
 def test_library_dot_fusion_wraps_the_dots_ynn_takes_only():
-    module = hlo_tools.parse("""HloModule m
+    # [M,K]x[K,N], [M,K]x[N,K] and leading batch dims are wrapped, each alone in a
+    # kCustom fusion; YNN fails at run time on a degenerate N=1 matrix (n), and the
+    # lhs must contract its last dim (l): those two stay dots
+    assert_rewrite("""HloModule m
 
 ENTRY e {
   x = f32[4,8]{1,0} parameter(0)
@@ -103,21 +127,38 @@ ENTRY e {
   t = f32[4,4]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={1}
   b = f32[2,3,4,5]{3,2,1,0} dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}
   n = f32[4,1]{1,0} dot(x, v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-  l = f32[2,8]{1,0} dot(y, x), lhs_contracting_dims={0}, rhs_contracting_dims={1}
-  ROOT r = (f32[4,2]{1,0}, f32[4,4]{1,0}, f32[2,3,4,5]{3,2,1,0}, f32[4,1]{1,0}, f32[2,8]{1,0}) tuple(d, t, b, n, l)
+  l = f32[2,4]{1,0} dot(y, x), lhs_contracting_dims={0}, rhs_contracting_dims={1}
+  ROOT r = (f32[4,2]{1,0}, f32[4,4]{1,0}, f32[2,3,4,5]{3,2,1,0}, f32[4,1]{1,0}, f32[2,4]{1,0}) tuple(d, t, b, n, l)
 }
-""")
-    assert LibraryDotFusion().run(module)
-    wrapped = {f.fused_computation.root.name for f in module.entry if f.opcode is HloOpcode.FUSION}
-    assert wrapped == {"d", "t", "b"}  # [M,K]x[K,N], [M,K]x[N,K], leading batch dims
-    f = module.entry.get_instruction("ynn_fusion")
-    assert f.attribute("kind") == "kCustom" and "__ynn_fusion" in f.attribute("backend_config")
-    # YNN fails at run time on a degenerate N=1 matrix; the lhs must contract its last dim
-    assert module.entry.get_instruction("n").opcode is module.entry.get_instruction("l").opcode is HloOpcode.DOT
+""", LibraryDotFusion(), """
+    CHECK:      %[[D:fused_computation[.0-9]*]] (param_0: f32[4,8], param_1: f32[8,2]) -> f32[4,2] {
+    CHECK-NEXT:   %param_0 = f32[4,8]{1,0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[8,2]{1,0} parameter(1)
+    CHECK-NEXT:   ROOT %d = f32[4,2]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+    CHECK-NEXT: }
+    CHECK:      %[[T:fused_computation[.0-9]*]] (param_0: f32[4,8]) -> f32[4,4] {
+    CHECK-NEXT:   %param_0 = f32[4,8]{1,0} parameter(0)
+    CHECK-NEXT:   ROOT %t = f32[4,4]{1,0} dot(%param_0, %param_0), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+    CHECK-NEXT: }
+    CHECK:      %[[B:fused_computation[.0-9]*]] (param_0: f32[2,3,4,8], param_1: f32[2,3,8,5]) -> f32[2,3,4,5] {
+    CHECK-NEXT:   %param_0 = f32[2,3,4,8]{3,2,1,0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[2,3,8,5]{3,2,1,0} parameter(1)
+    CHECK-NEXT:   ROOT %b = f32[2,3,4,5]{3,2,1,0} dot(%param_0, %param_1), lhs_batch_dims={0,1}
+    CHECK-NEXT: }
+    CHECK:      ENTRY
+    CHECK:        %v = f32[8,1]{1,0} parameter(4)
+    CHECK-NEXT:   %ynn_fusion = f32[4,2]{1,0} fusion(%x, %y), kind=kCustom, calls=%[[D]], backend_config={"fusion_config":{"kind":"__ynn_fusion"}}
+    CHECK-NEXT:   %ynn_fusion.1 = f32[4,4]{1,0} fusion(%x), kind=kCustom, calls=%[[T]], backend_config={{.*}}__ynn_fusion
+    CHECK-NEXT:   %ynn_fusion.2 = f32[2,3,4,5]{3,2,1,0} fusion(%q, %k), kind=kCustom, calls=%[[B]], backend_config={{.*}}__ynn_fusion
+    CHECK-NEXT:   %n = f32[4,1]{1,0} dot(%x, %v)
+    CHECK-NEXT:   %l = f32[2,4]{1,0} dot(%y, %x)
+    CHECK-NEXT:   ROOT %r = {{.*}} tuple(%ynn_fusion, %ynn_fusion.1, %ynn_fusion.2, %n, %l)
+    """)
 
 
 def test_call_inliner():
-    module = hlo_tools.parse("""HloModule m
+    # the call's body moves into the entry and the callee, now unused, goes
+    assert_rewrite("""HloModule m
 
 neg {
   a = f32[4]{0} parameter(0)
@@ -129,21 +170,22 @@ ENTRY e {
   c = f32[4]{0} call(x), to_apply=neg
   ROOT e = f32[4]{0} exponential(c)
 }
-""")
-    assert CallInliner().run(module)
-    hlo_tools.verify(module)
-    assert [i.opcode_text for i in module.entry] == ["parameter", "negate", "exponential"]
-    assert len(module.computations) == 1
+""", CallInliner(), """
+    CHECK-NOT:  %neg
+    CHECK:      ENTRY %e (x: f32[4]) -> f32[4] {
+    CHECK-NEXT:   %x = f32[4]{0} parameter(0)
+    CHECK-NEXT:   %[[N:[^ ]+]] = f32[4]{0} negate(%x)
+    CHECK-NEXT:   ROOT %e = f32[4]{0} exponential(%[[N]])
+    CHECK-NEXT: }
+    CHECK-NOT:  {
+    """)
 
 
 def test_text_route_small_module_equal_and_kept(xla_cpu):
-    from xla_bridge.xla_compile import compile
-    from xla_bridge.xla_run import compare
-
     module = hlo_tools.parse(SRC)
     ProducerConsumerFusion().run(module)
     res = compile(module, "cpu", "as-written")
-    assert len(res.fusions()) >= len(_fusions(module))
+    assert len(res.fusions()) >= sum(i.opcode is HloOpcode.FUSION for i in module.entry)
     assert compare(hlo_tools.parse(SRC), module, pipeline_b="as-written").verdict in ("exact", "close")
 
 
@@ -153,7 +195,8 @@ def test_text_route_small_module_equal_and_kept(xla_cpu):
 def test_expensive_producer_not_recomputed_through_a_bitcast_into_a_broadcast():
     """rsqrt -> bitcast -> broadcast: the bitcast reads each element once, but the
     broadcast behind it reuses them, so fusing rsqrt would recompute it per element."""
-    module = hlo_tools.parse("""HloModule m
+    log = FusionLog()
+    assert_rewrite("""HloModule m
 
 ENTRY e {
   x = f32[4,1]{1,0} parameter(0)
@@ -163,10 +206,18 @@ ENTRY e {
   b = f32[4,16]{1,0} broadcast(c), dimensions={0}
   ROOT m = f32[4,16]{1,0} multiply(b, y)
 }
-""")
-    log = FusionLog()
-    ProducerConsumerFusion(log=log).run(module)
-    assert _fusions(module) == {"loop_fusion": ["b", "c", "m"]}
+""", ProducerConsumerFusion(log=log), """
+    CHECK:      %[[BODY:fused_computation[.0-9]*]] (param_0: f32[4,1], param_1: f32[4,16]) -> f32[4,16] {
+    CHECK-NEXT:   %param_0 = f32[4,1]{1,0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[4,16]{1,0} parameter(1)
+    CHECK-NEXT:   %c = f32[4]{0} bitcast(%param_0)
+    CHECK-NEXT:   %b = f32[4,16]{1,0} broadcast(%c), dimensions={0}
+    CHECK-NEXT:   ROOT %m = f32[4,16]{1,0} multiply(%b, %param_1)
+    CHECK-NEXT: }
+    CHECK:      ENTRY
+    CHECK:        %r = f32[4,1]{1,0} rsqrt(%x)
+    CHECK-NEXT:   ROOT %loop_fusion = f32[4,16]{1,0} fusion(%r, %y), kind=kLoop, calls=%[[BODY]]
+    """)
     assert log.refused()[("r", "c")] == "expensive producer would be recomputed per reused element"
 
 
@@ -190,16 +241,35 @@ ENTRY e {
 
 
 def test_multi_output_fuses_siblings_and_refuses_with_reasons():
-    from passes.fusion.multi_output import MultiOutputFusion
-
-    module = hlo_tools.parse(SIBLINGS)
     log = FusionLog()
-    assert MultiOutputFusion(log=log).run(module)
-    hlo_tools.verify(module)
     # readers of x: p, u, q merge (no path between them); the rng g is refused.
     # readers of p: n, c and w merge; the reduce r has another output shape.
-    assert _fusions(module) == {"multi_output_fusion": ["p", "q", "tuple", "u"],
-                                "multi_output_fusion.1": ["c", "n", "tuple", "w"]}
+    assert_rewrite(SIBLINGS, MultiOutputFusion(log=log), """
+    CHECK:      %[[OF_X:fused_computation[.0-9]*]] (param_0: f32[4,8], param_1: f32[4,8]) -> (f32[4,8], f32[4,8], f32[4,8]) {
+    CHECK-NEXT:   %param_0 = f32[4,8]{1,0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)
+    CHECK-NEXT:   %p = f32[4,8]{1,0} multiply(%param_0, %param_1)
+    CHECK-NEXT:   %u = f32[4,8]{1,0} sqrt(%param_0)
+    CHECK-NEXT:   %q = f32[4,8]{1,0} tanh(%param_0)
+    CHECK-NEXT:   ROOT %tuple = {{.*}} tuple(%p, %u, %q)
+    CHECK-NEXT: }
+    CHECK:      %[[OF_P:fused_computation[.0-9]*]] (param_0: f32[4,8], param_1: f32[4,8]) -> (f32[4,8], f32[4,8], f32[4,8]) {
+    CHECK-NEXT:   %param_0 = f32[4,8]{1,0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)
+    CHECK-NEXT:   %n = f32[4,8]{1,0} exponential(%param_0)
+    CHECK-NEXT:   %c = f32[4,8]{1,0} negate(%param_0)
+    CHECK-NEXT:   %w = f32[4,8]{1,0} add(%param_0, %param_1)
+    CHECK-NEXT:   ROOT %tuple = {{.*}} tuple(%n, %c, %w)
+    CHECK-NEXT: }
+    CHECK:      ENTRY
+    CHECK-NOT:    fusion(
+    CHECK:        %g = f32[4,8]{1,0} rng(%x, %y)
+    CHECK-NEXT:   %multi_output_fusion = {{.*}} fusion(%x, %y), kind=kLoop, calls=%[[OF_X]]
+    CHECK-NEXT:   %[[P:[^ ]+]] = f32[4,8]{1,0} get-tuple-element(%multi_output_fusion), index=0
+    CHECK-NEXT:   %r = f32[4]{0} reduce(%[[P]], %z)
+    CHECK-NEXT:   %multi_output_fusion.1 = {{.*}} fusion(%[[P]], %g), kind=kLoop, calls=%[[OF_P]]
+    CHECK-NOT:    fusion(
+    """)
     decisions = [(p, c, d.reason) for p, c, d in log.entries]
     assert ("p", "g", "second sibling: %g has a side effect") in decisions
     assert ("n", "r", "outputs have different shapes: [4,8]{1,0}, [4]{0}") in decisions
@@ -207,8 +277,6 @@ def test_multi_output_fuses_siblings_and_refuses_with_reasons():
 
 
 def test_multi_output_refuses_a_cycle_and_a_user():
-    from passes.fusion.multi_output import MultiOutputFusion
-
     module = hlo_tools.parse("""HloModule m
 
 ENTRY e {
@@ -248,12 +316,22 @@ ENTRY e {
 
 
 def test_multi_output_then_producer_consumer_absorbs_the_shared_value():
-    module = hlo_tools.parse(SRC)
-    PassManager(passes_of("producer-consumer-fusion,multi-output-fusion,producer-consumer-fusion,dce")).run(module)
-    hlo_tools.verify(module)
     # m fed n and c and could not be duplicated (arithmetic); once its users share a
     # fusion it moves in, and is computed once and never written to memory
-    assert ["c", "m", "n", "tuple"] in _fusions(module).values()
+    assert_rewrite(SRC, PassManager(passes_of("producer-consumer-fusion,multi-output-fusion,producer-consumer-fusion,dce")), """
+    CHECK:      %[[MO:fused_computation[.0-9]*]] (param_0: f32[4,8], param_1: f32[4,8]) -> (f32[4,8], f32[4,8]) {
+    CHECK-NEXT:   %param_0 = f32[4,8]{1,0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)
+    CHECK-NEXT:   %m = f32[4,8]{1,0} multiply(%param_0, %param_1)
+    CHECK-NEXT:   %n = f32[4,8]{1,0} exponential(%m)
+    CHECK-NEXT:   %c = f32[4,8]{1,0} negate(%m)
+    CHECK-NEXT:   ROOT %tuple = {{.*}} tuple(%n, %c)
+    CHECK-NEXT: }
+    CHECK:      ENTRY
+    CHECK-NOT:    multiply
+    CHECK:        fusion(%x, %y), kind=kLoop, calls=%[[MO]]
+    CHECK-NOT:    multiply
+    """)
 
 
 SOFTMAX = "HloModule m\n\n" + ADD_REDUCER + """
@@ -279,29 +357,55 @@ ENTRY e {
 
 
 def test_reduction_epilogue_recomputes_the_softmax_chain_in_the_sum():
-    from passes.fusion.reduction_epilogue import ReductionEpilogueFusion
-
-    module = hlo_tools.parse(SOFTMAX)
     log = FusionLog()
-    PassManager([ReductionEpilogueFusion(log=log)] + passes_of("producer-consumer-fusion,dce")).run(module)
-    hlo_tools.verify(module)
-    fused = _fusions(module)
     # the sum recomputes exp(x - max); exp is then only read by the divide, which
-    # takes the chain too: exp is never written to memory
-    assert fused == {"reduction_fusion": ["ex.dup", "mb.dup", "r", "s.dup", "z"],
-                     "loop_fusion": ["d", "ex", "mb", "rb", "s"]}
+    # takes the chain too: exp is never written to memory. The max stays alone.
+    assert_rewrite(SOFTMAX, PassManager([ReductionEpilogueFusion(log=log)] + passes_of("producer-consumer-fusion,dce")), """
+    CHECK:      %[[SUM:fused_computation[.0-9]*]] (param_0: f32[4], param_1: f32[4,8]) -> f32[4] {
+    CHECK-NEXT:   %param_0 = f32[4]{0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)
+    CHECK-NEXT:   %mb.dup = f32[4,8]{1,0} broadcast(%param_0), dimensions={0}
+    CHECK-NEXT:   %s.dup = f32[4,8]{1,0} subtract(%param_1, %mb.dup)
+    CHECK-NEXT:   %ex.dup = f32[4,8]{1,0} exponential(%s.dup)
+    CHECK-NEXT:   %z = f32[] constant(0)
+    CHECK-NEXT:   ROOT %r = f32[4]{0} reduce(%ex.dup, %z), dimensions={1}, to_apply=%add
+    CHECK-NEXT: }
+    CHECK:      %[[DIV:fused_computation[.0-9]*]] (param_0: f32[4], param_1: f32[4,8], param_2: f32[4]) -> f32[4,8] {
+    CHECK-NEXT:   %param_0 = f32[4]{0} parameter(0)
+    CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)
+    CHECK-NEXT:   %param_2 = f32[4]{0} parameter(2)
+    CHECK-NEXT:   %mb = f32[4,8]{1,0} broadcast(%param_0), dimensions={0}
+    CHECK-NEXT:   %s = f32[4,8]{1,0} subtract(%param_1, %mb)
+    CHECK-NEXT:   %ex = f32[4,8]{1,0} exponential(%s)
+    CHECK-NEXT:   %rb = f32[4,8]{1,0} broadcast(%param_2), dimensions={0}
+    CHECK-NEXT:   ROOT %d = f32[4,8]{1,0} divide(%ex, %rb)
+    CHECK-NEXT: }
+    CHECK:      ENTRY
+    CHECK:        %m = f32[4]{0} reduce(%x, %ninf), dimensions={1}, to_apply=%max
+    CHECK-NEXT:   %reduction_fusion = f32[4]{0} fusion(%m, %x), {{.*}}calls=%[[SUM]]
+    CHECK-NEXT:   ROOT %loop_fusion = f32[4,8]{1,0} fusion(%m, %x, %reduction_fusion), kind=kLoop, calls=%[[DIV]]
+    """)
     refused = log.refused()
     assert refused[("m", "mb.dup")] == "expensive producer would be recomputed per reused element"
     assert refused[("x", "s.dup")] == "producer is a parameter"
-    assert module.entry.get_instruction("m").opcode is HloOpcode.REDUCE  # the max stays alone
 
 
 def test_reduction_epilogue_leaves_max_reductions_and_respects_its_budget():
-    from passes.fusion.reduction_epilogue import ReductionEpilogueFusion
-
-    module = hlo_tools.parse(SOFTMAX.replace("to_apply=add", "to_apply=max"))
-    assert not ReductionEpilogueFusion().run(module)  # no sum: a max compares its inputs
-    module = hlo_tools.parse(SOFTMAX)
+    assert_rewrite(SOFTMAX.replace("to_apply=add", "to_apply=max"), ReductionEpilogueFusion(), None)  # no sum: a max compares its inputs
     log = FusionLog()
-    ReductionEpilogueFusion(max_duplicated=1, log=log).run(module)
+    # a budget of one: only the exponential is recomputed in the sum
+    assert_rewrite(SOFTMAX, ReductionEpilogueFusion(max_duplicated=1, log=log), """
+    CHECK:      %[[SUM:fused_computation[.0-9]*]] (param_0: f32[4,8]) -> f32[4] {
+    CHECK-NEXT:   %param_0 = f32[4,8]{1,0} parameter(0)
+    CHECK-NEXT:   %ex.dup = f32[4,8]{1,0} exponential(%param_0)
+    CHECK-NEXT:   %z = f32[] constant(0)
+    CHECK-NEXT:   ROOT %r = f32[4]{0} reduce(%ex.dup, %z), dimensions={1}, to_apply=%add
+    CHECK-NEXT: }
+    CHECK:      ENTRY
+    CHECK:        %s = f32[4,8]{1,0} subtract(%x, %mb)
+    CHECK-NEXT:   %ex = f32[4,8]{1,0} exponential(%s)
+    CHECK-NEXT:   %reduction_fusion = f32[4]{0} fusion(%s), {{.*}}calls=%[[SUM]]
+    """)
     assert log.refused()[("s", "ex.dup")] == "cost: recomputation budget of this reduction spent"
+
+
