@@ -13,8 +13,11 @@ from typing import Iterator
 
 from . import attributes as _attrs
 from .errors import IrError
+from .literal import LiteralError, check_literal
 from .opcode import HloOpcode
-from .shape import Shape
+from .printer import print_computation, print_instruction, print_module
+from .scanner import split_raw_attributes
+from .shape import Shape, parse_shape
 
 #: Attributes whose values name computations; they are stored as objects so that
 #: renaming or replacing a computation keeps references right.
@@ -44,9 +47,9 @@ class Instruction:
     """
 
     __slots__ = (
-        "name",
+        "_name",
         "opcode",
-        "shape",
+        "_shape",
         "_operands",
         "_users",
         "parent",
@@ -57,7 +60,7 @@ class Instruction:
         "_control_successors",
         "async_wrapped_opcode",
         "parameter_number",
-        "literal",
+        "_literal",
         "_prev",
         "_next",
         "tuple_sugar",
@@ -76,9 +79,9 @@ class Instruction:
         literal: str | None = None,
         async_wrapped_opcode: HloOpcode | None = None,
     ):
-        self.name = name
+        self._name = name
         self.opcode = opcode
-        self.shape = shape
+        self._shape = shape
         self._operands: tuple[Instruction, ...] = tuple(operands)
         self._users: dict[Instruction, int] = {}
         self.parent: Computation | None = None
@@ -91,7 +94,7 @@ class Instruction:
         self._control_successors: dict[Instruction, None] = {}
         self.async_wrapped_opcode = async_wrapped_opcode
         self.parameter_number = parameter_number
-        self.literal = literal
+        self._literal = literal
         self._prev: Instruction | None = None
         self._next: Instruction | None = None
         # A get-tuple-element the text wrote as an operand, ``%tuple#N`` (XLA's
@@ -105,9 +108,9 @@ class Instruction:
         """The parser's constructor: same invariants as __init__ (users updated),
         attributes kept as one raw string.  Hot: called once per parsed line."""
         self = object.__new__(cls)
-        self.name = name
+        self._name = name
         self.opcode = opcode
-        self.shape = shape
+        self._shape = shape
         self._operands = operands
         self._users = {}
         self.parent = None
@@ -122,7 +125,7 @@ class Instruction:
         self._control_successors = {}
         self.async_wrapped_opcode = None
         self.parameter_number = parameter_number
-        self.literal = literal
+        self._literal = literal
         self._prev = self._next = None
         self.tuple_sugar = False
         for op in operands:
@@ -135,14 +138,55 @@ class Instruction:
     def create(cls, opcode: HloOpcode | str, shape: Shape | str, operands=(), name: str | None = None, **attributes) -> "Instruction":
         """Builds an instruction; keyword attributes are HLO attribute texts
         (``dimensions="{0}"``) or typed values that ``attributes.format_value`` knows."""
-        from .shape import parse_shape
-
         if isinstance(opcode, str):
             opcode = HloOpcode(opcode)
         if isinstance(shape, str):
             shape = parse_shape(shape)
         attrs = {k.replace("control_predecessors", "control-predecessors"): _attrs.format_value(k, v) for k, v in attributes.items()}
         return cls(name or opcode.value, opcode, shape, tuple(operands), attrs)
+
+    # -- guarded fields ---------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        """Renames; inside a computation through ``rename_instruction``, so
+        ``get_instruction`` and the module's unique-name cache follow."""
+        if self.parent is None:
+            self._name = value
+        else:
+            self.parent.rename_instruction(self, value)
+
+    @property
+    def shape(self) -> Shape:
+        return self._shape
+
+    @shape.setter
+    def shape(self, value: Shape) -> None:
+        """Sets the result shape (the verifier checks it against the operands
+        and users; ``replace_all_uses_with(..., allow_different_shape=True)``
+        is the route when the users must follow)."""
+        if not isinstance(value, Shape):
+            raise IrError(f"the shape of %{self._name} must be a Shape, got {type(value).__name__}: parse_shape() it first")
+        self._shape = value
+
+    @property
+    def literal(self) -> str | None:
+        """A constant's literal, exactly as HLO text writes it (None otherwise)."""
+        return self._literal
+
+    @literal.setter
+    def literal(self, value: str) -> None:
+        """Sets a constant's literal, checked against its shape as XLA's parser does."""
+        if self.opcode is not HloOpcode.CONSTANT:
+            raise IrError(f"%{self._name} is a {self.opcode.value}, not a constant: it has no literal")
+        try:
+            check_literal(value, self._shape)
+        except LiteralError as e:
+            raise IrError(f"literal {value!r} of %{self._name} does not fit {self._shape}: {e}") from None
+        self._literal = value
 
     # -- operands and users ---------------------------------------------------
     @property
@@ -309,8 +353,6 @@ class Instruction:
         attributes as one raw string until something asks for them."""
         attrs = self._attributes
         if attrs is None:
-            from .scanner import split_raw_attributes
-
             attrs = self._attributes = split_raw_attributes(self._raw_attributes)
             self._raw_attributes = None
         return attrs
@@ -327,7 +369,13 @@ class Instruction:
         return self.attributes.get(key)
 
     def set_attribute(self, key: str, value) -> None:
-        """Sets an attribute from HLO text or a typed value; None removes it."""
+        """Sets an attribute from HLO text or a typed value; None removes it.
+        Called computations and control edges are objects, not text: they have
+        their own methods, so refusing them here keeps the two in step."""
+        if key in COMPUTATION_ATTRS:
+            raise IrError(f"%{self._name}: '{key}' names computations; use set_called_computations({key!r}, ...)")
+        if key == "control-predecessors":
+            raise IrError(f"%{self._name}: control edges change through add_control_predecessor / remove_control_predecessor")
         if value is None:
             self.attributes.pop(key, None)
         else:
@@ -396,9 +444,29 @@ class Instruction:
         copy.attributes.pop("control-predecessors", None)
         return copy
 
-    def to_text(self) -> str:
-        from .printer import print_instruction
+    def _copy_detached(self, called: dict[str, tuple["Computation", ...]]) -> "Instruction":
+        """An exact copy of every field but the graph edges (operands, users,
+        control edges, order), which ``copy_computation`` wires afterwards."""
+        dup = object.__new__(Instruction)
+        dup._name = self._name
+        dup.opcode = self.opcode
+        dup._shape = self._shape
+        dup._operands = ()
+        dup._users = {}
+        dup.parent = None
+        dup._attributes = None if self._attributes is None else dict(self._attributes)
+        dup._raw_attributes = self._raw_attributes
+        dup._called = called
+        dup._control_predecessors = ()
+        dup._control_successors = {}
+        dup.async_wrapped_opcode = self.async_wrapped_opcode
+        dup.parameter_number = self.parameter_number
+        dup._literal = self._literal
+        dup._prev = dup._next = None
+        dup.tuple_sugar = self.tuple_sugar
+        return dup
 
+    def to_text(self) -> str:
         return print_instruction(self).strip()
 
     def __str__(self) -> str:
@@ -420,7 +488,7 @@ class Computation:
         self.name = name
         self.is_entry = is_entry
         self.parent: Module | None = None
-        self.root: Instruction | None = None
+        self._root: Instruction | None = None
         self.attributes: dict[str, str] = {}  # e.g. execution_thread="main_thread"
         self._head: Instruction | None = None
         self._tail: Instruction | None = None
@@ -459,8 +527,17 @@ class Computation:
         raise IrError(f"computation %{self.name} has no parameter {number}")
 
     @property
+    def root(self) -> Instruction | None:
+        """The instruction whose value the computation returns."""
+        return self._root
+
+    @root.setter
+    def root(self, instr: Instruction) -> None:
+        self.set_root(instr)
+
+    @property
     def root_instruction(self) -> Instruction | None:
-        return self.root
+        return self._root
 
     def get_instruction(self, name: str) -> Instruction | None:
         return self._names.get(name)
@@ -489,8 +566,8 @@ class Computation:
             if op.parent is not self:
                 raise IrError(f"operand %{op.name} of %{instr.name} is not in computation %{self.name}")
         if unique:
-            instr.name = self.unique_name(instr.name)
-        elif instr.name in self._names:
+            instr._name = self.unique_name(instr._name)
+        elif instr._name in self._names:
             raise IrError(f"computation %{self.name} already has an instruction named %{instr.name}")
         self._link(instr, before=before, after=after)
         if self.parent is not None:
@@ -539,7 +616,7 @@ class Computation:
         if instr._users:
             names = ", ".join("%" + u.name for u in instr._users)
             raise IrError(f"cannot remove %{instr.name}: it still has users ({names}); replace_all_uses_with first")
-        if instr is self.root:
+        if instr is self._root:
             raise IrError(f"cannot remove %{instr.name}: it is the root of %{self.name}; set a new root first")
         instr.drop_all_control_deps()
         for op in instr._operands:
@@ -576,13 +653,22 @@ class Computation:
         return new
 
     def rename_instruction(self, instr: Instruction, name: str) -> None:
+        """Renames ``instr`` (``instr.name = x`` comes here too): the name index
+        and the module's unique-name cache follow."""
+        if instr.parent is not self:
+            raise IrError(f"%{instr.name} is not in computation %{self.name}")
+        if not isinstance(name, str) or not name:
+            raise IrError(f"an instruction name must be a non-empty string, got {name!r}")
         if name in self._names and self._names[name] is not instr:
             raise IrError(f"computation %{self.name} already has an instruction named %{name}")
-        old = instr.name
-        del self._names[old]
-        instr.name = name
+        old = instr._name
+        if old == name:
+            return
+        if self._names.get(old) is instr:
+            del self._names[old]
+            self._forget_name(old)
+        instr._name = name
         self._names[name] = instr
-        self._forget_name(old)
         if self.parent is not None:
             self.parent._count_name(name, 1)
 
@@ -604,9 +690,11 @@ class Computation:
         self._tail = prev
 
     def set_root(self, instr: Instruction) -> None:
-        if instr.parent is not self:
-            raise IrError(f"%{instr.name} is not in computation %{self.name}")
-        self.root = instr
+        """Makes ``instr`` (an instruction of this computation) the root."""
+        if instr is None or instr.parent is not self:
+            what = "None" if instr is None else f"%{instr.name}"
+            raise IrError(f"{what} is not in computation %{self.name}: the root must be one of its instructions")
+        self._root = instr
 
     # -- traversal ------------------------------------------------------------------
     def post_order(self) -> list[Instruction]:
@@ -641,8 +729,6 @@ class Computation:
         return out
 
     def to_text(self) -> str:
-        from .printer import print_computation
-
         return print_computation(self)
 
     def __repr__(self) -> str:
@@ -674,6 +760,33 @@ def dfs_post_order(comp: "Computation", deps_of) -> list[Instruction]:
     if len(order) != comp._count:
         order.extend(i for i in comp if id(i) not in visited)
     return order
+
+
+def copy_computation(comp: Computation, memo: dict[int, Computation]) -> Computation:
+    """A detached deep copy of ``comp`` under the same name, with the same
+    instruction order, names and attribute text; the computations it calls are
+    copied first (once each: ``memo`` maps ids of copied computations to their
+    copies, so a reducer called from several places is copied once)."""
+    done = memo.get(id(comp))
+    if done is not None:
+        return done
+    new = Computation(comp.name, is_entry=comp.is_entry)
+    memo[id(comp)] = new  # before the body: a computation may (wrongly) call itself
+    new.attributes = dict(comp.attributes)
+    mapping: dict[int, Instruction] = {}
+    for instr in comp:
+        called = {key: tuple(copy_computation(c, memo) for c in comps) for key, comps in instr._called.items()}
+        mapping[id(instr)] = dup = instr._copy_detached(called)
+        new._link(dup)
+    for instr in comp:
+        dup = mapping[id(instr)]
+        dup._operands = tuple(mapping[id(o)] for o in instr._operands)
+        dup._users = {mapping[id(u)]: n for u, n in instr._users.items() if id(u) in mapping}
+        dup._control_predecessors = tuple(mapping[id(p)] for p in instr._control_predecessors)
+        dup._control_successors = {mapping[id(u)]: None for u in instr._control_successors}
+    if comp._root is not None:
+        new._root = mapping[id(comp._root)]
+    return new
 
 
 class Module:
@@ -805,14 +918,24 @@ class Module:
         yield from visit(comp)
 
     def clone(self) -> "Module":
-        """A deep copy, made through the printer and parser (exact by construction)."""
-        from .parser import parse
-
-        return parse(self.to_text(), source=f"<clone of {self.name}>")
+        """A deep copy that shares nothing with this module and prints
+        byte-for-byte the same: names, instruction order, unparsed attribute
+        text, control edges and use order are all kept."""
+        copy = Module(self.name)
+        copy.attributes = dict(self.attributes)
+        copy.stack_frames = [(name, list(lines)) for name, lines in self.stack_frames]
+        copy.print_operand_shapes = self.print_operand_shapes
+        memo: dict[int, Computation] = {}
+        for comp in self.computations:
+            copy_computation(comp, memo)
+        for comp in self.computations:
+            new = memo[id(comp)]
+            new.parent = copy
+            copy.computations.append(new)
+        copy.entry = memo.get(id(self.entry)) if self.entry is not None else None
+        return copy
 
     def to_text(self, **options) -> str:
-        from .printer import print_module
-
         return print_module(self, **options)
 
     def __str__(self) -> str:

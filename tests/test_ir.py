@@ -6,6 +6,7 @@ import pytest
 
 import hlo_tools
 from hlo_tools import HloOpcode, Instruction, IrError, parse_shape, verify
+from tests.conftest import corpus_stage_texts
 
 TEXT = """HloModule m
 
@@ -188,3 +189,104 @@ def test_untouched_attributes_print_verbatim():
 def test_shape_compatibility_ignores_layout():
     assert parse_shape("f32[2,3]{1,0}").compatible(parse_shape("f32[2,3]{0,1}"))
     assert not parse_shape("f32[2,3]").compatible(parse_shape("f32[3,2]"))
+
+
+# -- guarded fields: a plain assignment keeps the computation's indexes right ----------
+def test_assigning_a_name_renames_through_the_computation(module):
+    c = module.entry
+    a = c.get_instruction("a")
+    a.name = "sum"
+    assert c.get_instruction("sum") is a and c.get_instruction("a") is None
+    assert "%sum = f32[4]{0} add" in module.to_text()
+    # the module's unique-name cache follows: "a" is free again, "sum" is not
+    assert c.unique_name("a") == "a" and c.unique_name("sum") == "sum.1"
+    with pytest.raises(IrError, match="already has an instruction named %m"):
+        a.name = "m"
+    assert c.get_instruction("sum") is a and a.name == "sum"
+
+
+def test_assigning_the_root_goes_through_set_root(module):
+    c = module.entry
+    m = c.get_instruction("m")
+    c.root = m
+    assert c.root is m and m.is_root
+    stranger = Instruction.create("constant", "f32[]", name="k")
+    with pytest.raises(IrError, match="not in computation"):
+        c.root = stranger
+    with pytest.raises(IrError, match="not in computation"):
+        c.set_root(hlo_tools.parse(TEXT).entry.get_instruction("m"))
+    assert c.root is m
+
+
+def test_literal_and_shape_setters_check_what_they_store(module):
+    c = module.entry
+    k = c.add_instruction(Instruction.create("constant", "s32[2]", name="k"))
+    k.literal = "{1, 2}"
+    assert "constant({1, 2})" in k.to_text()
+    with pytest.raises(IrError, match="does not fit"):
+        k.literal = "{1, 2, 3}"
+    with pytest.raises(IrError, match="not a constant"):
+        c.get_instruction("a").literal = "1"
+    assert k.literal == "{1, 2}"
+    with pytest.raises(IrError, match="must be a Shape"):
+        k.shape = "s32[3]"
+    k.shape = parse_shape("s32[2]{0}")
+    assert k.shape == parse_shape("s32[2]{0}")
+
+
+def test_set_attribute_refuses_what_objects_hold():
+    m = hlo_tools.parse(
+        "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+        "ENTRY e {\n  p = f32[4]{0} parameter(0)\n  z = f32[] constant(0)\n"
+        "  ROOT r = f32[] reduce(p, z), dimensions={0}, to_apply=add\n}\n"
+    )
+    r = m.entry.root
+    with pytest.raises(IrError, match="set_called_computations"):
+        r.set_attribute("to_apply", "%add")
+    with pytest.raises(IrError, match="add_control_predecessor"):
+        r.set_attribute("control-predecessors", "{%p}")
+    r.set_attribute("dimensions", (0,))
+    assert r.to_text().endswith("dimensions={0}, to_apply=%add")
+
+
+# -- Module.clone: a deep copy, not a print and re-parse --------------------------------
+def _small_corpus_modules(n: int = 3) -> list[tuple[str, str]]:
+    """A few of the smallest corpus stages (every stage kind: before and after XLA)."""
+    texts = corpus_stage_texts()
+    if not texts:
+        pytest.skip("the corpus is not bundled in this checkout")
+    by_stage: dict[str, tuple[str, str]] = {}
+    for label, text in sorted(texts, key=lambda lt: len(lt[1])):
+        by_stage.setdefault(label.split(":")[1], (label, text))
+    return list(by_stage.values())[:n]
+
+
+def test_clone_prints_byte_identical_on_corpus_modules():
+    for label, text in _small_corpus_modules():
+        module = hlo_tools.parse(text)
+        copy = module.clone()
+        assert copy.to_text() == module.to_text(), label
+        originals = {id(i) for i in module.instructions()} | {id(c) for c in module.computations}
+        assert not any(id(i) in originals for i in copy.instructions()), label
+        assert not any(id(c) in originals for c in copy.computations), label
+        for comp in copy.computations:
+            for instr in comp:
+                assert instr.parent is comp and comp.get_instruction(instr.name) is instr
+                assert all(op.parent is comp and instr in op.users for op in instr.operands)
+                assert all(id(c) not in originals for c in instr.called_computations)
+        verify(copy)
+
+
+def test_mutating_the_clone_leaves_the_original_untouched(module):
+    before = module.to_text()
+    copy = module.clone()
+    c = copy.entry
+    a, p0 = c.get_instruction("a"), c.get_instruction("p0")
+    a.name = "renamed"
+    a.replace_all_uses_with(p0)
+    c.remove_instruction(a)
+    c.get_instruction("m").set_attribute("metadata", {"op_name": "x"})
+    assert module.to_text() == before
+    assert module.entry.get_instruction("a").users == (module.entry.get_instruction("m"),) * 1 + (module.entry.root,)
+    assert "renamed" not in copy.to_text() and "%a" not in copy.to_text()
+    verify(copy)
