@@ -12,6 +12,10 @@ The check lines are LLVM FileCheck's (CHECK, CHECK-NEXT, CHECK-SAME, CHECK-NOT,
 CHECK-DAG, ``[[NAME:regex]]`` captures, ``{{regex}}``), matched in-process by the
 ``filecheck`` package, so a test says what the pass must have written and nothing
 about the rest of the module.
+
+One difference from LLVM's FileCheck (filecheck 1.0.6): a CHECK-NOT is searched
+up to the end of the next positive match, not its start, so the excluded text
+must not occur in the line matched next (check that line with CHECK-NEXT instead).
 """
 
 from __future__ import annotations
