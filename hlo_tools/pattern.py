@@ -1,5 +1,6 @@
-"""Pattern matchers in the spirit of XLA's ``m::`` (xla/service/pattern_matcher.h),
-plus a rewriter and a greedy worklist driver (like xDSL's).
+"""Pattern matchers in the spirit of XLA's ``m::`` (xla/service/pattern_matcher.h).
+The rewriter and the greedy worklist driver they feed are in ``rewriter.py``
+(re-exported here: ``RewritePattern``, ``apply_patterns_greedily``).
 
     from hlo_tools import pattern as m
     p = m.add(m.op("x"), m.broadcast(m.constant_scalar(0)))
@@ -17,12 +18,13 @@ from __future__ import annotations
 import builtins
 import keyword
 import re
-from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from dataclasses import dataclass
+from typing import Callable
 
-from .ir import Computation, Instruction, Module
+from .ir import Instruction
 from .opcode import HloOpcode
-from .shape import PRIMITIVE_TYPES, Shape
+from .rewriter import RewriteDidNotConverge, RewritePattern, Rewriter, apply_patterns_greedily  # noqa: F401 (re-exported)
+from .shape import PRIMITIVE_TYPES, Shape, parse_shape
 
 
 class Pattern:
@@ -38,8 +40,6 @@ class Pattern:
         return self
 
     def with_shape(self, shape: Shape | str) -> "Pattern":
-        from .shape import parse_shape
-
         want = parse_shape(shape) if isinstance(shape, str) else shape
         return self.where(lambda i: i.shape.compatible(want), f"shape {want.to_text(False)}")
 
@@ -269,108 +269,6 @@ for _code in HloOpcode:
     globals()[_public_name(_code)] = _factory(_code)
 
 
-# -- rewriting ------------------------------------------------------------------------
-class RewritePattern:
-    """A rewrite: ``match_and_rewrite`` returns True when it changed the IR, and
-    makes every change through the rewriter."""
-
-    def match_and_rewrite(self, instr: Instruction, rewriter: "PatternRewriter") -> bool:
-        raise NotImplementedError
-
-
-@dataclass
-class PatternRewriter:
-    """The only way a RewritePattern mutates the IR, so the driver knows what
-    changed and which instructions to revisit."""
-
-    computation: Computation
-    changed: bool = False
-    worklist: list[Instruction] = field(default_factory=list)
-
-    def _touch(self, instrs: Iterable[Instruction]) -> None:
-        for i in instrs:
-            if i.parent is self.computation:
-                self.worklist.append(i)
-
-    def insert_before(self, anchor: Instruction, new: Instruction) -> Instruction:
-        self.computation.add_instruction(new, before=anchor)
-        self.changed = True
-        self._touch([new])
-        return new
-
-    def replace_all_uses_with(self, old: Instruction, new: Instruction) -> None:
-        users = old.users
-        old.replace_all_uses_with(new)
-        self.changed = True
-        self._touch(users)
-        self._touch([new])
-
-    def forward(self, instr: Instruction, value: Instruction) -> None:
-        """``instr`` computes ``value``: its users take ``value`` and ``instr``
-        goes (with whatever became dead)."""
-        self.replace_all_uses_with(instr, value)
-        self.erase_if_dead(instr)
-
-    def replace_instruction(self, old: Instruction, new: Instruction) -> Instruction:
-        """Replaces ``old`` (inserting ``new`` before it if detached) and removes
-        ``old`` and whatever became dead because of it."""
-        if new.parent is None:
-            self.insert_before(old, new)
-        self.replace_all_uses_with(old, new)
-        self.erase_if_dead(old)
-        return new
-
-    def replace_operand(self, instr: Instruction, index: int, new: Instruction) -> None:
-        old = instr.operand(index)
-        instr.replace_operand(index, new)
-        self.changed = True
-        self._touch([instr, new])
-        self.erase_if_dead(old)
-
-    def erase_if_dead(self, instr: Instruction) -> None:
-        """Removes ``instr`` and then its operands while nothing uses them."""
-        from .opcode import SIDE_EFFECTING
-
-        stack = [instr]
-        while stack:
-            x = stack.pop()
-            if x.parent is not self.computation or x.users or x is self.computation.root:
-                continue
-            if x.opcode in SIDE_EFFECTING or x.opcode is HloOpcode.PARAMETER or x.control_successors:
-                continue
-            operands = x.operands
-            self.computation.remove_instruction(x)
-            self.changed = True
-            stack.extend(operands)
-            self._touch(o for o in operands)
-
-
-class RewriteDidNotConverge(RuntimeError):
-    """The greedy driver hit its rewrite cap (patterns that undo each other?)."""
-
-
-def apply_patterns_greedily(target: Module | Computation, patterns: Iterable[RewritePattern], *, max_rewrites: int = 1_000_000) -> bool:
-    """Applies the patterns until none matches anywhere; returns whether
-    anything changed.  Visits instructions operands-first, and revisits what a
-    rewrite touched.  Raises RewriteDidNotConverge past ``max_rewrites``."""
-    patterns = list(patterns)
-    comps = target.computations if isinstance(target, Module) else [target]
-    changed = False
-    rewrites = 0
-    for comp in list(comps):
-        rewriter = PatternRewriter(comp)
-        rewriter.worklist = list(reversed(comp.post_order()))
-        seen_in_list: set[int] = set()
-        while rewriter.worklist:
-            instr = rewriter.worklist.pop()
-            if instr.parent is not comp:
-                continue
-            for pat in patterns:
-                if pat.match_and_rewrite(instr, rewriter):
-                    rewrites += 1
-                    if rewrites > max_rewrites:
-                        raise RewriteDidNotConverge(f"more than {max_rewrites} rewrites in %{comp.name}; last by {type(pat).__name__} at %{instr.name}")
-                    break
-        seen_in_list.clear()
-        changed |= rewriter.changed
-    return changed
+# -- rewriting: the rewriter and the greedy driver live in rewriter.py; the names
+# stay importable from here, where the patterns that use them are written.
+PatternRewriter = Rewriter

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hlo_tools import Computation, HloOpcode, Instruction
-from hlo_tools.opcode import SIDE_EFFECTING
+from .ir import Computation, Instruction
+from .opcode import SIDE_EFFECTING, HloOpcode
 
 #: Not side-effecting, but two of them are not the same value.
 NON_DETERMINISTIC = frozenset({HloOpcode.RNG, HloOpcode.RNG_GET_AND_UPDATE_STATE, HloOpcode.RNG_BIT_GENERATOR})

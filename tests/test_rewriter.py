@@ -1,0 +1,131 @@
+"""The rewriter: every edit a pass needs, each recorded in ``changed``, and one
+definition of "dead" shared with dce."""
+
+from __future__ import annotations
+
+import pytest
+
+import hlo_tools
+from hlo_tools import Instruction, IrError, parse_shape, verify
+from hlo_tools.rewriter import RewritePattern, Rewriter, apply_patterns_greedily
+from passes import get_pass
+
+TEXT = """HloModule m
+
+ENTRY main {
+  p0 = f32[4]{0} parameter(0)
+  p1 = f32[4]{0} parameter(1)
+  log = f32[4]{0} custom-call(p0), custom_call_target="log_to_host", custom_call_has_side_effect=true
+  pure = f32[4]{0} custom-call(p1), custom_call_target="pure_fn"
+  a = f32[4]{0} add(log, pure)
+  n = f32[4]{0} negate(a)
+  ROOT r = f32[4]{0} multiply(n, p1)
+}
+"""
+
+
+@pytest.fixture
+def module():
+    return hlo_tools.parse(TEXT)
+
+
+def _names(comp):
+    return [i.name for i in comp]
+
+
+def test_erase_if_dead_keeps_a_side_effecting_custom_call(module):
+    c = module.entry
+    rw = Rewriter()
+    n, r = c.get_instruction("n"), c.get_instruction("r")
+    rw.replace_operand(r, 0, c.get_instruction("p0"))  # n, a, pure become dead; log does not
+    assert rw.changed
+    assert _names(c) == ["p0", "p1", "log", "r"]
+    assert n.parent is None
+    verify(module)
+
+
+def test_the_rewriter_and_dce_agree_on_what_is_dead(module):
+    by_rewriter = module.clone()
+    c = by_rewriter.entry
+    rw = Rewriter()
+    rw.replace_all_uses_with(c.get_instruction("n"), c.get_instruction("p0"))
+    for name in ("n", "a", "log", "pure"):
+        instr = c.get_instruction(name)
+        if instr is not None:
+            rw.erase_if_dead(instr)
+    by_dce = module.clone()
+    c2 = by_dce.entry
+    c2.get_instruction("n").replace_all_uses_with(c2.get_instruction("p0"))
+    assert get_pass("dce").run(by_dce)
+    assert by_rewriter.to_text() == by_dce.to_text()
+    assert "log_to_host" in by_dce.to_text() and "pure_fn" not in by_dce.to_text()
+
+
+def test_every_edit_records_a_change_and_no_op_edits_do_not(module):
+    c = module.entry
+    a, n, p0 = (c.get_instruction(x) for x in ("a", "n", "p0"))
+    steps = [
+        lambda rw: rw.set_attribute(n, "metadata", {"op_name": "neg"}),
+        lambda rw: rw.rename(n, "neg"),
+        lambda rw: rw.set_root(c, a),
+        lambda rw: rw.set_shape(a, parse_shape("f32[4]")),
+        lambda rw: rw.insert_after(a, Instruction.create("abs", "f32[4]{0}", [a], name="abs")),
+        lambda rw: rw.insert_before(a, Instruction.create("constant", "f32[]", name="k")),
+    ]
+    for step in steps:
+        rw = Rewriter()
+        step(rw)
+        assert rw.changed
+        rw = Rewriter()
+        step(rw) if step is not steps[-2] and step is not steps[-1] else None
+        assert not rw.changed  # the same edit again is no change
+    assert c.get_instruction("neg") is n and c.root is a
+    assert _names(c)[_names(c).index("a") + 1] == "abs"
+    k = c.get_instruction("k")
+    rw = Rewriter()
+    rw.set_literal(k, "2.5")
+    assert rw.changed and "constant(2.5)" in k.to_text()
+    with pytest.raises(IrError, match="does not fit"):
+        rw.set_literal(k, "{1, 2}")
+    rw = Rewriter()
+    rw.set_literal(k, "2.5")
+    assert not rw.changed
+    rw.replace_all_uses_with(p0, p0)
+    assert not rw.changed
+
+
+def test_erase_refuses_a_used_instruction(module):
+    rw = Rewriter()
+    with pytest.raises(IrError, match="still has users"):
+        rw.erase(module.entry.get_instruction("a"))
+    assert not rw.changed
+
+
+def test_computations_through_the_rewriter(module):
+    rw = Rewriter()
+    extra = hlo_tools.Computation("unused")
+    extra.add_instruction(Instruction.create("constant", "f32[]", name="z"))
+    extra.set_root(extra.get_instruction("z"))
+    extra.get_instruction("z").literal = "0"
+    rw.add_computation(module, extra)
+    assert module.get_computation("unused") is extra and rw.changed
+    rw = Rewriter()
+    rw.remove_computation(module, extra)
+    assert module.get_computation("unused") is None and rw.changed
+
+
+class _NegNeg(RewritePattern):
+    def match_and_rewrite(self, instr, rewriter):
+        if instr.opcode.value == "negate" and instr.operand(0).opcode.value == "negate":
+            rewriter.forward(instr, instr.operand(0).operand(0))
+            return True
+        return False
+
+
+def test_the_greedy_driver_reports_the_rewriters_change():
+    m = hlo_tools.parse("HloModule m\nENTRY e {\n  p = f32[2]{0} parameter(0)\n  a = f32[2]{0} negate(p)\n"
+                        "  b = f32[2]{0} negate(a)\n  ROOT c = f32[2]{0} negate(b)\n}\n")
+    assert apply_patterns_greedily(m, [_NegNeg()])
+    # negate(negate(p)) is p: c takes p, and a and b, dead now, go
+    assert _names(m.entry) == ["p", "c"] and m.entry.root.operands == (m.entry.get_instruction("p"),)
+    assert not apply_patterns_greedily(m, [_NegNeg()])
