@@ -100,9 +100,10 @@ def test_existing_helpers_keep_their_behaviour():
     assert set(jax_versions()) == {"jax", "jaxlib"}
 
 
-def test_lazy_reexports_from_xla_module():
+def test_compile_has_one_import_path():
+    import xla_bridge
     import xla_bridge.xla as x
+    from xla_bridge import xla_compile
 
-    assert x.compile is compile
-    with pytest.raises(AttributeError):
-        x.no_such_thing  # noqa: B018
+    assert xla_bridge.compile is xla_compile.compile is compile
+    assert not hasattr(x, "compile")  # the jaxlib layer re-exports nothing of the user-facing one

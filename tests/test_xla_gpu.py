@@ -11,6 +11,7 @@ from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
 from xla_bridge.xla import XlaCompileError, backend_available, cuda_plugin_available, hook_supported
 from xla_bridge.xla_compile import compile
+from xla_bridge.xla_run import run
 from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED
 from xla_bridge.xla_targets import UnknownTargetError, device_description, target_config
 
@@ -57,7 +58,7 @@ def test_deviceless_h100_stock_shows_xla_gpu_fusions():
     assert "kCustom" in kinds or "kInput" in kinds  # Triton GEMM / reduction fusions
     assert res.memory  # compiled memory stats exist without a device
     with pytest.raises(XlaCompileError, match="without a device"):
-        res.run([])
+        run(res, [])
 
 
 @needs_plugin

@@ -6,15 +6,22 @@ is cheap.
     from xla_bridge import compile, compare, benchmark
     result = compile(module, backend="cpu", pipeline="stock")
 
+To measure a pass against XLA (stock, as written, or with the pass hooked in at a
+stage of XLA's pipeline), one object: ``Measurement`` with ``Pipeline``s
+(``measure``), hook stages spelled ``HookStage``.
+
 The pieces: ``xla`` (every jaxlib internal, one small function each),
-``xla_compile``, ``xla_run``, ``xla_bench``, ``xla_trace``, ``xla_results`` (the
+``errors``, ``hook_stage``, ``measure``, ``xla_compile``, ``xla_run``, ``xla_bench``, ``xla_trace``, ``xla_results`` (the
 SQLite history), ``xla_inputs``, ``xla_targets`` (GPU target descriptions),
-``xla_worker`` (the child process that contains XLA aborts), ``xla_proto``
+``xla_worker`` (the child process that contains XLA aborts; ``worker_main`` starts
+it), ``xla_proto``
 (module files in any form), ``stablehlo``, ``fidelity``.
 """
 
+from .errors import XlaAbortError, XlaCompileError
+from .hook_stage import HookStage
+from .measure import AS_WRITTEN, STOCK, Measurement, Pipeline
 from .stablehlo import from_jax
-from .xla import XlaAbortError, XlaCompileError
 from .xla_bench import BenchResult, benchmark
 from .xla_compile import AS_WRITTEN_DISABLED_PASSES, CompileResult, Hook, compile
 from .xla_inputs import make_inputs
@@ -23,7 +30,8 @@ from .xla_run import Comparison, compare, compare_outputs, run, run_module
 from .xla_worker import contained
 
 __all__ = [
-    "AS_WRITTEN_DISABLED_PASSES", "BenchResult", "CompileResult", "Comparison", "Hook", "XlaAbortError",
+    "AS_WRITTEN", "AS_WRITTEN_DISABLED_PASSES", "BenchResult", "CompileResult", "Comparison", "Hook", "HookStage",
+    "Measurement", "Pipeline", "STOCK", "XlaAbortError",
     "XlaCompileError", "benchmark", "compare", "compare_outputs", "compile", "contained", "from_jax", "load",
     "make_inputs", "read_text", "run", "run_module",
 ]

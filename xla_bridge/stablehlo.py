@@ -11,13 +11,12 @@ from functools import lru_cache
 
 from . import xla
 from hlo_tools.ir import Module
+from hlo_tools.parser import parse
 
 
 def to_module(mlir_module: str | bytes, source: str = "<stablehlo>") -> Module:
     """A StableHLO (or MHLO) module, as text or bytecode, converted by XLA to HLO
     and parsed into our IR."""
-    from hlo_tools.parser import parse
-
     try:
         text = xla.stablehlo_to_hlo_text(mlir_module)
     except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime errors
@@ -58,8 +57,6 @@ def from_jax(fn, *example_args, **example_kwargs) -> Module:
     lowered = jax.jit(fn).lower(*example_args, **example_kwargs)
     name = getattr(fn, "__name__", "fn")
     text = _hlo_text_with_metadata(lowered)
-    from hlo_tools.parser import parse
-
     return parse(text, source=f"<from_jax {name}>")
 
 

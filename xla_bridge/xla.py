@@ -21,57 +21,13 @@ import re
 from functools import lru_cache
 from typing import Any, Callable
 
-from hlo_tools.errors import HloError, HloParseError
+import numpy as np
 
+from hlo_tools.errors import HloParseError
 
-class XlaCompileError(HloError):
-    """XLA refused a module: carries XLA's own message and the module's name.
-
-    ``stage`` says where it failed: ``"parse"`` (XLA's HLO parser / verifier),
-    ``"convert"`` (HLO -> StableHLO), ``"compile"`` (XLA's pipeline), ``"hook"``
-    (a Python pass run inside the pipeline raised) or ``"run"``.
-    """
-
-    def __init__(self, message: str, *, module_name: str = "?", backend: str = "", stage: str = "compile",
-                 xla_message: str = ""):
-        self.module_name = module_name
-        self.backend = backend
-        self.stage = stage
-        self.xla_message = xla_message or message
-        where = f"{backend} " if backend else ""
-        super().__init__(f"module {module_name!r}: {where}{stage} failed: {message}")
-
-
-class XlaAbortError(XlaCompileError):
-    """XLA ended the process it ran in (a C++ ``CHECK`` failure, ``LOG(FATAL)``, a
-    crash) while compiling or running a module.  It was contained in the XLA worker
-    process (``xla_worker``), so the caller lives on: ``phase`` is "compiling" or
-    "running", ``module`` the module's name, ``message`` XLA's last fatal line
-    (``Check failed: ...``)."""
-
-    def __init__(self, message: str, *, phase: str, module: str, backend: str = "", exit_status: int | None = None):
-        self.phase = phase
-        self.module = module
-        self.message = message
-        self.exit_status = exit_status
-        super().__init__(message, module_name=module, backend=backend,
-                         stage="run" if phase == "running" else "compile", xla_message=message)
-
-    def __str__(self) -> str:
-        return f"XLA aborted while {self.phase} {self.module}: {self.message}"
-
-
-class NoDeviceError(XlaCompileError):
-    """Nothing can run on the requested backend here (no GPU): said before any
-    compile, since XLA:GPU would compile deviceless first and fail only then."""
-
-    def __init__(self, backend: str):
-        super().__init__(f"no {backend.upper()} here (jax sees no {backend} device), so nothing can run on it; "
-                         f"compiling for one works without it: hlo compile --backend {backend} --target h100",
-                         backend=backend, stage="run")
-
-    def __str__(self) -> str:
-        return self.xla_message
+from . import xla_worker
+from .errors import NoDeviceError, XlaAbortError, XlaCompileError  # noqa: F401 - also imported from here
+from .hook_stage import HookStage
 
 
 def _first_line(e: BaseException) -> str:
@@ -245,12 +201,20 @@ def make_compile_options(debug_options: dict[str, Any]):
     return opts
 
 
-def compile_stablehlo(client, mlir_bytes: bytes, device, debug_options: dict[str, Any]):
-    """Compile and load on ``device``; jaxlib's errors pass through unchanged."""
+def compile_stablehlo(client, mlir_bytes: bytes, devices: list, debug_options: dict[str, Any]):
+    """Compile and load on ``devices``: one device, or one per SPMD partition (XLA's
+    SPMD partitioner splits a sharded module over them, one replica); jaxlib's
+    errors pass through unchanged."""
     opts = make_compile_options(debug_options)
-    devices = _xc().DeviceList((device,))
+    if len(devices) > 1:
+        opts.num_replicas, opts.num_partitions = 1, len(devices)
+        build = opts.executable_build_options
+        build.use_spmd_partitioning, build.num_partitions, build.num_replicas = True, len(devices), 1
+        build.device_assignment = _xc().DeviceAssignment.create(
+            np.array([[d.id for d in devices]], dtype=np.int32))
     fn = getattr(client, "compile_and_load", None) or client.compile  # compile_and_load: jax >= 0.6
-    return fn(mlir_bytes, devices, opts)
+    return fn(mlir_bytes, _xc().DeviceList(tuple(devices)), opts)
+
 
 
 def optimized_text(executable) -> str:
@@ -273,12 +237,9 @@ def cost_analysis_of_text(text: str, *, contained: bool = False) -> dict[str, fl
     """XLA's HloCostAnalysis of a module's text, through the CPU client (works for
     any module XLA parses, e.g. XLA:GPU's optimized module compiled without a GPU).
     ``contained``: in the XLA worker, where an abort raises ``XlaAbortError``."""
-    if contained:
-        from . import xla_worker
-
-        if not xla_worker.in_worker():
-            return xla_worker.contained(cost_analysis_of_text, (text,), phase="analysing",
-                                        module=module_name_of_text(text))
+    if contained and not xla_worker.in_worker():
+        return xla_worker.contained(cost_analysis_of_text, (text,), phase="analysing",
+                                    module=module_name_of_text(text))
     ext = _jaxlib_ext()
     fn = getattr(ext, "hlo_module_cost_analysis", None)
     if fn is None:
@@ -354,26 +315,15 @@ def hook_supported() -> bool:
     return _xla_transform() is not None
 
 
-_STAGES = {"pre": "PRE_SCHEDULER", "pre-scheduler": "PRE_SCHEDULER", "pre_scheduler": "PRE_SCHEDULER",
-           "post": "POST_SCHEDULER", "post-scheduler": "POST_SCHEDULER", "post_scheduler": "POST_SCHEDULER"}
-
-
-def hook_stage_name(stage: str) -> str:
-    try:
-        return _STAGES[str(stage).lower()]
-    except KeyError:
-        raise ValueError(f"unknown hook stage {stage!r}: use 'pre-scheduler' or 'post-scheduler'") from None
-
-
 @contextlib.contextmanager
-def registered_hook(callback: Callable[[bytes], bytes | None], *, name: str, stage: str, platform: str):
+def registered_hook(callback: Callable[[bytes], bytes | None], *, name: str, stage: HookStage, platform: str):
     """Registers ``callback`` as an HLO module transformation for the block, and
     always clears it afterwards (it applies to every compile while registered)."""
     mod = _xla_transform()
     if mod is None:
         raise XlaCompileError("this jax has no HLO module transformation hook (jax.extend.xla needs jax >= 0.12)",
                               stage="hook")
-    st = getattr(mod.PipelineStage, hook_stage_name(stage))
+    st = getattr(mod.PipelineStage, HookStage(stage).jax_name)
     plat = _PLATFORM.get(platform, platform)
     mod.register_hlo_module_transformation(callback, name=name, stage=st, platforms=plat)
     try:

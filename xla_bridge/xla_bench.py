@@ -10,12 +10,17 @@ median with p10/p90 of those paired ratios.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import xla, xla_worker
+from .errors import XlaCompileError
+from .xla_compile import CompileResult, Hook, adopt_hook_state, compile, parse_flags
+from .xla_inputs import make_inputs
+from .xla_run import _compiled, _module_of, _name_of, _not_runnable, compare_outputs, labels, require_device, run
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class BenchResult:
     speedup_p90: float | None
     verdict: str = "unchecked"     # of comparing B's outputs with A's
     compile_seconds: tuple[float, float | None] = (0.0, None)
+    hook_b: Hook | None = field(default=None, repr=False, compare=False)  # what B's hooked pass saw and left
 
     def table(self) -> str:
         rows = [("", "median", "p10", "p90")]
@@ -80,9 +86,7 @@ class _Runner:
 
     def __init__(self, compiled, host_sets: list[list[np.ndarray]]):
         if not compiled.runnable:
-            from .xla_run import _not_runnable
-
-            raise xla.XlaCompileError(_not_runnable(compiled), module_name=compiled.module_name,
+            raise XlaCompileError(_not_runnable(compiled), module_name=compiled.module_name,
                                       backend=compiled.backend, stage="run")
         xla_worker.note("running", compiled.module_name)
         self.compiled = compiled
@@ -127,10 +131,6 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
     only), where an abort raises ``XlaAbortError`` instead of ending this process;
     the timings are as good there (both sides run in that one process).  What
     ``hook_b`` saw comes back onto it."""
-    from .xla_compile import CompileResult, Hook, adopt_hook_state, parse_flags
-    from .xla_inputs import make_inputs
-    from .xla_run import _compiled, _module_of, compare_outputs, labels, require_device, run
-
     if reps < 1:
         raise ValueError("reps must be >= 1")
     if isinstance(hook_b, tuple):
@@ -142,11 +142,10 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
         parse_flags(flags)
         kwargs = dict(backend=backend, pipeline_a=pipeline_a, pipeline_b=pipeline_b, reps=reps, warmup=warmup,
                       input_sets=input_sets, seed=seed, flags=flags, check=check, hook_b=hook_b)
-        res, remote_hook = xla_worker.contained(_benchmark_with_hook, (a, b), kwargs, phase="compiling",
-                                                module=_label(a), backend=backend)
-        if hook_b is not None and remote_hook is not None:
-            adopt_hook_state(hook_b, remote_hook)
-        return res
+        res = xla_worker.contained(benchmark, (a, b), kwargs, phase="compiling", module=_label(a), backend=backend)
+        if hook_b is not None and res.hook_b is not None:
+            adopt_hook_state(hook_b, res.hook_b)
+        return dataclasses.replace(res, hook_b=hook_b)
     require_device(backend)
     ma = _module_of(a)
     sets = make_inputs(ma, seed=seed, sets=max(1, input_sets))
@@ -188,18 +187,11 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
         name_a=ca.module_name, name_b=cb.module_name if cb else "", pipeline_a=ca.pipeline,
         pipeline_b=cb.pipeline if cb else "", backend=ca.backend, device=ca.device, reps=reps, warmup=warmup,
         input_sets=n, a=ta, b=tb, speedup=sp, speedup_p10=sp10, speedup_p90=sp90, verdict=verdict,
-        compile_seconds=(ca.compile_seconds, cb.compile_seconds if cb else None))
+        compile_seconds=(ca.compile_seconds, cb.compile_seconds if cb else None), hook_b=hook_b)
 
 
 def _label(x) -> str:
-    from .xla_run import _name_of
-
     return _name_of(x)
-
-
-def _benchmark_with_hook(a, b, **kwargs):
-    """``benchmark`` in the XLA worker, returning the hook too (its state goes back)."""
-    return benchmark(a, b, **kwargs), kwargs.get("hook_b")
 
 
 TRIVIAL_MODULE = """HloModule trivial, entry_computation_layout={(f32[])->f32[]}
@@ -214,8 +206,6 @@ ENTRY %main (x: f32[]) -> f32[] {
 def harness_overhead(*, reps: int = 2000, backend: str = "cpu") -> dict[str, float]:
     """What the harness adds: the measured run time of a trivial module (one
     scalar add), and the cost of the clock pair alone, both in microseconds."""
-    from .xla_compile import compile
-
     c = compile(TRIVIAL_MODULE, backend)
     t = time_compiled(c, [[np.float32(1.0)]], reps=reps, warmup=50)
     clock = time.perf_counter_ns

@@ -19,10 +19,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable
 
-from . import xla, xla_worker
 from hlo_tools.ir import Module
 from hlo_tools.opcode import HloOpcode
-from .xla import XlaCompileError
+from hlo_tools.parser import parse
+from hlo_tools.shape import parse_shape
+
+from . import xla, xla_worker
+from .errors import XlaCompileError
+from .hook_stage import HookStage
+from .xla_targets import device_description, target_config
 
 PIPELINES = ("stock", "as-written")
 
@@ -52,16 +57,9 @@ AS_WRITTEN_DISABLED_PASSES: dict[str, tuple[str, ...]] = {
 }
 
 
-#: Where a Python fusion pipeline runs inside XLA's pipeline, per backend. jax's
-#: "pre-scheduler" transformation runs on XLA:CPU after layout assignment, just
-#: before scheduling: the right place. On XLA:GPU the same stage runs at the end
-#: of the "optimization" pipeline, before layout assignment, which then
-#: CHECK-fails on fusion bodies; its "post-scheduler" stage runs after layout
-#: assignment, gemm rewriting and scheduling, on the unfused module, and XLA:GPU
-#: compiles the fusions handed back there as written (outline_fusion keeps the
-#: instruction order a valid schedule; XLA's fusion-wrapper then wraps what is
-#: left alone).
-HOOK_STAGE = {"cpu": "pre-scheduler", "gpu": "post-scheduler"}
+#: Where a fusion pipeline is hooked, per backend: ``HookStage.for_fusion``.  Kept
+#: for passes/fusion/pipeline.py, which still imports it; use HookStage.
+HOOK_STAGE = {b: HookStage.for_fusion(b) for b in ("cpu", "gpu")}
 
 
 def disabled_passes(backend: str, pipeline: str) -> tuple[str, ...]:
@@ -95,27 +93,35 @@ def parse_flags(flags) -> dict[str, Any]:
     return out
 
 
+def pass_changed(result: Any) -> bool:
+    """What a pass's ``run`` reported: a bool, or an object with ``.changed`` (a
+    pipeline's report, while ``PassManager.run`` still returns one)."""
+    return bool(getattr(result, "changed", result))
+
+
 @dataclass
 class Hook:
-    """A Python pass run inside XLA's pipeline at ``stage`` ("pre-scheduler" or
-    "post-scheduler").  ``pass_`` is a ``passes.Pass`` (``run(module) -> bool``) or a
-    callable ``(Module) -> bool | Module | None``.  ``reprint`` hands the module back
-    to XLA even when the pass reports no change (a round trip through our IR)."""
+    """A Python pass run inside XLA's pipeline at ``stage`` (a ``HookStage``; its
+    value, "pre-scheduler" or "post-scheduler", converts).  ``pass_`` has
+    ``run(module) -> bool`` (a ``passes.Pass`` or ``PassManager``), or is a callable
+    ``(Module) -> bool | Module | None``; a ``Module`` returned replaces XLA's.
+    ``reprint`` hands the module back to XLA even when the pass reports no change
+    (a round trip through our IR).  ``after``: the module as the pass left it, at
+    its last call."""
 
     pass_: Any
-    stage: str = "post-scheduler"
+    stage: HookStage = HookStage.POST_SCHEDULER
     reprint: bool = False
     calls: int = 0
     changed: int = 0
     seen: list[str] = field(default_factory=list)  # the texts XLA handed the hook
+    after: Module | None = field(default=None, repr=False)
     error: BaseException | None = None
 
     def __post_init__(self):
-        xla.hook_stage_name(self.stage)  # ValueError for an unknown stage, before any compile
+        self.stage = HookStage(self.stage)  # ValueError for an unknown stage, before any compile
 
     def callback(self, proto: bytes) -> bytes | None:
-        from hlo_tools.parser import parse
-
         self.calls += 1
         try:
             text = xla.text_from_proto(proto)
@@ -125,7 +131,8 @@ class Hook:
             if isinstance(res, Module):
                 module, changed = res, True
             else:
-                changed = bool(res)
+                changed = pass_changed(res)
+            self.after = module
             if not changed and not self.reprint:
                 return None
             self.changed += changed
@@ -146,7 +153,7 @@ class _Substitute:
     """The hook that replaces XLA's module by ours (``proto``), once."""
 
     proto: bytes
-    stage: str = "pre-scheduler"
+    stage: HookStage = HookStage.PRE_SCHEDULER
     calls: int = 0
     error: BaseException | None = None
 
@@ -164,7 +171,8 @@ class CompileResult:
     executable cannot leave the process that loaded it), so run it with
     ``run_module`` / ``compare`` / ``benchmark`` and ``contained=True``.
     ``handed_over``: the source was a module XLA had already optimized, handed to
-    XLA as written after its fusion passes (see ``compile``)."""
+    XLA as written after its fusion passes (see ``compile``).  ``partitions``: SPMD
+    partitions it was compiled for (more than one cannot be run by ``run``)."""
 
     module_name: str
     backend: str
@@ -182,10 +190,12 @@ class CompileResult:
     hook: Hook | None = field(default=None, repr=False)
     contained: bool = False
     handed_over: bool = False
+    partitions: int = 1
 
     @property
     def runnable(self) -> bool:
-        return self.executable is not None and self.device_handle is not None and self.target is None
+        return (self.executable is not None and self.device_handle is not None and self.target is None
+                and self.partitions == 1)
 
     def __reduce__(self):
         """Pickles without the executable and device (they cannot leave this
@@ -197,8 +207,6 @@ class CompileResult:
     @cached_property
     def optimized_module(self) -> Module:
         """XLA's optimized module parsed into our IR."""
-        from hlo_tools.parser import parse
-
         return parse(self.optimized_text, source=f"<{self.module_name} optimized by XLA:{self.backend} {self.pipeline}>")
 
     def fusions(self) -> list[tuple[str, str]]:
@@ -209,11 +217,6 @@ class CompileResult:
                 if ins.opcode is HloOpcode.FUSION:
                     out.append((ins.name, ins.attribute("kind") or "?"))
         return out
-
-    def run(self, inputs):
-        from .xla_run import run
-
-        return run(self, inputs)
 
 
 def _rebuild_result(state: dict) -> CompileResult:
@@ -247,8 +250,6 @@ def is_optimized(text: str) -> bool:
 
 def _leaf_text(shape_text: str, lines: list[str], k: list[int]) -> str:
     """Appends instructions making a zero value of ``shape_text``; returns its name."""
-    from hlo_tools.shape import parse_shape
-
     shape = parse_shape(shape_text)
     k[0] += 1
     name = f"%standin.{k[0]}"
@@ -294,6 +295,7 @@ def compile(  # noqa: A001 - the name users expect
     hook: Hook | tuple | None = None,
     dump_dir: str | None = None,
     contained: bool = False,
+    partitions: int = 1,
 ) -> CompileResult:
     """Compiles ``module`` with XLA.
 
@@ -303,7 +305,10 @@ def compile(  # noqa: A001 - the name users expect
     ``target``: a GPU name (``h100``...) to compile XLA:GPU without a GPU (implies
     backend "gpu"; nothing can run).  ``hook``: ``(pass, stage)`` or a ``Hook``, run
     inside XLA's pipeline and cleared afterwards whatever happens.  ``dump_dir``:
-    XLA dumps every pass there.  Raises XlaCompileError with XLA's message.
+    XLA dumps every pass there.  ``partitions``: compile a sharded module with XLA's
+    SPMD partitioner over that many CPU devices (one replica; e.g. 8 host devices
+    with ``--xla_force_host_platform_device_count=8``).  Raises XlaCompileError with
+    XLA's message.
 
     ``contained``: compile in the XLA worker process (``xla_worker``), where an XLA
     abort raises ``XlaAbortError`` instead of ending this process; the result then
@@ -327,7 +332,8 @@ def compile(  # noqa: A001 - the name users expect
     if contained and not xla_worker.in_worker():
         res = xla_worker.contained(
             compile, (text, backend, pipeline),
-            dict(flags=flags, target=target, hook=hook, dump_dir=os.path.abspath(dump_dir) if dump_dir else None),
+            dict(flags=flags, target=target, hook=hook, dump_dir=os.path.abspath(dump_dir) if dump_dir else None,
+                 partitions=partitions),
             phase="compiling", module=name, backend=bkey)
         if hook is not None and res.hook is not None:
             adopt_hook_state(hook, res.hook)
@@ -346,6 +352,8 @@ def compile(  # noqa: A001 - the name users expect
     deviceless = bkey == "gpu" and (target is not None or not xla.backend_available("gpu"))
     if deviceless and target is None:
         target = "h100"
+    if partitions > 1 and (bkey != "cpu" or deviceless):
+        raise ValueError("partitions: SPMD compiles are done on XLA:CPU (host devices) only")
 
     hooks = [hook] if hook is not None else []
     compile_text = text
@@ -372,18 +380,19 @@ def compile(  # noqa: A001 - the name users expect
 
     def do_compile():
         if deviceless:
-            from .xla_targets import device_description, target_config
-
             cfg = target_config(target)
             t0 = time.perf_counter()
             exe, dev = xla.compile_deviceless_gpu(compile_text, cfg, opts, module_name=name)
             return exe, None, device_description(cfg), time.perf_counter() - t0
         client = xla.get_client(bkey)
-        dev = client.local_devices()[0]
+        devices = client.local_devices()[:partitions]
+        if len(devices) < partitions:
+            raise ValueError(f"{partitions} partitions need {partitions} {bkey} devices; jax sees {len(devices)} "
+                             "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N)")
         mlir_bytes = xla.hlo_to_stablehlo_bytes(compile_text, name)
         t0 = time.perf_counter()
-        exe = xla.compile_stablehlo(client, mlir_bytes, dev, opts)
-        return exe, dev, xla.device_name(dev), time.perf_counter() - t0
+        exe = xla.compile_stablehlo(client, mlir_bytes, devices, opts)
+        return exe, devices[0], xla.device_name(devices[0]), time.perf_counter() - t0
 
     xla_worker.note("compiling", name)
     try:
@@ -417,7 +426,7 @@ def compile(  # noqa: A001 - the name users expect
         module_name=name, backend=bkey, pipeline=pipeline, device=dev_name, target=target if deviceless else None,
         debug_options=opts, compile_seconds=seconds, optimized_text=opt_text, cost=cost,
         memory=xla.memory_stats(exe), executable=exe, device_handle=dev, source_text=text, hook=hook,
-        handed_over=handed_over)
+        handed_over=handed_over, partitions=partitions)
 
 
 def _hand_over(text: str, name: str, backend: str) -> tuple[str, _Substitute]:
@@ -437,7 +446,7 @@ def _hand_over(text: str, name: str, backend: str) -> tuple[str, _Substitute]:
                               "run on it again, and handing it over as written needs the pipeline hook "
                               f"(jax.extend.xla, jax >= 0.12; this is jax {xla.jax_versions()['jax']}); compile its "
                               "before_optimizations dump instead", module_name=name, backend=backend, stage="hook")
-    return stand_in(text, name), _Substitute(xla.proto_from_text(text, name), stage="pre-scheduler")
+    return stand_in(text, name), _Substitute(xla.proto_from_text(text, name), stage=HookStage.PRE_SCHEDULER)
 
 
 def _hint(message: str) -> str:

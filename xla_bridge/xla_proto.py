@@ -17,7 +17,8 @@ from hlo_tools import formats
 from hlo_tools.formats import find_module_proto
 from hlo_tools.ir import Module
 from hlo_tools.parser import decode_text, parse
-from .xla import XlaAbortError, stablehlo_to_hlo_text
+from .errors import XlaAbortError
+from .xla import _xc, stablehlo_to_hlo_text
 from .xla_worker import contained
 
 _NOT_A_MODULE = ("not an HLO module: not UTF-8 text, and not a serialized HloModuleProto, HloProto or HloSnapshot "
@@ -26,8 +27,6 @@ _NOT_A_MODULE = ("not an HLO module: not UTF-8 text, and not a serialized HloMod
 
 def _xla_client():
     try:
-        from .xla import _xc
-
         return _xc()
     except ImportError as e:
         raise ImportError(f"reading binary or StableHLO modules needs jaxlib: {e}") from None

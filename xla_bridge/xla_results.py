@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from .xla import jax_versions
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -68,8 +70,6 @@ def git_commit(repo: str | os.PathLike | None = None) -> str | None:
 def record(result, *, module_text: str, rewritten_text: str | None = None, passes: str = "",
            db: str | os.PathLike | None = None, extra: dict | None = None) -> int:
     """Stores one ``BenchResult``; returns its row id."""
-    from .xla import jax_versions
-
     v = jax_versions()
     b = result.b
     row = dict(

@@ -11,9 +11,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import xla, xla_worker
 from hlo_tools.ir import Module
-from .xla import XlaCompileError
+from hlo_tools.parser import parse
+
+from . import xla, xla_worker
+from .errors import NoDeviceError, XlaCompileError
+from .xla_compile import CompileResult, compile, parse_flags
+from .xla_inputs import make_inputs
 
 #: (rtol, atol) per element type: |a - b| <= atol * max(1, max|b|) + rtol * |b|.
 #: Loose enough for a different fusion/accumulation order, tight enough that a
@@ -56,6 +60,8 @@ def run(compiled, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _not_runnable(compiled) -> str:
+    if getattr(compiled, "partitions", 1) > 1:
+        return f"compiled for {compiled.partitions} SPMD partitions: run_module and compare run one device"
     if getattr(compiled, "contained", False) and compiled.target is None:
         return ("compiled in the XLA worker (contained=True), where its executable stays: use run_module, compare "
                 "or benchmark with contained=True to run it there")
@@ -66,7 +72,7 @@ def require_device(backend: str) -> None:
     """Raises at once when nothing can run on ``backend`` here (no GPU), rather
     than after a long compile; ``compile`` alone still works without one."""
     if backend != "cpu" and not xla.backend_available(backend):
-        raise xla.NoDeviceError(backend)
+        raise NoDeviceError(backend)
 
 
 def run_module(module, inputs: list[np.ndarray] | None = None, *, backend: str = "cpu", pipeline: str = "stock",
@@ -74,11 +80,7 @@ def run_module(module, inputs: list[np.ndarray] | None = None, *, backend: str =
     """Compiles ``module`` (a Module or HLO text) and runs it on ``inputs`` (default
     ``make_inputs(module, seed)``); returns host arrays.  ``contained``: both in the
     XLA worker, where an abort raises ``XlaAbortError`` instead of ending this process."""
-    from .xla_compile import compile
-
     if contained and not xla_worker.in_worker():
-        from .xla_compile import parse_flags
-
         parse_flags(flags)
         return xla_worker.contained(run_module, (module, inputs),
                                     dict(backend=backend, pipeline=pipeline, flags=flags, seed=seed),
@@ -86,8 +88,6 @@ def run_module(module, inputs: list[np.ndarray] | None = None, *, backend: str =
     require_device(backend)
     m = _module_of(module)
     if inputs is None:
-        from .xla_inputs import make_inputs
-
         inputs = make_inputs(m, seed=seed)[0]
     return run(compile(module, backend, pipeline, flags=flags), inputs)
 
@@ -220,8 +220,6 @@ def compare_outputs(a: list[np.ndarray], b: list[np.ndarray], *, rtol: float | N
 
 
 def _compiled(x, backend: str, pipeline: str, flags, target, hook=None):
-    from .xla_compile import CompileResult, compile
-
     if isinstance(x, CompileResult):
         if hook is not None:
             raise TypeError("a hook applies to a module being compiled, not to a CompileResult")
@@ -230,9 +228,6 @@ def _compiled(x, backend: str, pipeline: str, flags, target, hook=None):
 
 
 def _module_of(x) -> Module:
-    from hlo_tools.parser import parse
-    from .xla_compile import CompileResult
-
     if isinstance(x, Module):
         return x
     if isinstance(x, CompileResult):
@@ -262,15 +257,10 @@ def compare(a, b, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b
     counts or parameter lists are a ``mismatch`` verdict, not an exception.
     ``contained``: all of it in the XLA worker (Modules and texts only), where an
     abort raises ``XlaAbortError`` naming A or B instead of ending this process."""
-    from .xla_compile import CompileResult
-    from .xla_inputs import make_inputs
-
     if contained and not xla_worker.in_worker():
         if isinstance(a, CompileResult) or isinstance(b, CompileResult):
             raise TypeError("compare(contained=True) compiles in the XLA worker: give Modules or HLO texts, "
                             "not CompileResults (their executables cannot move there)")
-        from .xla_compile import parse_flags
-
         parse_flags(flags)
         kwargs = dict(backend=backend, pipeline_a=pipeline_a, pipeline_b=pipeline_b, flags=flags, inputs=inputs,
                       seed=seed, rtol=rtol, atol=atol)

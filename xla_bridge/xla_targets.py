@@ -16,6 +16,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from hlo_tools.errors import HloError
+from hlo_tools.fileio import OutputError, write_output
+
+from .xla import cuda_plugin_library
 
 #: name -> (file name in gpu_specs/, XLA's device_description_str)
 GPU_TARGETS: dict[str, tuple[str, str]] = {
@@ -49,8 +52,6 @@ def _spec_dirs() -> list[Path]:
 @lru_cache(maxsize=1)
 def plugin_target_configs() -> dict[str, str]:
     """``{device_description_str: proto text}`` embedded in the CUDA plugin ({} without it)."""
-    from .xla import cuda_plugin_library
-
     lib = cuda_plugin_library()
     if lib is None:
         return {}
@@ -89,8 +90,6 @@ def target_config(name: str) -> str:
         raise UnknownTargetError(
             f"no target config for {name!r}: not in {', '.join(str(d) for d in _spec_dirs()[:-1])}, and the CUDA "
             "plugin (jax-cuda12-plugin) is missing or does not embed it")
-    from hlo_tools.fileio import OutputError, write_output
-
     try:  # cache it: reading the 500 MB plugin takes a second
         write_output(_cache_dir() / fname, text)
     except OutputError:

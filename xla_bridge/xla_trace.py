@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .xla_bench import _Runner
+
 _NOT_KERNELS = ("ThreadpoolListener", "ThunkExecutor", "$")
 
 
@@ -88,8 +90,6 @@ def trace_events(run, *, host_tracer_level: int = 2) -> list[tuple[str, float, f
 
 def _runs(compiled, input_sets: list[list[np.ndarray]], reps: int, warmup: int):
     """``warmup`` untraced runs now; returns the function doing the ``reps`` traced ones."""
-    from .xla_bench import _Runner
-
     runner = _Runner(compiled, input_sets)
     for i in range(warmup):
         runner.time_once(i % len(input_sets))

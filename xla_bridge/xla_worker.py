@@ -50,6 +50,9 @@ from typing import Any, Callable, Iterator
 
 from hlo_tools.errors import HloError
 from hlo_tools.ir import Module
+from hlo_tools.parser import parse
+
+from .errors import XlaAbortError
 
 #: Environment variables that shape XLA in the worker (read once, at its start): a
 #: change restarts it.  (Not those jax itself sets on import, e.g. TF_CPP_MIN_LOG_LEVEL.)
@@ -80,9 +83,7 @@ def in_worker() -> bool:
 # -- pickling: IR modules as their text --------------------------------------------
 
 
-def _module_from_text(text: str, source: str):
-    from hlo_tools.parser import parse
-
+def _module_from_text(text: str, source: str) -> Module:
     return parse(text, source=source)
 
 
@@ -273,7 +274,7 @@ class Worker:
         os.unlink(path)  # anonymous: nothing to clean up, whatever happens
         t0 = time.perf_counter()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "xla_bridge.xla_worker"], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-m", "xla_bridge.worker_main"], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self._stderr_fd, env=_child_env(),
                                          close_fds=True)
         except OSError as e:
@@ -359,8 +360,6 @@ class Worker:
                 raise
 
     def _aborted(self, where: tuple[str, str], offset: int, backend: str) -> BaseException:
-        from .xla import XlaAbortError
-
         proc = self.proc
         try:
             code = proc.wait(timeout=10)
@@ -422,7 +421,8 @@ def _die_with_parent() -> None:
         os._exit(0)  # the parent is already gone
 
 
-def _serve() -> int:
+def serve(warm_up: Callable[[], Any] | None = None) -> int:
+    """The worker's loop (``worker_main`` runs it): answers requests until stdin closes."""
     global _IN_WORKER, _reply_to
     _IN_WORKER = True
     os.environ.pop(_MARKER, None)
@@ -438,12 +438,11 @@ def _serve() -> int:
     _reply_to = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # print() and XLA's stdout logging go to stderr, never into the replies
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    try:  # warm up while the parent prepares its first request
-        from . import xla
-
-        xla.get_client("cpu")
-    except Exception:  # noqa: BLE001 - reported by the first call that needs it
-        pass
+    if warm_up is not None:
+        try:  # while the parent prepares its first request
+            warm_up()
+        except Exception:  # noqa: BLE001 - reported by the first call that needs it
+            pass
     global _last_note
     while True:
         frame = _read_frame(requests)
@@ -458,11 +457,3 @@ def _serve() -> int:
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             result = _exception_payload(e)
         _write_frame(_reply_to, result)
-
-
-if __name__ == "__main__":
-    # Serve from the package's module, not from this ``__main__`` copy of it: the
-    # bridge's ``note`` and ``in_worker`` read the package module's globals.
-    from xla_bridge import xla_worker
-
-    sys.exit(xla_worker._serve())
