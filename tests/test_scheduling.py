@@ -6,8 +6,11 @@ import corpus
 from fusion_analysis.memory import profile
 from fusion_analysis.overlap import overlap
 from hlo_tools import parse, verify
-from xla_bridge.xla import xla_module_from_text
+from hlo_tools.testing import assert_rewrite
 from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler
+from xla_bridge.xla import xla_module_from_text
+from xla_bridge.xla_compile import Hook, compile
+from xla_bridge.xla_run import compare
 
 # Two independent chains: the written order keeps both big intermediates alive at once.
 TWO_CHAINS = """HloModule m, entry_computation_layout={(f32[1024]{0})->(f32[], f32[])}
@@ -32,22 +35,21 @@ ENTRY %main (p: f32[1024]) -> (f32[], f32[]) {
 
 def test_memory_scheduler_finishes_one_chain_before_starting_the_other():
     m = parse(TWO_CHAINS)
-    before = profile(m.entry).peak_bytes
-    assert MemoryScheduler().run(m)
-    verify(m)
-    order = [i.name for i in m.entry]
-    assert order.index("rx") < order.index("y") or order.index("ry") < order.index("x")
+    # each 256 KiB broadcast is reduced before the other is made; XLA's parser takes the schedule
+    assert_rewrite(m, MemoryScheduler(), """
+    CHECK:      HloModule m, is_scheduled=true
+    CHECK:      ENTRY %main
+    CHECK:        %[[FIRST:[xy]]] = f32[1024,64]{1,0} broadcast(%p)
+    CHECK-NEXT:   reduce(%[[FIRST]], %z)
+    CHECK-NEXT:   %[[SECOND:[xy]]] = f32[1024,64]{1,0} broadcast(%p)
+    CHECK-NEXT:   reduce(%[[SECOND]], %z)
+    CHECK-NEXT:   ROOT %t
+    """, accepted_by=xla_module_from_text)
     assert profile(m.entry).peak_bytes == 1024 * 64 * 4 + 12  # one 256 KiB broadcast at a time, plus three scalars
-    text = m.to_text()
-    assert text.startswith("HloModule m, is_scheduled=true")
-    xla_module_from_text(text)  # XLA's parser takes the schedule
-    assert not MemoryScheduler().run(m)  # already optimal: unchanged
+    assert_rewrite(m, MemoryScheduler(), None)  # already optimal: unchanged
 
 
 def test_post_scheduler_hook_makes_xla_run_exactly_our_order():
-    from xla_bridge.xla_compile import Hook, compile
-    from xla_bridge.xla_run import compare
-
     e = next(iter(corpus.load("llama3-tiny-prefill-f32")))
     orig = e.module("before_optimizations")
     plain = compile(orig)
