@@ -40,6 +40,7 @@ from typing import Iterable
 
 from hlo_tools import HloOpcode, Instruction
 from hlo_tools.opcode import ELEMENTWISE
+from hlo_tools.outline import path_around
 
 from hlo_tools.side_effects import NON_DETERMINISTIC, SideEffects
 
@@ -312,25 +313,6 @@ def is_expensive_producer(instr: Instruction) -> bool:
 
 def _as_set(x: Instruction | Iterable[Instruction]) -> list[Instruction]:
     return [x] if isinstance(x, Instruction) else list(x)
-
-
-def path_around(members: Iterable[Instruction]) -> tuple[Instruction, Instruction] | None:
-    """A path that leaves the group and comes back, as (the outside instruction
-    on it, the member it feeds), or None.  Fusing a group with such a path would
-    put the fusion both before and after that instruction."""
-    inside = {id(i) for i in members}
-    stack = [u for i in members for u in i.users if id(u) not in inside]
-    seen: set[int] = set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        for u in x.users:
-            if id(u) in inside:
-                return x, u
-            stack.append(u)
-    return None
 
 
 def creates_cycle(a: Instruction | Iterable[Instruction], b: Instruction | Iterable[Instruction]) -> bool:

@@ -8,6 +8,8 @@ import hlo_tools
 from hlo_tools import HloOpcode
 from xla_bridge import xla
 from hlo_tools.opcode import ELEMENTWISE
+from fusion_analysis import kernels
+from hlo_tools.outline import region_module
 from passes.fusion import FusionError, inline_fusion, outline_fusion
 from tests.conftest import corpus_stage_texts
 
@@ -125,3 +127,41 @@ def test_outline_then_inline_round_trips_on_corpus_modules(label, text):
     for f in fusions:
         inline_fusion(f)
     assert xla.canonical_text(module.to_text()) == want
+
+
+# -- the one outliner: region_module builds what kernels.fused_region builds ------------
+def _regions(module, limit: int = 40):
+    """Producer -> consumer pairs of the entry (fusions among them: merged bodies)."""
+    out = []
+    for instr in module.entry:
+        for op in instr.operands:
+            if op.opcode not in (HloOpcode.PARAMETER, HloOpcode.TUPLE) and instr.opcode is not HloOpcode.TUPLE:
+                out.append(([op, instr], instr))
+                break
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _pricing_kind(region, outputs):
+    return "kInput" if any(o.opcode in (HloOpcode.REDUCE, HloOpcode.REDUCE_WINDOW) for o in outputs) else "kLoop"
+
+
+@pytest.mark.skipif(not corpus_stage_texts(), reason="no bundled corpus modules")
+def test_region_module_matches_kernels_fused_region():
+    texts = sorted((t for label, t in corpus_stage_texts() if label.endswith("cpu_after_optimizations")), key=len)[:2]
+    texts += [SRC]
+    compared = merged = 0
+    for text in texts:
+        module = hlo_tools.parse(text)
+        before = module.to_text()
+        for region, root in _regions(module):
+            for r in (root, None):
+                ours = region_module(region, kind=_pricing_kind, root=r, name="probe")
+                theirs = kernels.fused_region(region, root=r, name="probe")
+                hlo_tools.verify(ours)
+                assert ours.to_text() == theirs.to_text()
+                compared += 1
+                merged += any(i.opcode is HloOpcode.FUSION for i in region)
+        assert module.to_text() == before  # the source is left alone
+    assert compared > 20 and merged > 0

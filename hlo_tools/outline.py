@@ -1,0 +1,314 @@
+"""Outlining: a region of one computation becomes a fused computation.
+
+``outline_fusion`` replaces the region in place by a ``fusion`` instruction,
+like XLA's HloComputation::CreateFusionInstruction, and ``inline_fusion`` undoes
+it; ``region_module`` builds the same fused computation into a standalone
+module instead (to price a fusion that does not exist yet).  Both build the
+body with ``fused_computation``: one parameter per outside value in order of
+first use, the members cloned in computation order, one output or a tuple of
+several, as XLA's multi-output fusion.
+
+The kind (kLoop, kInput, ...) is the caller's: a string, or a rule
+``kind(region, outputs) -> str`` (the analysis layer owns that rule).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Iterable
+
+from .errors import IrError
+from .ir import Computation, Instruction, Module, copy_computation
+from .opcode import HloOpcode
+from .rewriter import Rewriter
+from .shape import Shape
+
+#: A fusion kind, or the rule that picks one from (region, outputs).
+Kind = str | Callable[[list[Instruction], list[Instruction]], str]
+
+
+class FusionError(IrError):
+    """The instructions do not form a region that can be fused."""
+
+
+def path_around(members: Iterable[Instruction]) -> tuple[Instruction, Instruction] | None:
+    """A path that leaves the group and comes back, as (the outside instruction
+    on it, the member it feeds), or None.  Fusing a group with such a path would
+    put the fusion both before and after that instruction."""
+    inside = {id(i) for i in members}
+    stack = [u for i in members for u in i.users if id(u) not in inside]
+    seen: set[int] = set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        for u in x.users:
+            if id(u) in inside:
+                return x, u
+            stack.append(u)
+    return None
+
+
+def region_inputs(region: list[Instruction]) -> list[Instruction]:
+    """Values the region uses but does not define, in order of first use."""
+    members = {id(i) for i in region}
+    inputs: dict[int, Instruction] = {}
+    for instr in region:
+        for op in instr.operands:
+            if id(op) not in members and id(op) not in inputs:
+                inputs[id(op)] = op
+    return list(inputs.values())
+
+
+def region_outputs(region: list[Instruction]) -> list[Instruction]:
+    """Members used outside the region, or the root of their computation."""
+    members = {id(i) for i in region}
+    return [i for i in region if i.is_root or any(id(u) not in members for u in i.users)]
+
+
+def _clone_member(instr: Instruction, into: Computation, mapping: dict[int, Instruction]) -> Instruction:
+    clone = instr.clone("", new_operands=[mapping[id(o)] for o in instr.operands])
+    return into.add_instruction(clone, unique=True)
+
+
+def fused_computation(
+    name: str,
+    region: list[Instruction],
+    inputs: list[Instruction],
+    outputs: list[Instruction],
+    *,
+    add_member: Callable[[Instruction, Computation, dict[int, Instruction]], Instruction] = _clone_member,
+) -> Computation:
+    """A detached computation that computes ``outputs`` of ``region`` (in
+    computation order) from parameters bound to ``inputs``: ``param_N``
+    (suffixed ``_`` when a member has that name), the members under their own
+    names, and a tuple root when there are several outputs.  ``add_member``
+    copies one member into the body (default: a clone on the mapped operands)."""
+    fused = Computation(name)
+    taken = {i.name for i in region}
+    mapping: dict[int, Instruction] = {}
+    for n, op in enumerate(inputs):
+        pname = f"param_{n}"
+        while pname in taken:
+            pname += "_"
+        mapping[id(op)] = fused.add_instruction(Instruction(pname, HloOpcode.PARAMETER, op.shape, parameter_number=n), unique=False)
+    for instr in region:
+        mapping[id(instr)] = add_member(instr, fused, mapping)
+    if len(outputs) == 1:
+        fused.set_root(mapping[id(outputs[0])])
+    else:
+        shape = Shape.tuple_of(o.shape for o in outputs)
+        fused.set_root(fused.add_instruction(Instruction("tuple", HloOpcode.TUPLE, shape, [mapping[id(o)] for o in outputs])))
+    return fused
+
+
+def _pick_kind(kind: Kind, region: list[Instruction], outputs: list[Instruction]) -> str:
+    return kind if isinstance(kind, str) else kind(region, outputs)
+
+
+def check_region(comp: Computation, region: list[Instruction]) -> None:
+    """Raises FusionError unless ``region`` can be outlined from ``comp``:
+    members of it, no parameters, no control edges, and convex (nothing
+    outside lies on a path between two members)."""
+    for instr in region:
+        if instr.parent is not comp:
+            raise FusionError(f"%{instr.name} is not in computation %{comp.name}")
+        if instr.opcode is HloOpcode.PARAMETER:
+            raise FusionError(f"cannot fuse parameter %{instr.name}")
+        if instr.control_predecessors or instr.control_successors:
+            raise FusionError(f"cannot fuse %{instr.name}: it has control dependencies")
+    around = path_around(region)
+    if around is not None:
+        x, u = around
+        raise FusionError(f"fusing would create a cycle: %{x.name} is outside the region but uses it and feeds %{u.name}")
+
+
+def outline_fusion(
+    comp: Computation,
+    instructions: Iterable[Instruction],
+    *,
+    kind: Kind,
+    name: str = "fusion",
+    computation_name: str = "fused_computation",
+    keep_order: bool = True,
+    rewriter: Rewriter | None = None,
+) -> Instruction:
+    """Replaces ``instructions`` (a convex region of ``comp``) by one fusion;
+    returns it.  Every edit goes through ``rewriter`` (a fresh one if None).
+
+    The fusion goes after the region's last member; when a user of an earlier
+    member sat before that, the computation is re-sorted stably
+    (``restore_topological_order``), so a scheduled module stays a valid
+    schedule. ``keep_order=False`` leaves that to the caller (one re-sort after
+    many outlines).  Values used by the region but defined outside become the
+    fusion's operands; region members used outside (or the root) its outputs:
+    one output is the fusion's value, several make a tuple root and
+    get-tuple-elements."""
+    rw = rewriter or Rewriter()
+    module = comp.parent
+    if module is None:
+        raise FusionError("the computation must belong to a module")
+    wanted = set(map(id, instructions))
+    region = [i for i in comp if id(i) in wanted]  # keep computation order
+    if len(region) != len(wanted):
+        raise FusionError("every instruction must belong to the computation")
+    if not region:
+        raise FusionError("nothing to fuse")
+    check_region(comp, region)
+    inputs = region_inputs(region)
+    outputs = region_outputs(region)
+    fused = fused_computation(module.unique_computation_name(computation_name), region, inputs, outputs)
+    rw.add_computation(module, fused)
+
+    fusion = Instruction(name, HloOpcode.FUSION, fused.root.shape, inputs, {"kind": _pick_kind(kind, region, outputs)})
+    fusion.set_called_computations("calls", [fused])
+    rw.insert_after(region[-1], fusion)
+    if len(outputs) == 1:
+        rw.replace_all_uses_with(outputs[0], fusion)
+    else:
+        last = fusion
+        for i, out in enumerate(outputs):
+            gte = Instruction("get-tuple-element", HloOpcode.GET_TUPLE_ELEMENT, out.shape, [fusion], {"index": str(i)})
+            last = rw.insert_after(last, gte)
+            rw.replace_all_uses_with(out, gte)
+    for instr in reversed(region):
+        # users outside were rewired; users inside are removed first (reverse order)
+        rw.erase(instr)
+    if keep_order:
+        restore_topological_order(comp, rw)
+    return fusion
+
+
+def restore_topological_order(comp: Computation, rewriter: Rewriter | None = None) -> bool:
+    """Re-sorts ``comp`` so every instruction follows its operands and control
+    predecessors, moving as little as possible (Kahn's algorithm, ties by the
+    current position). In a scheduled module the instruction order is the
+    schedule, which XLA reads back. Returns True if the order changed."""
+    if comp.is_topologically_ordered():
+        return False
+    position = {id(i): n for n, i in enumerate(comp)}
+    waiting = {id(i): len({id(d) for d in (*i.operands, *i.control_predecessors)}) for i in comp}
+    ready = [(position[id(i)], i) for i in comp if waiting[id(i)] == 0]
+    heapq.heapify(ready)
+    order: list[Instruction] = []
+    while ready:
+        _, instr = heapq.heappop(ready)
+        order.append(instr)
+        for u in {id(u): u for u in (*instr.users, *instr.control_successors)}.values():
+            waiting[id(u)] -= 1
+            if waiting[id(u)] == 0:
+                heapq.heappush(ready, (position[id(u)], u))
+    (rewriter or Rewriter()).set_instruction_order(comp, order)
+    return True
+
+
+def inline_fusion(fusion: Instruction, rewriter: Rewriter | None = None) -> list[Instruction]:
+    """Copies a fusion's body back into its computation in place of the fusion
+    (get-tuple-elements of a multi-output fusion are replaced by the values they
+    select).  The fused computation is removed when nothing else calls it.
+    Returns the inlined instructions."""
+    if fusion.opcode is not HloOpcode.FUSION or fusion.fused_computation is None:
+        raise FusionError(f"%{fusion.name} is not a fusion")
+    rw = rewriter or Rewriter()
+    comp = fusion.parent
+    fused = fusion.fused_computation
+    mapping: dict[int, Instruction] = {id(p): fusion.operand(p.parameter_number) for p in fused.parameters}
+    out: list[Instruction] = []
+    root = fused.root
+    multi = root.opcode is HloOpcode.TUPLE and all(u.opcode is HloOpcode.GET_TUPLE_ELEMENT for u in fusion.users) and fusion is not comp.root
+    for instr in fused.post_order():
+        if instr.opcode is HloOpcode.PARAMETER or (multi and instr is root):
+            continue
+        clone = instr.clone("", new_operands=[mapping[id(o)] for o in instr.operands])
+        name = clone.name
+        rw.insert_before(fusion, clone)
+        if clone.name != name and comp.get_instruction(name) is None:
+            rw.rename(clone, name)
+        mapping[id(instr)] = clone
+        out.append(clone)
+    if multi:
+        for gte in fusion.users:
+            rw.replace_all_uses_with(gte, mapping[id(root.operand(gte.tuple_index))])
+            rw.erase(gte)
+    else:
+        rw.replace_all_uses_with(fusion, mapping[id(root)])
+    rw.erase(fusion)
+    module = comp.parent
+    if module is not None and not any(fused in i.called_computations for i in module.instructions()):
+        rw.remove_computation(module, fused)
+    return out
+
+
+def region_module(instructions: Iterable[Instruction], *, kind: Kind, root: Instruction | None = None,
+                  name: str = "region") -> Module:
+    """A standalone module whose entry computes ``instructions`` (members of one
+    computation, left untouched) as one fusion: values they use from outside
+    become entry parameters.  The fusion's output is ``root`` when given
+    (members also used outside are then duplicated into the fusion, as XLA does
+    when it fuses a producer with other users); otherwise every member used
+    outside the region (or the last member), a tuple when several.
+
+    A member that is itself a (non-custom) fusion is merged: its body is copied
+    in, as XLA's MergeFusionInstruction does.  Every computation a member calls
+    is deep-copied along, so the module shares nothing with the original."""
+    members = list(dict.fromkeys(instructions))
+    if not members:
+        raise ValueError("nothing to fuse")
+    comp = members[0].parent
+    if comp is None or any(m.parent is not comp for m in members):
+        raise ValueError("every instruction must belong to one computation")
+    ids = {id(m) for m in members}
+    region = [i for i in comp if id(i) in ids]
+    if root is not None:
+        if id(root) not in ids:
+            raise ValueError(f"the root %{root.name} is not one of the instructions")
+        outputs = [root]
+    else:
+        outputs = region_outputs(region) or [region[-1]]
+    module = Module(name)
+    memo: dict[int, Computation] = {}
+
+    def add_callees(instr: Instruction) -> Instruction:
+        """``instr`` calling the module's copies of its computations."""
+        for key, comps in instr.called_computation_map.items():
+            copies = []
+            for c in comps:
+                if id(c) not in memo:
+                    for callee in (*c.make_embedded_computations_post_order(), c):
+                        if id(callee) not in memo:
+                            copy = copy_computation(callee, memo)
+                            copy.is_entry = False
+                            copy.name = module.unique_computation_name(copy.name)
+                            module.add_computation(copy)
+                copies.append(memo[id(c)])
+            instr.set_called_computations(key, copies)
+        return instr
+
+    def copy_member(instr: Instruction, into: Computation, mapping: dict[int, Instruction]) -> Instruction:
+        clone = add_callees(instr.clone("", new_operands=[mapping[id(o)] for o in instr.operands]))
+        return into.add_instruction(clone, unique=True)
+
+    def add_member(instr: Instruction, into: Computation, mapping: dict[int, Instruction]) -> Instruction:
+        if instr.opcode is HloOpcode.FUSION and instr.fusion_kind != "kCustom" and instr.fused_computation is not None:
+            body = instr.fused_computation
+            local = {id(p): mapping[id(instr.operand(p.parameter_number))] for p in body.parameters}
+            for inner in body.post_order():
+                if inner.opcode is not HloOpcode.PARAMETER:
+                    local[id(inner)] = copy_member(inner, into, local)
+            return local[id(body.root)]
+        return copy_member(instr, into, mapping)
+
+    inputs = region_inputs(region)
+    fused = fused_computation(f"fused_{name}", region, inputs, outputs, add_member=add_member)
+    fused.name = module.unique_computation_name(fused.name)
+    module.add_computation(fused)
+    entry = Computation("main", is_entry=True)
+    params = []
+    for n, op in enumerate(inputs):
+        params.append(entry.add_instruction(Instruction(f"p{n}.{op.name}", HloOpcode.PARAMETER, op.shape, parameter_number=n), unique=False))
+    fusion = Instruction("fusion", HloOpcode.FUSION, fused.root.shape, params, {"kind": _pick_kind(kind, region, outputs)})
+    fusion.set_called_computations("calls", [fused])
+    entry.set_root(entry.add_instruction(fusion, unique=False))
+    module.add_computation(entry, entry=True)
+    return module
