@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import re
 
+from . import grammar
 from .ir import COMPUTATION_ATTRS, Computation, Instruction, Module
-from .opcode import OPCODES, HloOpcode, parse_opcode
-from .records import CompRecord, InstrRecord, Locator, ModuleRecord
 from .literal import LiteralError, check_literal
+from .opcode import OPCODES, HloOpcode, parse_opcode
 from .printer import signature_text
-from .scanner import Unsupported, parse_signature, split_raw_attributes
+from .records import CompRecord, InstrRecord, Locator, ModuleRecord
+from .scanner import Unsupported, parse_signature
 from .shape import INT64_MAX, MAX_TUPLE_DEPTH, PrimitiveType, Shape, ShapeError, parse_shape, parse_shape_prefix
-from .text import split_top_level
+from .shape_inference import ShapeInferenceError, infer_shape
+from .text import split_raw_attributes, split_top_level
 
 _COMMENT_RE = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _NAME_RE = re.compile(r"\s*%?([A-Za-z_][\w.\-]*)\s*$")
@@ -394,8 +396,6 @@ class Builder:
         """A computation written as the attribute's value (``to_apply={ p = ...
         }``): XLA adds it to the module as ``_`` (``_.1``, ...), before the
         computation that calls it.  Returns the name the attribute now holds."""
-        from . import grammar
-
         # the value follows `key=` (the record's value text may be the relaid one)
         m = _VALUE_START.match(self.loc.text, key_pos)
         start = m.end() if m else key_pos
@@ -422,8 +422,6 @@ class Builder:
         return "%" + name
 
     def _infer_shape(self, name, pos, opcode, operands, attrs, raw_attrs):
-        from .shape_inference import ShapeInferenceError, infer_shape
-
         if opcode is HloOpcode.WHILE and len(operands) == 1:
             return operands[0].shape  # XLA gives a loop its init's shape, layouts included
         called_key = {HloOpcode.CALL: "to_apply", HloOpcode.WHILE: "body", HloOpcode.FUSION: "calls", HloOpcode.CONDITIONAL: None}.get(opcode, "")

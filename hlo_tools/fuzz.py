@@ -10,7 +10,7 @@ only HloParseError with a location inside the text, ``verify`` only
 VerificationError, and a module that verifies prints.
 
 Used by tests/test_fuzz.py (a short seeded run) and bench/fuzz_campaign.py (a
-long one).  Imports neither jax nor lark in the parent.
+long one).  Imports no jax.
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .errors import HloParseError, VerificationError
 from .opcode import HloOpcode
+from .parser import parse
+from .verifier import verify
 
 #: classes that are failures (everything else is an accepted outcome)
 FAILURES = ("crash", "bad_location", "hang", "died")
@@ -389,8 +392,6 @@ def location_inside(text: str, line: int, column: int) -> bool:
 def check_text(text: str, source: str = "fuzz.hlo") -> tuple[str, str]:
     """Parses, verifies and prints ``text``; returns (class, detail).  Classes:
     ok, parse_error, verify_error, and the failures crash / bad_location."""
-    from . import HloParseError, VerificationError, parse, verify
-
     try:
         module = parse(text, source=source)
     except HloParseError as e:
@@ -421,7 +422,6 @@ def _worker_main(mem_mb: int) -> None:
 
     limit = mem_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    import hlo_tools  # noqa: F401 - load the parser before the first case is timed
 
     inp, out = sys.stdin.buffer, sys.stdout
     while True:

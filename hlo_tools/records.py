@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .errors import HloParseError
+from .text import split_raw_attributes
 
 
 class InstrRecord(NamedTuple):
@@ -27,8 +28,6 @@ class InstrRecord(NamedTuple):
 
     def key(self) -> tuple:
         """Everything but positions: what the differential test compares."""
-        from .scanner import split_raw_attributes
-
         attrs = list(split_raw_attributes(self.attrs).items()) if isinstance(self.attrs, str) else [(k, v) for k, v, _ in self.attrs]
         return (self.is_root, self.name, self.shape_text, self.opcode, self.operand_text.strip(), attrs)
 

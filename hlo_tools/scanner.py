@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from .records import CompRecord, InstrRecord, ModuleRecord
+from .text import ATTRIBUTE, split_raw_attributes, value_pattern  # noqa: F401 - split_raw_attributes: ir.py reads it here
 
 
 class Unsupported(Exception):
@@ -32,20 +33,6 @@ _ATTR_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|[^"{}()\[\],\n]+|[{}()\[\],]|(")'
 _ATTR_KEY = re.compile(r"[ \t]*([A-Za-z_][\w\-]*)[ \t]*=[ \t]*")
 
 
-def _value_pattern(depth: int) -> str:
-    """A regex for an attribute value whose braces nest at most ``depth`` deep:
-    plain characters, strings, and bracketed groups (no top-level spaces).
-    Possessive quantifiers keep it linear on long metadata strings."""
-    string = r'"(?:[^"\\\n]++|\\.)*+"'
-    braced = r"\{(?:[^{}\"\n]++|" + string + r")*+\}"
-    for _ in range(depth - 1):
-        braced = r"\{(?:[^{}\"\n]++|" + string + "|" + braced + r")*+\}"
-    return r"(?:[^,{}()\[\]\"\s]++|" + string + "|" + braced + r"|\[[^\[\]{}\"\n]*+\]|\([^(){}\"\n]*+\))++"
-
-
-# One attribute `, key=value` in the forms XLA prints (JSON backend configs nest
-# a few levels); anything else goes through the token loop in split_attributes.
-_ATTR_FAST = re.compile(r",[ \t]*([A-Za-z_][\w\-]*)[ \t]*=[ \t]*(" + _value_pattern(4) + ")")
 _COMP_HEAD = re.compile(r"[ \t]*(ENTRY[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*(\(.*\)[ \t]*->[ \t]*(.*?))?[ \t]*\{[ \t]*$")
 _COMP_END = re.compile(r"[ \t]*\}[ \t]*(,.*)?$")
 _MODULE_HEAD = re.compile(r"[ \t]*HloModule[ \t]+%?([A-Za-z_][\w.\-]*)[ \t]*:?[ \t]*")
@@ -112,19 +99,6 @@ def _matching_paren(text: str, open_pos: int, limit: int) -> int:
 _PARAM_SPLIT = re.compile(r",[ \t]*(?=%?[A-Za-z_][\w.\-]*[ \t]*:)")
 
 
-def split_raw_attributes(raw: str) -> dict[str, str | None]:
-    """The attribute dict of a raw tail the scanner already validated."""
-    out: dict[str, str | None] = {}
-    for m in _ATTR_FAST.finditer(raw):
-        key = m.group(1)
-        if key in out:
-            from .errors import IrError
-
-            raise IrError(f"attribute '{key}' is given twice in {raw[:80]!r}")
-        out[key] = m.group(2)
-    return out
-
-
 #: Attributes the builder must resolve at parse time (names of computations or
 #: instructions); a raw tail without them can stay raw.
 NEEDS_RESOLUTION = re.compile(
@@ -136,7 +110,7 @@ NEEDS_RESOLUTION = re.compile(
 def split_attributes(text: str, pos: int, end: int) -> list[tuple[str, str, int]] | None:
     """Parses ``, key=value, key=value`` in text[pos:end]; None if not that form."""
     attrs = []
-    match = _ATTR_FAST.match
+    match = ATTRIBUTE.match
     while pos < end:
         m = match(text, pos, end)
         if m is None:
@@ -265,7 +239,7 @@ _LINE = re.compile(
     r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^}\n]*\})?|" + _TUPLE_SHAPE + "|" + _BUFFER_SHAPE + r")"
     r"[ \t]+([a-z][a-z0-9\-]*)\(([^()\n]*+)\)"
     # attributes exactly as XLA spaces them, so the raw tail prints back as is
-    r"((?:, [A-Za-z_][\w\-]*=" + _value_pattern(4) + r")*)[ \t\r]*"
+    r"((?:, [A-Za-z_][\w\-]*=" + value_pattern(4) + r")*)[ \t\r]*"
 )
 
 
@@ -307,7 +281,7 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
         rec = ModuleRecord(None)
     section: list[str] | None = None
     line_match = _LINE.fullmatch
-    attr_iter = _ATTR_FAST.finditer
+    attr_iter = ATTRIBUTE.finditer
     needs_resolution = NEEDS_RESOLUTION.search
     repeats_a_key = _repeats_a_key
     computations = rec.computations

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+from .errors import IrError
+
 
 def split_top_level(text: str) -> list[tuple[str, int]]:
     """Splits at commas outside brackets and strings; returns (piece, offset)."""
@@ -24,4 +28,33 @@ def split_top_level(text: str) -> list[tuple[str, int]]:
             start = i + 1
         i += 1
     out.append((text[start:], start))
+    return out
+
+
+def value_pattern(depth: int) -> str:
+    """A regex for an attribute value whose braces nest at most ``depth`` deep:
+    plain characters, strings, and bracketed groups (no top-level spaces).
+    Possessive quantifiers keep it linear on long metadata strings."""
+    string = r'"(?:[^"\\\n]++|\\.)*+"'
+    braced = r"\{(?:[^{}\"\n]++|" + string + r")*+\}"
+    for _ in range(depth - 1):
+        braced = r"\{(?:[^{}\"\n]++|" + string + "|" + braced + r")*+\}"
+    return r"(?:[^,{}()\[\]\"\s]++|" + string + "|" + braced + r"|\[[^\[\]{}\"\n]*+\]|\([^(){}\"\n]*+\))++"
+
+
+# One attribute `, key=value` in the forms XLA prints (JSON backend configs nest
+# a few levels); anything else goes through the scanner's token loop
+# (``scanner.split_attributes``).
+ATTRIBUTE = re.compile(r",[ \t]*([A-Za-z_][\w\-]*)[ \t]*=[ \t]*(" + value_pattern(4) + ")")
+
+
+def split_raw_attributes(raw: str) -> dict[str, str | None]:
+    """The attribute dict of a raw tail the scanner already validated (the IR
+    keeps a tail raw until a pass reads an attribute)."""
+    out: dict[str, str | None] = {}
+    for m in ATTRIBUTE.finditer(raw):
+        key = m.group(1)
+        if key in out:
+            raise IrError(f"attribute '{key}' is given twice in {raw[:80]!r}")
+        out[key] = m.group(2)
     return out

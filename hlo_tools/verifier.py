@@ -10,6 +10,7 @@ from .checks import attribute_problems, instruction_problems, module_problems
 from .errors import VerificationError
 from .ir import Computation, Instruction, Module
 from .opcode import BINARY_ELEMENTWISE, TERNARY_ELEMENTWISE, UNARY_ELEMENTWISE, HloOpcode
+from .printer import print_instruction
 from .shape import PrimitiveType
 from .shape_inference import ShapeInferenceError, infer_shape
 
@@ -54,8 +55,6 @@ _SHAPE_CHECKED = frozenset(_FIXED_ARITY) | {HloOpcode.TUPLE, HloOpcode.CONCATENA
 
 
 def _context(comp: Computation, instr: Instruction, radius: int = 2) -> str:
-    from .printer import print_instruction
-
     order = comp.instructions
     try:
         i = next(k for k, x in enumerate(order) if x is instr)

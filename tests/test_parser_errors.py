@@ -115,10 +115,15 @@ def test_load_errors_name_the_file(tmp_path):
     assert info.value.source == str(bad)
     with pytest.raises(HloParseError, match="cannot read file"):
         hlo_tools.load(tmp_path / "missing.hlo")
-    binary = tmp_path / "m.pb"
+    binary = tmp_path / "m.hlo"
     binary.write_bytes(b"\x08\xff\xfe\x00\x80")
-    with pytest.raises(HloParseError, match="not UTF-8"):
+    with pytest.raises(HloParseError, match="not UTF-8") as info:
         hlo_tools.load(binary)
+    assert (info.value.line, info.value.column) == (1, 2)  # the first byte that is not UTF-8
+    proto = tmp_path / "m.pb"  # XLA's reader is the bridge's: the IR layer says so instead of guessing
+    proto.write_bytes(binary.read_bytes())
+    with pytest.raises(HloParseError, match="xla_bridge.load"):
+        hlo_tools.load(proto)
 
 
 def test_parse_rejects_non_text():
