@@ -27,18 +27,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import corpus  # noqa: E402
 import hlo_tools  # noqa: E402
-from xla_bridge.xla_bench import benchmark  # noqa: E402
-from xla_bridge.xla import XlaCompileError  # noqa: E402
-from xla_bridge.xla_compile import compile  # noqa: E402
+from hlo_lab.study import cpu_study, fusions, gpu_pipeline, gpu_study, kernels  # noqa: E402
 from passes import PassManager  # noqa: E402
 from passes.fusion.pipeline import BEST, TEXT_PREFIX, passes_of  # noqa: E402
-from hlo_lab.study import cpu_study, fusions, gpu_pipeline, gpu_study, kernels  # noqa: E402
+from xla_bridge import xla  # noqa: E402
+from xla_bridge.errors import XlaCompileError  # noqa: E402
+from xla_bridge.measure import AS_WRITTEN, STOCK, Measurement  # noqa: E402
 
 def runnable_modules(pattern: str | None) -> list[tuple[str, str]]:
     """(name, before_optimizations text) of the runnable, unsharded corpus modules."""
-    import corpus
-
     try:
         entries = [(e.name, e.meta, e.text) for e in corpus.load()]
     except FileNotFoundError:  # manifest not written yet: read the per-module records
@@ -59,7 +58,7 @@ def ours_text_route(text: str, spec: str):
     aborts on some fusions this way: see docs/fusion_passes.md)."""
     module = hlo_tools.parse(text)
     PassManager(passes_of(TEXT_PREFIX + "," + spec)).run(module)
-    return compile(module, "cpu", "as-written"), fusions(module)
+    return Measurement("cpu").compile(module, AS_WRITTEN), fusions(module)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                        r.outputs, kept)
                 speedup = r.speedup
             else:
-                stock = compile(text, "cpu", "stock")
+                stock = Measurement("cpu").compile(text, STOCK)
                 mine, written = ours_text_route(text, args.passes)
-                b = benchmark(stock, mine, reps=args.reps, warmup=5)
+                b = Measurement("cpu").benchmark(stock, mine, reps=args.reps, warmup=5)
                 got = fusions(mine.optimized_module)
                 row = (name, f"{kernels(stock.optimized_module)}/{kernels(mine.optimized_module)}",
                        f"{stock.cost.get('bytes accessed', 0) / 1e6:.2f}/{mine.cost.get('bytes accessed', 0) / 1e6:.2f}",
@@ -112,8 +111,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     gpu_rows = []
     if args.gpu:
-        from xla_bridge import xla
-
         if not xla.cuda_plugin_available():
             print(f"\nGPU columns skipped: no XLA:GPU compiler here (the CUDA plugin is not installed)")
         else:

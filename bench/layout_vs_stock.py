@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import corpus  # noqa: E402
 from hlo_tools import parse, verify  # noqa: E402
 from xla_bridge import xla  # noqa: E402
-from xla_bridge.xla_bench import benchmark  # noqa: E402
-from xla_bridge.xla_compile import Hook, compile  # noqa: E402
+from xla_bridge.hook_stage import HookStage  # noqa: E402
+from xla_bridge.measure import STOCK, Measurement  # noqa: E402
 from passes.layout import LayoutNormalization, TransposeFolding, layout_analysis  # noqa: E402
 
 
@@ -56,8 +56,9 @@ def main() -> None:
         row = [e.name, kb(b0), kb(b1), "-", "-", "-", "-", "-", "-"]
         if e.size == "tiny" or args.full:
             orig = parse(text)
-            stock = compile(orig)
-            folded = compile(m)
+            measurement = Measurement("cpu")
+            stock = measurement.compile(orig)
+            folded = measurement.compile(m)
             seen = {}
 
             def normalize(module, seen=seen):
@@ -67,11 +68,11 @@ def main() -> None:
                 seen["after"] = layout_analysis(module).bytes_moved
                 return changed
 
-            hooked = compile(orig, hook=Hook(normalize, "pre-scheduler"))
+            hooked = measurement.compile(orig, STOCK.hooked(normalize, HookStage.PRE_SCHEDULER))
             row[5], row[6] = kb(seen["before"]), kb(seen["after"])
             if e.runnable:
-                r1 = benchmark(stock, folded, reps=args.reps, warmup=3)
-                r2 = benchmark(stock, hooked, reps=args.reps, warmup=3)
+                r1 = measurement.benchmark(stock, folded, reps=args.reps, warmup=3)
+                r2 = measurement.benchmark(stock, hooked, reps=args.reps, warmup=3)
                 row[3], row[4] = r1.verdict, f"{r1.speedup:.3f} [{r1.speedup_p10:.2f}..{r1.speedup_p90:.2f}]"
                 row[7], row[8] = r2.verdict, f"{r2.speedup:.3f} [{r2.speedup_p10:.2f}..{r2.speedup_p90:.2f}]"
         rows.append(row)

@@ -27,37 +27,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 import corpus  # noqa: E402
 from fusion_analysis.memory import lower_bound, profile  # noqa: E402
 from fusion_analysis.overlap import overlap  # noqa: E402
 from hlo_tools import parse, verify  # noqa: E402
 from xla_bridge import xla  # noqa: E402
-from xla_bridge.xla_compile import Hook  # noqa: E402
+from xla_bridge.hook_stage import HookStage  # noqa: E402
+from xla_bridge.measure import STOCK, Measurement  # noqa: E402
+from xla_bridge.xla_run import compare  # noqa: E402
 from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler  # noqa: E402
 
-
-def compile_spmd(text: str, hook: Hook | None, partitions: int = 8):
-    """XLA:CPU compile of a sharded module over ``partitions`` host devices.
-    The bridge's compile() is single-device; this is the bench's stand-in (see
-    docs/layout_and_scheduling.md: it belongs in xla_bridge.xla_compile)."""
-    client = xla.get_client("cpu")
-    devs = client.local_devices()[:partitions]
-    opts = xla.make_compile_options({})
-    opts.num_replicas, opts.num_partitions = 1, partitions
-    ebo = opts.executable_build_options
-    ebo.use_spmd_partitioning, ebo.num_partitions, ebo.num_replicas = True, partitions, 1
-    xc = xla._xc()
-    ebo.device_assignment = xc.DeviceAssignment.create(np.array([[d.id for d in devs]], dtype=np.int32))
-    mlir = xla.hlo_to_stablehlo_bytes(text)
-    if hook is None:
-        return client.compile_and_load(mlir, xc.DeviceList(tuple(devs)), opts)
-    with xla.registered_hook(hook.callback, name=f"bench-{id(hook)}", stage=hook.stage, platform="cpu"):
-        exe = client.compile_and_load(mlir, xc.DeviceList(tuple(devs)), opts)
-    if hook.error is not None:
-        raise hook.error
-    return exe
+#: Sharded modules: XLA:CPU's SPMD partitioner over 8 host devices.
+SPMD = Measurement("cpu", partitions=8)
 
 
 def table(rows, header):
@@ -86,13 +67,13 @@ def sharded_cpu():
             return changed
 
         t = time.perf_counter()
-        plain = compile_spmd(e.text("before_optimizations"), None)
-        hooked = compile_spmd(e.text("before_optimizations"), Hook(ours, "post-scheduler"))
-        final = parse(xla.optimized_text(hooked))
+        plain = SPMD.compile(e.text("before_optimizations"))
+        hooked = SPMD.compile(e.text("before_optimizations"), STOCK.hooked(ours, HookStage.POST_SCHEDULER))
+        final = parse(hooked.optimized_text)
         same = [i.name for i in final.entry] == state["order"]
         colls = sum(1 for i in final.entry if "all-" in i.opcode.value or "collective" in i.opcode.value)
-        t_xla = xla.memory_stats(plain).get("temp_size_in_bytes", 0)
-        t_ours = xla.memory_stats(hooked).get("temp_size_in_bytes", 0)
+        t_xla = plain.memory.get("temp_size_in_bytes", 0)
+        t_ours = hooked.memory.get("temp_size_in_bytes", 0)
         rows.append([e.name, colls, kb(state["bound"]), kb(state["xla_peak"]), kb(state["peak"]),
                      f"{state['peak'] / state['xla_peak']:.3f}", state["chosen"], kb(t_xla), kb(t_ours),
                      "yes" if same else "NO", f"{time.perf_counter() - t:.1f}s"])
@@ -128,9 +109,7 @@ def sharded_gpu():
 
 
 def all_modules(quick: bool, xla_temp_for_full: bool = False):
-    from xla_bridge.xla_compile import compile
-    from xla_bridge.xla_run import compare
-
+    measurement = Measurement("cpu")
     rows = []
     worse = 0
     for e in corpus.load():
@@ -146,7 +125,8 @@ def all_modules(quick: bool, xla_temp_for_full: bool = False):
         verdict, t_xla, t_ours = "-", "-", "-"
         if not e.sharded and (e.runnable or xla_temp_for_full):
             orig = e.module("before_optimizations")
-            plain, hooked = compile(orig), compile(orig, hook=(MemoryScheduler(), "post-scheduler"))
+            plain = measurement.compile(orig)
+            hooked = measurement.compile(orig, STOCK.hooked(MemoryScheduler(), HookStage.POST_SCHEDULER))
             t_xla, t_ours = kb(plain.memory.get("temp_size_in_bytes", 0)), kb(hooked.memory.get("temp_size_in_bytes", 0))
             if e.runnable:
                 verdict = compare(plain, hooked).verdict

@@ -28,6 +28,11 @@ import statistics
 
 import numpy as np
 
+from xla_bridge.measure import Measurement
+from xla_bridge.xla_trace import thunk_times
+
+from .cost import is_kernel
+
 #: footprints (bytes read + written) the bandwidth curve is measured at
 CURVE_BYTES = tuple(2**k for k in range(13, 25))  # 8 KiB .. 16 MiB
 
@@ -42,11 +47,8 @@ def _hlo(name: str, n: int, body: list[str], root: str) -> str:
 
 def compiled_kernel(text: str):
     """Compiles ``text`` with stock XLA:CPU; returns the result and its one kernel."""
-    from fusion_analysis import kernels
-    from xla_bridge.xla_compile import compile as xla_compile
-
-    res = xla_compile(text, "cpu", "stock")
-    ks = kernels.kernels_of(res.optimized_module)
+    res = Measurement("cpu").compile(text)
+    ks = [i for i in res.optimized_module.entry if is_kernel(i)]
     if len(ks) != 1:
         raise RuntimeError(f"micro-benchmark {res.module_name} compiled to {len(ks)} kernels, not 1: "
                            f"{[k.name for k in ks]}")
@@ -59,8 +61,6 @@ def kernel_us(text: str, shapes: list[tuple[int, ...]], reps: int, *, compiled=N
     others alternately in [0.5, 1.0] and [1.0, 1.5]). Two input sets take turns,
     as in the kernel bench: with one, XLA:CPU's run times triple here (a buffer
     reuse effect), which is not how a module runs."""
-    from xla_bridge.xla_trace import thunk_times
-
     res, kernel = compiled or compiled_kernel(text)
 
     def inputs(flip: bool) -> list[np.ndarray]:
@@ -167,7 +167,7 @@ ENTRY %main {
 
 def measure() -> dict:
     """All of the above: the fields ``devices.measure_host`` takes from XLA."""
-    from . import op_profile
+    from . import op_profile  # op_profile builds on this module: devices.measure_host should call it itself
 
     launch = launch_overhead()
     vec = vector_rate()

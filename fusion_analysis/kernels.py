@@ -18,11 +18,15 @@ XLA's priority fusion does when it weighs a producer -> consumer merge.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable
 
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.shape import Shape
+from xla_bridge.hook_stage import HookStage
+from xla_bridge.measure import Measurement, Pipeline
+from xla_bridge.xla_compile import CompileResult
 
 from .roofline import is_kernel
 
@@ -224,32 +228,35 @@ class NotAlone(RuntimeError):
     """XLA compiled an extracted kernel into something other than that one kernel."""
 
 
-def compile_alone(kernel: Instruction, backend: str = "cpu", *, target: str | None = None):
+@dataclass
+class SwapIn:
+    """The hooked "pass" of ``compile_alone``: hands XLA ``exact`` in place of the
+    module it compiles, but only a module with ``exact``'s signature (XLA:GPU's
+    autotuner compiles its own sub-modules through the same hook)."""
+
+    exact: Module
+
+    def run(self, module: Module) -> Module | None:
+        return self.exact if _signature(module) == _signature(self.exact) else None
+
+
+def compile_alone(kernel: Instruction, backend: str = "cpu", *,
+                  target: str | None = None) -> tuple[Module, CompileResult]:
     """Compiles ``kernel`` as its own module so that XLA runs exactly it: returns the
     extracted module and XLA's ``CompileResult``.
 
     The StableHLO route loses the layouts inside fusion bodies, so XLA compiles
     ``stand_in`` (same signature) "as written" and the exact module is handed over
-    in a hook: XLA:CPU's pre-scheduler one; on XLA:GPU the post-scheduler one (it
-    rejects fusion bodies before layout assignment), with the module marked
-    scheduled (XLA:GPU also calls it for its autotuner's sub-compiles, which are left
-    alone: only a module with the kernel's signature is swapped). Raises ``NotAlone`` when the result is not that one kernel."""
-    from xla_bridge.xla_compile import Hook, compile as xla_compile
-    from xla_bridge.xla_compile import HOOK_STAGE
-
-    gpu = backend != "cpu"
+    in a hook (``SwapIn``) at ``HookStage.for_fusion``: XLA:CPU's pre-scheduler one;
+    on XLA:GPU the post-scheduler one (it rejects fusion bodies before layout
+    assignment), with the module marked scheduled. Raises ``NotAlone`` when the
+    result is not that one kernel."""
     exact = extract_kernel(kernel)
-    if gpu:
+    if backend != "cpu":
         exact.is_scheduled = True
-    want = _signature(exact)
-
-    def swap(module: Module) -> Module | None:
-        # only the stand-in itself: XLA:GPU's autotuner compiles its own sub-modules
-        # through the same hook
-        return exact if _signature(module) == want else None
-
-    hook = Hook(swap, stage=HOOK_STAGE["gpu" if gpu else "cpu"])
-    res = xla_compile(stand_in(exact), backend, "as-written", hook=hook, target=target)
+    pipeline = Pipeline.as_written().hooked(SwapIn(exact), HookStage.for_fusion(backend))
+    res = Measurement(backend, target=target).compile(stand_in(exact), pipeline)
+    hook = res.hook
     ran = kernels_of(res.optimized_module)
     if hook.changed != 1 or len(ran) != 1 or ran[0].opcode_text != kernel.opcode_text:
         raise NotAlone(f"XLA did not run {kernel.name} alone: hook used {hook.changed}x, "

@@ -31,10 +31,13 @@ import glob
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
+from corpus.dump import from_dump_dir
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import HloOpcode
+from hlo_tools.parser import parse
+from xla_bridge.measure import Measurement
 
 from . import cost, devices, roofline
 from .devices import Device
@@ -93,8 +96,6 @@ class FusionLog:
         return [s for s in self.steps if isinstance(s, ProducerIneligible)]
 
     def before_fusion(self) -> Module:
-        from hlo_tools.parser import parse
-
         return parse(self.before_fusion_text, source=f"<{self.module_name} before priority-fusion>")
 
 
@@ -152,12 +153,11 @@ def capture(module: Module | str, target: str = "h100", *, dump_dir: str | None 
     """Compiles ``module`` (HLO text or our IR, pre-optimization) for ``target``
     without a GPU and returns its priority-fusion log. Raises FileNotFoundError
     when XLA wrote no dump (e.g. a pipeline without priority fusion)."""
-    from xla_bridge.xla_compile import compile
-
     with tempfile.TemporaryDirectory(prefix="pfusion-") as tmp:
         where = dump_dir or tmp
-        res = compile(module, target=target, dump_dir=where,
-                      flags={"xla_dump_hlo_pass_re": "priority-fusion", "xla_dump_hlo_as_text": True})
+        measurement = Measurement("gpu", target=target,
+                                  flags={"xla_dump_hlo_pass_re": "priority-fusion", "xla_dump_hlo_as_text": True})
+        res = measurement.compile(module, dump_dir=where)
         paths = sorted(glob.glob(os.path.join(where, f"*{DUMP_SUFFIX}")))
         if not paths:
             raise FileNotFoundError(f"XLA:GPU wrote no {DUMP_SUFFIX} for {res.module_name} in {where}")
@@ -374,8 +374,6 @@ def fused_in_optimized(log: FusionLog) -> dict[str, set[str]]:
     the dump spells it, see ``base_name``) -> the fusions whose bodies hold it (a
     duplicated producer is in several). Lets a test check that logged pairs
     really ended up fused."""
-    from hlo_tools.parser import parse
-
     m = parse(log.optimized_text, source=f"<{log.module_name} optimized>")
     out: dict[str, set[str]] = {}
     for comp in m.computations:
@@ -406,8 +404,6 @@ def dump_logs(folder: str, module: str | None = None) -> list[tuple[str, str]]:
     (XLA:GPU writes one per module when ``--xla_dump_hlo_pass_re`` matches
     ``priority-fusion``), or of the one file given; ``module`` picks a module by
     id (``1``, ``0001``) or name. A ``LookupError`` says what there is."""
-    from corpus.dump import from_dump_dir
-
     if os.path.isfile(folder):
         return [(os.path.basename(folder).removesuffix("." + DUMP_SUFFIX), folder)]
     logs = [(f"module_{m.module_id:04d}.{m.name}", str(p), m) for m in from_dump_dir(folder)
@@ -444,8 +440,6 @@ def describe_step(step: Step) -> tuple[str, str, str]:
 
 def step_dict(step: Step) -> dict:
     """One step as JSON data, with its ``kind``."""
-    from dataclasses import asdict
-
     return {"kind": step_kind(step), **asdict(step)}
 
 

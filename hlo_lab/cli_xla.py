@@ -1,17 +1,26 @@
 """``hlo compile | run | compare | bench | history``: thin commands over
-``xla_compile``, ``xla_run``, ``xla_bench`` and ``xla_results``."""
+``xla_compile``, ``xla_run``, ``xla_bridge.Measurement`` and ``xla_results``."""
 
 from __future__ import annotations
 
 import json
 import sys
 
+import numpy as np
+
+import passes
 from hlo_tools.errors import HloError, HloParseError
+from hlo_tools.fileio import check_writable, write_output
+from xla_bridge import load
+from xla_bridge.errors import XlaCompileError
+from xla_bridge.hook_stage import HookStage
+from xla_bridge.measure import Measurement, Pipeline
+from xla_bridge.xla_compile import compile
+from xla_bridge.xla_results import history, record
+from xla_bridge.xla_run import compare, run_module
 
 
 def _load(path: str):
-    from xla_bridge import load
-
     return load(path)
 
 
@@ -20,11 +29,6 @@ def _flags(args) -> list[str]:
 
 
 def _cmd_compile(args) -> int:
-    from xla_bridge.xla import XlaCompileError
-    from xla_bridge.xla_compile import compile
-
-    from hlo_tools.fileio import check_writable
-
     if args.dump_optimized:
         check_writable(args.dump_optimized)  # before compiling: a bad path fails at once
     if args.dump_dir:
@@ -39,8 +43,6 @@ def _cmd_compile(args) -> int:
         print(f"hlo compile: {e}", file=sys.stderr)
         return 2
     if args.dump_optimized:
-        from hlo_tools.fileio import write_output
-
         write_output(args.dump_optimized, res.optimized_text)
     kinds: dict[str, int] = {}
     for _, kind in res.fusions():
@@ -62,11 +64,6 @@ def _cmd_compile(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    import numpy as np
-
-    from xla_bridge.xla import XlaCompileError
-    from xla_bridge.xla_run import run_module
-
     try:
         module = _load(args.file)
         outs = run_module(module, backend=args.backend, pipeline=args.pipeline, flags=_flags(args), seed=args.seed,
@@ -85,9 +82,6 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from xla_bridge.xla import XlaCompileError
-    from xla_bridge.xla_run import compare
-
     try:
         cmp = compare(_load(args.a), _load(args.b), backend=args.backend, pipeline_a=args.pipeline_a,
                       pipeline_b=args.pipeline_b, flags=_flags(args), seed=args.seed, contained=True)
@@ -104,8 +98,6 @@ def _cmd_compare(args) -> int:
 def _pipeline(spec: str) -> list:
     """The passes named in ``spec``; an unknown name is a ValueError naming the
     known ones, raised before anything is compiled."""
-    import passes  # lazy: hlo_tools does not depend on passes; the CLI glues them
-
     try:
         return passes.parse_pipeline(spec)
     except KeyError as e:
@@ -113,53 +105,37 @@ def _pipeline(spec: str) -> list:
 
 
 def _apply_passes(module, pipeline: list):
-    import passes
-
     rewritten = module.clone()
     passes.PassManager(pipeline).run(rewritten)
     return rewritten
 
 
-def _bench_hooked(original, pipeline: list, args):
-    """The original under ``--pipeline-a`` against the original under
-    ``--pipeline-b`` with the passes run at XLA's ``--hook`` stage (how fusion
-    pipelines are measured: they then see XLA's layout-assigned, unfused module).
-    The hooked compile runs in the XLA worker, so the passes go there (by name,
-    as pickled Pass objects) and the module they left comes back."""
-    from passes.fusion.pipeline import FusionHook
-
-    from xla_bridge.xla_bench import benchmark
-    from xla_bridge.xla_compile import Hook
-
-    passes_hook = FusionHook(pipeline)
-    res = benchmark(original, original, backend=args.backend, pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b,
-                    reps=args.reps, warmup=args.warmup, flags=_flags(args), hook_b=Hook(passes_hook, args.hook),
-                    contained=True)
-    return res, (passes_hook.modules[-1] if passes_hook.modules else original)
-
-
 def _cmd_bench(args) -> int:
-    from xla_bridge.xla import XlaCompileError
-    from xla_bridge.xla_bench import benchmark
-    from xla_bridge.xla_results import record
-
+    """The original under ``--pipeline-a`` (A) against B: the rewrite under
+    ``--pipeline-b``, or with ``--hook`` the original under ``--pipeline-b`` with
+    the passes run at that stage of XLA's pipeline (how fusion pipelines are
+    measured: they then see XLA's layout-assigned, unfused module).  All of it
+    runs in the XLA worker, so the passes go there (by name, as pickled Pass
+    objects) and the module they left comes back."""
     try:
         if args.hook and not args.passes:
             raise ValueError("--hook needs --passes (the passes to run inside XLA's pipeline)")
         pipeline = _pipeline(args.passes) if args.passes else []
         original = _load(args.file)
+        measurement = Measurement(args.backend, flags=_flags(args), contained=True)
+        pipeline_a, pipeline_b = Pipeline(args.pipeline_a), Pipeline(args.pipeline_b)
         if args.hook:
-            res, rewritten = _bench_hooked(original, pipeline, args)
+            pipeline_b = pipeline_b.hooked(passes.PassManager(pipeline), HookStage(args.hook))
+            rewritten = original
+        elif args.against:
+            rewritten = _load(args.against)
+        elif args.passes:
+            rewritten = _apply_passes(original, pipeline)
         else:
-            if args.against:
-                rewritten = _load(args.against)
-            elif args.passes:
-                rewritten = _apply_passes(original, pipeline)
-            else:
-                rewritten = original
-            res = benchmark(original, rewritten, backend=args.backend, pipeline_a=args.pipeline_a,
-                            pipeline_b=args.pipeline_b, reps=args.reps, warmup=args.warmup, flags=_flags(args),
-                            contained=True)
+            rewritten = original
+        res = measurement.benchmark(original, rewritten, pipeline_a, pipeline_b, reps=args.reps, warmup=args.warmup)
+        if args.hook and res.hook_b.after is not None:
+            rewritten = res.hook_b.after
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
@@ -175,8 +151,6 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_history(args) -> int:
-    from xla_bridge.xla_results import history
-
     rows = history(args.db, limit=args.limit, module=args.module)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -237,7 +211,7 @@ def register(subparsers) -> None:
     b.add_argument("--passes", help="comma-separated Python passes that make the rewrite (`hlo opt --list` lists "
                                     "them; e.g. dce,cse,simplify or producer-consumer-fusion,dce)")
     b.add_argument("--against", metavar="FILE", help="an already rewritten module to time instead")
-    b.add_argument("--hook", choices=["pre-scheduler", "post-scheduler"],
+    b.add_argument("--hook", choices=[s.value for s in HookStage],
                    help="run --passes inside XLA's pipeline at this stage instead of on the file "
                         "(fusion pipelines: --hook pre-scheduler)")
     b.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])

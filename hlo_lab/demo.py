@@ -8,29 +8,35 @@
    the same modules compiled for an H100 without a GPU for the predicted columns;
 4. a before/after HTML page per module in ``results/pages/``;
 5. a summary, and the report ``results/demo_report.md``.
-
-The other packages are imported inside the steps: ``hlo_tools`` does not depend
-on them otherwise."""
+"""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+import corpus
+from fusion_analysis.scan import scan
+from hlo_tools.fileio import write_output
 from hlo_tools.parser import parse
 from hlo_tools.stats import module_stats
 from hlo_tools.verifier import verify
+from passes.fusion.pipeline import BEST
+from visualize.page import before_after_html
+from visualize.view import FocusOptions
+from xla_bridge import xla
+from xla_bridge.errors import XlaCompileError
+from xla_bridge.fidelity import fidelity_problem
+
+from .study import cpu_study, gpu_study
 
 
 def fidelity(report_lines: list[str]) -> int:
     """Step 1; appends its Markdown to ``report_lines``, returns the failures."""
-    import corpus
-    from rich.console import Console
-    from rich.progress import Progress
-    from rich.table import Table
-
-    from xla_bridge.fidelity import fidelity_problem
-
     entries = list(corpus.load())
     jobs = [(e, stage) for e in entries for stage in e.files]
     rows, failures = [], 0
@@ -79,8 +85,6 @@ FUSION_MODULES = ("llama3-tiny-decode-f32", "llama3-tiny-train-f32")
 
 def scan_step(out_dir: Path, lines: list[str]) -> dict:
     """Step 2: the corpus-wide fusion-opportunity scan."""
-    from fusion_analysis.scan import scan
-
     report = scan(None, out_dir, device="h100")
     lines += ["", "## 2. Fusion opportunities across the corpus (H100 roofline)", "",
               f"{report['modules_scanned']} module stages scanned in {report['seconds']:.0f} s, "
@@ -95,16 +99,6 @@ def scan_step(out_dir: Path, lines: list[str]) -> dict:
 
 def fusion_step(pages: Path, lines: list[str], reps: int) -> tuple[list, list, int]:
     """Steps 3 and 4: the best pipeline against stock XLA on two modules."""
-    import corpus
-    from passes.fusion.pipeline import BEST
-    from hlo_lab.study import cpu_study, gpu_study
-    from visualize.page import before_after_html
-    from visualize.view import FocusOptions
-
-    from xla_bridge import xla
-    from hlo_tools.fileio import write_output
-    from xla_bridge.xla import XlaCompileError
-
     entries = {e.name: e for e in corpus.load()}
     cpu_rows, gpu_rows, errors = [], [], []
     failures = 0
@@ -162,11 +156,6 @@ def fusion_step(pages: Path, lines: list[str], reps: int) -> tuple[list, list, i
 
 def run_demo(report_path: str, *, reps: int = 30) -> int:
     """Runs steps 1-5; the report and pages go beside ``report_path``."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from hlo_tools.fileio import write_output
-
     t0 = time.perf_counter()
     out = Path(report_path).resolve().parent
     lines = ["# Demo report: the bundled corpus end to end", ""]

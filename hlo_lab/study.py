@@ -1,16 +1,20 @@
 """One module, a Python fusion pipeline against stock XLA: the measurement that
 ``bench/fusion_vs_stock.py`` and ``hlo demo`` print, in one place.
 
+Both are one ``xla_bridge.Measurement`` compiling the module under two
+``Pipeline``s: stock, and "as-written" with our pipeline (a ``PassManager``)
+hooked in at ``HookStage.for_fusion(backend)``.
+
 CPU (measured): stock XLA:CPU on the original vs XLA:CPU "as-written" with our
-pipeline run at its pre-scheduler hook (``pipeline.FusionHook``): kernels,
-XLA's bytes accessed, interleaved timings, outputs compared, and whether XLA
-compiled exactly the fusions we wrote.
+pipeline run at its pre-scheduler hook: kernels, XLA's bytes accessed,
+interleaved timings, outputs compared, and whether XLA compiled exactly the
+fusions we wrote.
 
 GPU (compiled, no GPU needed): stock XLA:GPU compiled here for a target
 (deviceless) vs XLA:GPU "as-written" with our pipeline at its post-scheduler
-hook (``xla_compile.HOOK_STAGE``), kernels and bytes from XLA's HloCostAnalysis
-of both optimized modules, time predicted by our roofline for that device, and
-whether XLA:GPU compiled every fusion we wrote.
+hook, kernels and bytes from XLA's HloCostAnalysis of both optimized modules,
+time predicted by our roofline for that device, and whether XLA:GPU compiled
+every fusion we wrote.
 
 Both run in the XLA worker by default (``contained=True``): an XLA abort on one
 module raises ``XlaAbortError`` (an ``XlaCompileError``) for that module, and a
@@ -23,10 +27,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fusion_analysis import devices
+from fusion_analysis.roofline import roofline
 from hlo_tools import HloOpcode, Module
-
-from passes.fusion.pipeline import FusionHook, passes_of
-from xla_bridge.xla_compile import HOOK_STAGE
+from passes import PassManager
+from passes.fusion.pipeline import passes_of
+from xla_bridge import xla, xla_worker
+from xla_bridge.errors import XlaCompileError
+from xla_bridge.hook_stage import HookStage
+from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.xla_compile import CompileResult
 
 #: Not kernels: no code runs for them.
 FREE = frozenset({HloOpcode.PARAMETER, HloOpcode.CONSTANT, HloOpcode.BITCAST, HloOpcode.TUPLE,
@@ -43,6 +53,29 @@ def kernels(module: Module) -> int:
 
 def fusions(module: Module) -> int:
     return sum(1 for i in module.entry if i.opcode is HloOpcode.FUSION)
+
+
+def _fusion_names(module: Module | None) -> frozenset[str]:
+    return frozenset(i.name for i in module.entry if i.opcode is HloOpcode.FUSION) if module is not None else frozenset()
+
+
+def ours(spec: str, backend: str) -> Pipeline:
+    """XLA as written, with the passes of ``spec`` deciding every fusion at the
+    stage where XLA keeps what they write (``HookStage.for_fusion``)."""
+    return Pipeline.as_written().hooked(PassManager(passes_of(spec)), HookStage.for_fusion(backend))
+
+
+def _stock_and_ours(measurement: Measurement, text: str, spec: str) -> tuple[CompileResult, CompileResult, frozenset[str]]:
+    """The module compiled stock and under ``ours``, and the names of the fusions
+    our passes wrote (empty when the hook never ran)."""
+    res = measurement.compile_each(text, {"stock": STOCK, "ours": ours(spec, measurement.backend)})
+    return res["stock"], res["ours"], _fusion_names(res["ours"].hook.after)
+
+
+def _kept(written: frozenset[str], optimized: Module) -> bool:
+    """Did XLA compile every fusion we wrote, under its name? (XLA:GPU's
+    fusion-wrapper may add one-op fusions around what we left alone.)"""
+    return written <= _fusion_names(optimized)
 
 
 @dataclass
@@ -81,10 +114,6 @@ def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 
     ``backend="gpu"`` does the same on a real GPU (CPU-only passes dropped); with
     this jax it fails at compile time (see the module docstring).  ``contained``:
     all of it in the XLA worker (``spec`` goes there as names or Pass objects)."""
-    from xla_bridge import xla_worker
-    from xla_bridge.xla_bench import benchmark
-    from xla_bridge.xla_compile import Hook, compile
-
     if contained and not xla_worker.in_worker():
         return xla_worker.contained(cpu_study, (name, text, spec), dict(reps=reps, warmup=warmup, backend=backend),
                                     phase="compiling", module=name, backend=backend)
@@ -92,20 +121,19 @@ def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 
     t0 = time.perf_counter()
     if backend != "cpu":
         spec = gpu_pipeline(spec)
-    stock = compile(text, backend, "stock")
-    fusion_hook = FusionHook(passes_of(spec))
-    hook = Hook(fusion_hook, HOOK_STAGE["gpu" if backend != "cpu" else "cpu"])
-    ours = compile(text, backend, "as-written", hook=hook)
-    b = benchmark(stock, ours, reps=reps, warmup=warmup)
+    measurement = Measurement(backend)
+    stock, mine, written = _stock_and_ours(measurement, text, spec)
+    b = measurement.benchmark(stock, mine, reps=reps, warmup=warmup)
+    hook = mine.hook
+    n_written = len(written) if hook.after is not None else -1
     return CpuRow(
-        module=name, kernels_stock=kernels(stock.optimized_module), kernels_ours=kernels(ours.optimized_module),
-        bytes_stock=stock.cost.get("bytes accessed", 0.0), bytes_ours=ours.cost.get("bytes accessed", 0.0),
+        module=name, kernels_stock=kernels(stock.optimized_module), kernels_ours=kernels(mine.optimized_module),
+        bytes_stock=stock.cost.get("bytes accessed", 0.0), bytes_ours=mine.cost.get("bytes accessed", 0.0),
         ms_stock=b.a.median_us / 1e3, ms_ours=b.b.median_us / 1e3, speedup=b.speedup,
         speedup_p10=b.speedup_p10, speedup_p90=b.speedup_p90, outputs=b.verdict,
-        fusions_written=fusion_hook.fusions_out,
-        fusions_compiled=fusion_hook.fusions_out if fusion_hook.kept_in(ours.optimized_module) else fusions(ours.optimized_module),
-        seconds=time.perf_counter() - t0, before=hook.seen[0] if hook.seen else "",
-        after=fusion_hook.modules[-1] if fusion_hook.modules else None,
+        fusions_written=n_written,
+        fusions_compiled=n_written if _kept(written, mine.optimized_module) else fusions(mine.optimized_module),
+        seconds=time.perf_counter() - t0, before=hook.seen[0] if hook.seen else "", after=hook.after,
     )
 
 
@@ -140,25 +168,18 @@ def gpu_study(name: str, text: str, spec: str, target: str = "h100", *, containe
     hook, both compiled here for ``target`` without a GPU: kernels and bytes from
     XLA's optimized modules (HloCostAnalysis), time from our roofline.
     ``contained``: in the XLA worker."""
-    from fusion_analysis import devices
-    from fusion_analysis.roofline import roofline
-    from xla_bridge import xla, xla_worker
-    from xla_bridge.xla_compile import Hook, compile
-
     if contained and not xla_worker.in_worker():
         return xla_worker.contained(gpu_study, (name, text, spec, target), phase="compiling", module=name,
                                     backend="gpu")
 
     device = devices.load(target)
-    stock = compile(text, target=target)
-    fusion_hook = FusionHook(passes_of(gpu_pipeline(spec)))
-    ours = compile(text, target=target, pipeline="as-written", hook=Hook(fusion_hook, HOOK_STAGE["gpu"]))
-    a, b = stock.optimized_module, ours.optimized_module
+    stock, mine, written = _stock_and_ours(Measurement("gpu", target=target), text, gpu_pipeline(spec))
+    a, b = stock.optimized_module, mine.optimized_module
     return GpuRow(module=name, target=target, kernels_stock=kernels(a), kernels_ours=kernels(b),
                   bytes_stock=xla.cost_analysis_of_text(stock.optimized_text).get("bytes accessed", float("nan")),
-                  bytes_ours=xla.cost_analysis_of_text(ours.optimized_text).get("bytes accessed", float("nan")),
+                  bytes_ours=xla.cost_analysis_of_text(mine.optimized_text).get("bytes accessed", float("nan")),
                   predicted_us_stock=roofline(a, device).time_s * 1e6, predicted_us_ours=roofline(b, device).time_s * 1e6,
-                  fusions_written=fusion_hook.fusions_out, kept=fusion_hook.kept_in(b))
+                  fusions_written=len(written) if mine.hook.after is not None else -1, kept=_kept(written, b))
 
 
 @dataclass
@@ -177,8 +198,6 @@ def studies(modules, spec: str, *, reps: int = 30, warmup: int = 5, backend: str
     """``cpu_study`` (or ``gpu_study`` for ``target``) of each ``(name, text)``, in
     order; a module XLA refuses or aborts on becomes a ``StudyError`` row and the
     others go on."""
-    from xla_bridge.xla import XlaCompileError
-
     rows: list[CpuRow | GpuRow | StudyError] = []
     for name, text in modules:
         try:
