@@ -9,7 +9,7 @@ Attributes that passes do not model are kept as the exact text XLA printed.
 from __future__ import annotations
 
 import itertools
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from . import attributes as _attrs
 from .errors import IrError
@@ -825,13 +825,29 @@ class Module:
         return None
 
     def remove_computation(self, comp: Computation) -> None:
-        callers = [i for c in self.computations for i in c if comp in i.called_computations]
-        if callers:
-            raise IrError(f"cannot remove %{comp.name}: it is called by %{callers[0].name}")
-        if comp is self.entry:
-            raise IrError(f"cannot remove the entry computation %{comp.name}")
-        self.computations.remove(comp)
-        comp.parent = None
+        """Removes a computation that nothing calls (not the entry)."""
+        self.remove_computations([comp])
+
+    def remove_computations(self, comps: Iterable[Computation]) -> None:
+        """Removes several computations at once (one scan for callers): none may
+        be the entry or be called from a computation that stays."""
+        comps = list(comps)
+        gone = {id(c) for c in comps}
+        if self.entry is not None and id(self.entry) in gone:
+            raise IrError(f"cannot remove the entry computation %{self.entry.name}")
+        for c in self.computations:
+            if id(c) in gone:
+                continue
+            for instr in c:
+                for callee in instr.called_computations:
+                    if id(callee) in gone:
+                        raise IrError(f"cannot remove %{callee.name}: it is called by %{instr.name}")
+        for comp in comps:
+            if comp.parent is not self:
+                raise IrError(f"%{comp.name} is not a computation of module {self.name}")
+        self.computations[:] = [c for c in self.computations if id(c) not in gone]
+        for comp in comps:
+            comp.parent = None
         self._names_cache = None
 
     def unique_computation_name(self, base: str) -> str:

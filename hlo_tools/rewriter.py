@@ -24,6 +24,12 @@ from .shape import Shape
 from .side_effects import SideEffects
 
 
+#: Instruction properties that are not views of an attribute (each has its own method).
+_NOT_ATTRIBUTE_VIEWS = frozenset({"name", "shape", "literal", "operands", "users", "attributes", "raw_attributes",
+                                  "control_predecessors", "control_successors", "called_computations",
+                                  "called_computation_map", "fused_computation", "to_apply"})
+
+
 class Rewriter:
     """Edits the IR and remembers whether it did.
 
@@ -109,18 +115,23 @@ class Rewriter:
 
     def replace_instruction(self, old: Instruction, new: Instruction) -> Instruction:
         """Replaces ``old`` by ``new`` (inserted before ``old`` when detached):
-        its uses move to ``new``, and ``old`` goes with whatever became dead."""
+        its uses move to ``new``, ``old`` goes, and so do operands of ``old``
+        that became dead (XLA's ReplaceInstruction)."""
         if new.parent is None:
             self.insert_before(old, new)
-        self.replace_all_uses_with(old, new)
-        self.erase_if_dead(old)
+        self.forward(old, new)
         return new
 
-    def forward(self, instr: Instruction, value: Instruction) -> None:
-        """``instr`` computes ``value``: its users take ``value`` and ``instr``
-        goes (with whatever became dead)."""
-        self.replace_all_uses_with(instr, value)
-        self.erase_if_dead(instr)
+    def forward(self, instr: Instruction, value: Instruction, *, allow_different_shape: bool = False) -> None:
+        """``instr`` computes ``value``: its users take ``value``, ``instr``
+        goes, and so do its operands that became dead."""
+        self.replace_all_uses_with(instr, value, allow_different_shape=allow_different_shape)
+        if instr.users:
+            return  # ``value`` itself uses ``instr`` (a wrapping copy): it stays
+        operands = instr.operands
+        self.erase(instr)
+        for op in operands:
+            self.erase_if_dead(op)
 
     # -- erasing -------------------------------------------------------------------
     def erase(self, instr: Instruction) -> None:
@@ -157,6 +168,18 @@ class Rewriter:
         before = instr.attribute(key)
         instr.set_attribute(key, value)
         if instr.attribute(key) != before:
+            self.changed = True
+            self._touch([instr])
+
+    def set_field(self, instr: Instruction, field: str, value) -> None:
+        """Sets one of the instruction's typed attribute views
+        (``dimensions``, ``slice``, ``dot_dimension_numbers``, ``metadata``,
+        ``backend_config``...), which write the attribute text in XLA's spelling."""
+        if field in _NOT_ATTRIBUTE_VIEWS or not isinstance(getattr(Instruction, field, None), property):
+            raise AttributeError(f"{field!r} is not a typed attribute of an instruction; see Rewriter's other set_ methods")
+        before = list(instr.attributes.items())
+        setattr(instr, field, value)
+        if list(instr.attributes.items()) != before:
             self.changed = True
             self._touch([instr])
 
@@ -214,8 +237,14 @@ class Rewriter:
 
     def remove_computation(self, module: Module, comp: Computation) -> None:
         """Removes a computation nothing calls (not the entry)."""
-        module.remove_computation(comp)
-        self.changed = True
+        self.remove_computations(module, [comp])
+
+    def remove_computations(self, module: Module, comps: Iterable[Computation]) -> None:
+        """Removes computations that only each other call (one scan for callers)."""
+        comps = list(comps)
+        if comps:
+            module.remove_computations(comps)
+            self.changed = True
 
     def set_module_attribute(self, module: Module, key: str, value: str | None) -> None:
         """Sets (None: removes) a module attribute such as ``entry_computation_layout``."""

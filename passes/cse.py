@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from hlo_tools import Computation, HloOpcode, Instruction
 from hlo_tools.printer import print_attributes
+from hlo_tools.rewriter import Rewriter
+from hlo_tools.side_effects import NON_DETERMINISTIC
 
 from .base import ComputationPass
-from .registry import register_pass
-from hlo_tools.side_effects import NON_DETERMINISTIC, SideEffects
 
 _METADATA = re.compile(r', metadata=\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\}')
 
@@ -29,15 +29,14 @@ def cse_key(instr: Instruction) -> tuple:
     )
 
 
-@register_pass
 @dataclass(frozen=True)
 class CommonSubexpressionElimination(ComputationPass):
     name = "cse"
 
-    def run_on_computation(self, comp: Computation, effects: SideEffects | None = None) -> bool:
-        effects = effects or SideEffects()
+    def run_on_computation(self, comp: Computation) -> bool:
+        rewriter = Rewriter()
+        effects = rewriter.effects
         seen: dict[tuple, Instruction] = {}
-        changed = False
         for instr in comp.post_order():
             op = instr.opcode
             if op is HloOpcode.PARAMETER or op in NON_DETERMINISTIC or instr.control_predecessors or instr.control_successors:
@@ -49,7 +48,6 @@ class CommonSubexpressionElimination(ComputationPass):
             if first is None:
                 seen[key] = instr
                 continue
-            instr.replace_all_uses_with(first)
-            comp.remove_instruction(instr)
-            changed = True
-        return changed
+            rewriter.replace_all_uses_with(instr, first)
+            rewriter.erase(instr)
+        return rewriter.changed

@@ -1,56 +1,48 @@
 """Dead code elimination: instructions nothing uses, and computations nothing
-calls (XLA's HloDCE).  Side effects, parameters and roots are kept."""
+calls (XLA's HloDCE).  Side effects, parameters and roots are kept: "dead" is
+``Rewriter.is_dead``, the one rule (``hlo_tools.side_effects``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hlo_tools import Computation, HloOpcode, Module
+from hlo_tools import Computation, Module
+from hlo_tools.rewriter import Rewriter
 
 from .base import Pass
-from .registry import register_pass
-from hlo_tools.side_effects import SideEffects
 
 
-def remove_dead_instructions(comp: Computation, effects: SideEffects | None = None) -> bool:
+def remove_dead_instructions(comp: Computation, rewriter: Rewriter | None = None) -> bool:
     """Removes dead instructions of one computation, users before operands."""
-    effects = effects or SideEffects()
-    changed = False
+    rw = rewriter or Rewriter()
+    removed = False
     for instr in reversed(comp.post_order()):
-        if instr.users or instr is comp.root or instr.opcode is HloOpcode.PARAMETER:
-            continue
-        if instr.control_successors or effects.instruction(instr):
-            continue
-        comp.remove_instruction(instr)
-        changed = True
-    return changed
+        if rw.is_dead(instr):
+            rw.erase(instr)
+            removed = True
+    return removed
 
 
-def remove_unreachable_computations(module: Module) -> bool:
+def remove_unreachable_computations(module: Module, rewriter: Rewriter | None = None) -> bool:
     """Removes computations that the entry does not (transitively) call."""
     if module.entry is None:
         return False
+    rw = rewriter or Rewriter()
     keep = {id(module.entry)} | {id(c) for c in module.entry.make_embedded_computations_post_order()}
     dead = [c for c in module.computations if id(c) not in keep]
-    for comp in dead:
-        module.computations.remove(comp)
-        comp.parent = None
-    if dead:
-        module._names_cache = None
+    rw.remove_computations(module, dead)
     return bool(dead)
 
 
-@register_pass
 @dataclass(frozen=True)
 class DeadCodeElimination(Pass):
     name = "dce"
     remove_computations: bool = True
 
     def run(self, module: Module) -> bool:
-        effects = SideEffects()
-        changed = False
+        rewriter = Rewriter()
         for comp in module.computations:
-            changed |= remove_dead_instructions(comp, effects)
+            remove_dead_instructions(comp, rewriter)
         if self.remove_computations:
-            changed |= remove_unreachable_computations(module)
-        return changed
+            remove_unreachable_computations(module, rewriter)
+        return rewriter.changed

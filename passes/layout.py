@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module, Shape
+from hlo_tools.rewriter import Rewriter
 from hlo_tools.shape import Layout
 
 from .base import ComputationPass, Pass, fused_computations
-from .registry import register_pass
 
 LAYOUT_OPS = frozenset({HloOpcode.TRANSPOSE, HloOpcode.COPY})
 _VIEW_OPS = frozenset({HloOpcode.PARAMETER, HloOpcode.TRANSPOSE, HloOpcode.COPY, HloOpcode.BITCAST, HloOpcode.RESHAPE})
@@ -131,7 +131,7 @@ def layout_analysis(module: Module) -> LayoutReport:
 
 
 # -- transpose folding ------------------------------------------------------------------
-def _fold_into_dot(dot: Instruction) -> bool:
+def _fold_into_dot(dot: Instruction, rw: Rewriter) -> bool:
     """Folds transposed operands into ``dot``'s dimension numbers when the
     operand's free (non-batch, non-contracting) dims keep their order, so the
     dot's output is unchanged (transpose_folding.cc's condition, generalised)."""
@@ -158,16 +158,15 @@ def _fold_into_dot(dot: Instruction) -> bool:
             dnums = type(dnums)(dnums.lhs_batch_dims, dnums.lhs_contracting_dims, new_batch, new_contract)
         ops = list(dot.operands)
         ops[side] = t.operand(0)
-        dot.replace_operands(ops)
+        rw.replace_operands(dot, ops)
         changed = True
     if changed:
-        dot.dot_dimension_numbers = dnums
+        rw.set_field(dot, "dot_dimension_numbers", dnums)
     return changed
 
 
-def _compose_transposes(t: Instruction) -> bool:
+def _compose_transposes(t: Instruction, rw: Rewriter) -> bool:
     """transpose(transpose(x, p), q) -> transpose(x, p[q]); identity -> x."""
-    comp = t.parent
     src = t.operand(0)
     perm = t.dimensions
     if src.opcode is HloOpcode.TRANSPOSE:
@@ -175,24 +174,23 @@ def _compose_transposes(t: Instruction) -> bool:
         perm = tuple(inner[d] for d in perm)
         src = src.operand(0)
         if perm != tuple(range(len(perm))):
-            t.replace_operands([src])
-            t.dimensions = perm
+            rw.replace_operands(t, [src])
+            rw.set_field(t, "dimensions", perm)
             return True
     if perm == tuple(range(len(perm))) and src.shape.compatible(t.shape) and not t.is_root \
             and minor_to_major(src.shape) == minor_to_major(t.shape):
-        t.replace_all_uses_with(src)
-        comp.remove_instruction(t)
+        rw.replace_all_uses_with(t, src)
+        rw.erase(t)
         return True
     return False
 
 
-def _remove_dead(comp: Computation, candidates) -> None:
+def _remove_dead(comp: Computation, candidates, rw: Rewriter) -> None:
     for i in candidates:
         if i.parent is comp and not i.users and not i.is_root:
-            comp.remove_instruction(i)
+            rw.erase(i)
 
 
-@register_pass
 @dataclass(frozen=True)
 class TransposeFolding(ComputationPass):
     """Folds transposes into dot dimension numbers and into each other."""
@@ -200,21 +198,19 @@ class TransposeFolding(ComputationPass):
     name = "transpose-folding"
 
     def run_on_computation(self, comp: Computation) -> bool:
-        changed = False
+        rw = Rewriter()
         for instr in list(comp):
             if instr.parent is not comp:
                 continue
             if instr.opcode is HloOpcode.DOT:
                 before = list(instr.operands)
-                if _fold_into_dot(instr):
-                    changed = True
-                    _remove_dead(comp, before)
+                if _fold_into_dot(instr, rw):
+                    _remove_dead(comp, before, rw)
             elif instr.opcode is HloOpcode.TRANSPOSE:
                 inner = instr.operand(0)
-                if _compose_transposes(instr):
-                    changed = True
-                    _remove_dead(comp, [inner])
-        return changed
+                if _compose_transposes(instr, rw):
+                    _remove_dead(comp, [inner], rw)
+        return rw.changed
 
 
 # -- entry computation layout ---------------------------------------------------------------
@@ -233,7 +229,6 @@ def _with_default_layout(shape: Shape) -> Shape:
     return shape
 
 
-@register_pass
 @dataclass(frozen=True)
 class EntryLayoutAssignment(Pass):
     """Gives parameters (by number) and the result the requested minor-to-major
@@ -246,26 +241,23 @@ class EntryLayoutAssignment(Pass):
 
     def run(self, module: Module) -> bool:
         entry = module.entry
+        rw = Rewriter()
         for number, m2m in self.parameter_layouts:
             p = entry.parameter(number)
             if sorted(m2m) != list(range(p.shape.rank)):
                 raise ValueError(f"layout {m2m} is not a permutation of the {p.shape.rank} dims of parameter {number}")
-            p.shape = p.shape.with_layout(Layout(tuple(m2m)))
+            rw.set_shape(p, p.shape.with_layout(Layout(tuple(m2m))))
         if self.result_layout is not None:
             root = entry.root
             if root.shape.is_tuple or sorted(self.result_layout) != list(range(root.shape.rank)):
                 raise ValueError(f"result layout {self.result_layout} does not fit the root shape {root.shape}")
-            root.shape = root.shape.with_layout(Layout(tuple(self.result_layout)))
-        text = entry_layout_text(module)
-        if module.attributes.get("entry_computation_layout") == text:
-            return False
-        module.attributes["entry_computation_layout"] = text
-        return True
+            rw.set_shape(root, root.shape.with_layout(Layout(tuple(self.result_layout))))
+        rw.set_module_attribute(module, "entry_computation_layout", entry_layout_text(module))
+        return rw.changed
 
 
 # -- layout normalization --------------------------------------------------------------------
-def _normalize(instr: Instruction) -> bool:
-    comp = instr.parent
+def _normalize(instr: Instruction, rw: Rewriter) -> bool:
     if instr.shape.layout is not None and instr.shape.layout.suffix:
         return False
     src = instr.operand(0)
@@ -275,7 +267,7 @@ def _normalize(instr: Instruction) -> bool:
         if instr.opcode is HloOpcode.COPY and minor_to_major(instr.shape) == minor_to_major(src.shape):
             return False  # a real copy (copy insertion's): keep it
         bc = Instruction.create("bitcast", instr.shape, [src], name=f"{instr.name}.bitcast")
-        comp.replace_instruction(instr, bc)
+        rw.replace_instruction(instr, bc)
         return True
     perm = physical_permutation(instr)
     in_major = list(reversed(minor_to_major(src.shape)))
@@ -287,18 +279,16 @@ def _normalize(instr: Instruction) -> bool:
     norm_out = Shape.array(et, [instr.shape.dims[d] for d in out_major], desc)
     if instr.opcode is HloOpcode.TRANSPOSE and instr.shape == norm_out and src.shape == norm_in:
         return False  # already normal
-    b_in = comp.add_instruction(Instruction.create("bitcast", norm_in, [src], name=f"{instr.name}.normalized_operand"),
-                                before=instr)
-    t = comp.add_instruction(Instruction.create("transpose", norm_out, [b_in], name=f"{instr.name}.normalized",
-                                                dimensions="{" + ",".join(map(str, perm)) + "}"), before=instr)
-    if "metadata" in instr.attributes:
-        t.attributes["metadata"] = instr.attributes["metadata"]
+    b_in = rw.insert_before(instr, Instruction.create("bitcast", norm_in, [src], name=f"{instr.name}.normalized_operand"))
+    t = Instruction.create("transpose", norm_out, [b_in], name=f"{instr.name}.normalized",
+                           dimensions="{" + ",".join(map(str, perm)) + "}")
+    t.set_attribute("metadata", instr.attribute("metadata"))
+    rw.insert_before(instr, t)
     out = Instruction.create("bitcast", instr.shape, [t], name=f"{instr.name}.bitcast")
-    comp.replace_instruction(instr, out)
+    rw.replace_instruction(instr, out)
     return True
 
 
-@register_pass
 @dataclass(frozen=True)
 class LayoutNormalization(ComputationPass):
     """Makes physical transposes explicit on descending-layout shapes; meant for
@@ -307,9 +297,9 @@ class LayoutNormalization(ComputationPass):
     name = "layout-normalization"
 
     def run_on_computation(self, comp: Computation) -> bool:
-        changed = False
+        rw = Rewriter()
         for instr in list(comp):
             if instr.opcode in LAYOUT_OPS and instr.shape.is_array and not instr.control_predecessors \
                     and not instr.control_successors and not instr.is_root:
-                changed |= _normalize(instr)
-        return changed
+                _normalize(instr, rw)
+        return rw.changed

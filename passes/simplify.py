@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from hlo_tools import Computation, HloOpcode, Instruction, PrimitiveType
 from hlo_tools import pattern as m
-from hlo_tools.pattern import PatternRewriter, RewritePattern, apply_patterns_greedily, scalar_value
+from hlo_tools.pattern import scalar_value
+from hlo_tools.rewriter import RewritePattern, apply_patterns_greedily
 
 from .base import ComputationPass
-from .registry import register_pass
 
 
 def _copy_metadata(src: Instruction, dst: Instruction) -> Instruction:
@@ -156,8 +156,7 @@ class FoldBroadcastScalarConstants(RewritePattern):
         text = _format_literal(fold(va, vb), etype)
         if text is None:
             return False
-        const = Instruction.create("constant", ca.shape, name="constant")
-        const.literal = text
+        const = Instruction("constant", HloOpcode.CONSTANT, ca.shape, literal=text)
         rewriter.insert_before(instr, const)
         if instr.shape.is_scalar:
             new = const
@@ -237,7 +236,6 @@ SIMPLIFICATIONS: tuple[RewritePattern, ...] = (
 )
 
 
-@register_pass
 @dataclass(frozen=True)
 class AlgebraicSimplifier(ComputationPass):
     name = "simplify"

@@ -12,27 +12,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
+from hlo_tools.rewriter import Rewriter
 
 from passes.base import Pass
 from passes.dce import remove_unreachable_computations
-from passes.registry import register_pass
 
 
-def inline_call(call: Instruction) -> list[Instruction]:
+def inline_call(call: Instruction, rewriter: Rewriter | None = None) -> list[Instruction]:
     """Copies the called computation's body in place of ``call``; returns the copies."""
-    comp = call.parent
+    rw = rewriter or Rewriter()
     callee = call.to_apply
     mapping: dict[int, Instruction] = {id(p): call.operand(p.parameter_number) for p in callee.parameters}
     out: list[Instruction] = []
     for instr in callee.post_order():
         if instr.opcode is HloOpcode.PARAMETER:
             continue
-        clone = instr.clone("", new_operands=[mapping[id(o)] for o in instr.operands])
-        comp.add_instruction(clone, before=call, unique=True)
+        clone = rw.insert_before(call, instr.clone("", new_operands=[mapping[id(o)] for o in instr.operands]))
         mapping[id(instr)] = clone
         out.append(clone)
-    call.replace_all_uses_with(mapping[id(callee.root)])
-    comp.remove_instruction(call)
+    rw.replace_all_uses_with(call, mapping[id(callee.root)])
+    rw.erase(call)
     return out
 
 
@@ -40,7 +39,6 @@ def _calls(comp: Computation) -> list[Instruction]:
     return [i for i in comp if i.opcode is HloOpcode.CALL and i.to_apply is not None and not i.control_predecessors and not i.control_successors]
 
 
-@register_pass
 @dataclass(frozen=True)
 class CallInliner(Pass):
     """Inlines every ``call`` (nested calls too), then drops computations nothing calls."""
@@ -48,15 +46,14 @@ class CallInliner(Pass):
     name = "call-inliner"
 
     def run(self, module: Module) -> bool:
-        changed = False
+        rewriter = Rewriter()
         for comp in list(module.computations):
             while True:
                 calls = _calls(comp)
                 if not calls:
                     break
                 for call in calls:
-                    inline_call(call)
-                changed = True
-        if changed:
-            remove_unreachable_computations(module)
-        return changed
+                    inline_call(call, rewriter)
+        if rewriter.changed:
+            remove_unreachable_computations(module, rewriter)
+        return rewriter.changed
