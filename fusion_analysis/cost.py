@@ -21,15 +21,24 @@ pinned in tests/test_cost.py): a tuple *operand* is its index table
 (sort, topk, variadic reduce, rng-bit-generator, ``*-start`` / ``*-done``,
 send / recv, collectives), except the ``tuple`` instruction, which writes only
 its index table.
+
+The same module answers the other cost questions, so that every caller prices
+with one model: which instructions run a kernel (``is_kernel``), what a fusion
+saves in memory traffic (``bytes_saved``, for the fusion passes' decisions), the
+coarse per-instruction work the scheduler weighs (``element_flops``,
+``unfused_bytes``) and a kernel's time on a device's rates (``KernelTime``, for
+the roofline, the opportunities and the scheduler's overlap). The rates
+themselves live in ``fusion_analysis.devices``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from hlo_tools.ir import Computation, Instruction, Module
-from hlo_tools.opcode import ELEMENTWISE, HloOpcode
+from hlo_tools.opcode import ELEMENTWISE, NO_KERNEL, HloOpcode
 from hlo_tools.shape import PrimitiveType, Shape
 
 FLOPS = "flops"
@@ -48,9 +57,14 @@ TRANSCENDENTAL_OPS = frozenset(
 )
 #: HloCostAnalysis overrides HandleCopy: a copy moves bytes but does no flops.
 _ELEMENTWISE_FLOP_OPS = ELEMENTWISE - {_H.COPY}
-#: Instructions that touch no memory and emit no code (XLA sets their bytes to 0).
-_FREE_OPS = frozenset({_H.PARAMETER, _H.CONSTANT, _H.GET_TUPLE_ELEMENT, _H.BITCAST, _H.DOMAIN,
-                       _H.AFTER_ALL, _H.ADD_DEPENDENCY})
+#: Instructions that touch no memory and emit no code (XLA sets their bytes to 0):
+#: those that run no kernel, except the ones HloCostAnalysis still charges for
+#: their operands and output (a tuple writes its index table, see HandleTuple).
+_FREE_OPS = NO_KERNEL - {_H.TUPLE, _H.OPTIMIZATION_BARRIER, _H.PARTITION_ID, _H.REPLICA_ID}
+#: Run no kernel of their own either: control flow (the kernels are in its bodies)
+#: and the second half of an async pair (its ``*-start`` is the kernel).
+_NOT_KERNELS = NO_KERNEL | {_H.CALL, _H.WHILE, _H.CONDITIONAL, _H.ASYNC_DONE, _H.ASYNC_UPDATE, _H.ALL_GATHER_DONE,
+                            _H.ALL_REDUCE_DONE, _H.COLLECTIVE_PERMUTE_DONE, _H.COPY_DONE, _H.SEND_DONE, _H.RECV_DONE}
 #: Custom-call targets that only annotate sharding: the SPMD partitioner (GSPMD or
 #: Shardy) consumes them and they emit no code. XLA's HloCostAnalysis prices every
 #: custom-call as unknown (-1 flops, -1 bytes); for these the true cost is nothing.
@@ -96,6 +110,20 @@ def is_sharding_annotation(instr: Instruction) -> bool:
         return False
     target = instr.custom_call_target or ""
     return target in SHARDING_ANNOTATION_TARGETS or target.startswith(SHARDY_ANNOTATION_PREFIX)
+
+
+def is_kernel(instr: Instruction) -> bool:
+    """Whether XLA emits code for ``instr`` at its own level: a fusion or an unfused
+    instruction, not one that runs no kernel (``NO_KERNEL``), control flow, the
+    ``*-done`` half of an async pair, a sharding annotation or a transpose that
+    only relabels the layout (a bitcast)."""
+    if instr.opcode in _NOT_KERNELS:
+        return False
+    if instr.opcode is _H.CUSTOM_CALL and is_sharding_annotation(instr):
+        return False  # the partitioner's marks: no kernel, no launch
+    if instr.opcode is _H.TRANSPOSE and instr.shape.is_array:
+        return not _is_effective_bitcast_transpose(instr)
+    return not instr.opcode_text.endswith("-done")
 
 
 def _elements(shape: Shape) -> int:
@@ -526,3 +554,92 @@ def analyze(module: Module) -> ModuleCost:
 def module_cost(module: Module) -> dict[str, float]:
     """``{"flops", "transcendentals", "bytes accessed"}`` like XLA's cost analysis."""
     return analyze(module).as_dict()
+
+
+# -- the coarse model of fusion and scheduling decisions ---------------------------
+# Decisions compare alternatives, so they price an instruction by its data
+# (``Shape.byte_size``: every array leaf, no tuple index tables) rather than by
+# XLA's per-opcode rules above.
+
+
+def result_bytes(instr: Instruction) -> int:
+    """Bytes ``instr`` writes: every array leaf of its result."""
+    return instr.shape.byte_size
+
+
+def operand_bytes(instr: Instruction) -> int:
+    """Bytes ``instr`` reads: every operand whole."""
+    return sum(o.shape.byte_size for o in instr.operands)
+
+
+def unfused_bytes(instr: Instruction) -> int:
+    """Memory traffic of ``instr`` run on its own: operands read, result written."""
+    return result_bytes(instr) + operand_bytes(instr)
+
+
+def element_flops(instr: Instruction) -> float:
+    """The scheduler's coarse work count: 2*M*N*K for a dot, the sum over the body
+    for a fusion (its parameters included), one flop per output element for
+    anything else. Coarser than ``CostAnalysis`` on purpose: the latency-hiding
+    scheduler only needs which instructions are long, and its schedules are pinned."""
+    if instr.opcode is _H.DOT:
+        return float(_dot_flops(instr))
+    if instr.opcode is _H.FUSION and instr.fused_computation is not None:
+        return sum(element_flops(i) for i in instr.fused_computation)
+    return float(instr.shape.num_elements) if instr.shape.is_array else 0.0
+
+
+def reread_bytes(producer: Instruction, *, wrapped_broadcast: bool = False) -> int:
+    """Bytes one more copy of a duplicated ``producer`` reads: its operands, except
+    a broadcast's (its small input stays in cache). ``wrapped_broadcast=True`` also
+    reads nothing for a fusion that only wraps a broadcast of at most one parameter
+    (XLA:CPU's one-op fusion around a broadcast): priority fusion's charge per extra
+    copy; ``bytes_saved`` (and with it the profitability checks) looks at the
+    opcode only."""
+    if producer.opcode is _H.BROADCAST:
+        return 0
+    body = producer.fused_computation
+    if wrapped_broadcast and body is not None and body.root.opcode is _H.BROADCAST and len(body.parameters) <= 1:
+        return 0
+    return operand_bytes(producer)
+
+
+def bytes_saved(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> int:
+    """Memory traffic saved by fusing ``producer`` into ``consumers``: its result is
+    no longer written and read back (once per consumer); when it is duplicated the
+    original still runs for its other users, so only the reads are saved and the
+    clone reads the producer's operands again."""
+    out = result_bytes(producer)
+    if not duplicate:
+        return out * (1 + len(consumers))
+    return out * len(consumers) - reread_bytes(producer)
+
+
+# -- time on a device ----------------------------------------------------------------
+
+
+def arithmetic_seconds(flops: float, transcendentals: float, flops_per_s: float,
+                       transcendentals_per_s: float) -> float:
+    """Compute time at a device's rates: flops and transcendentals issue separately."""
+    return flops / flops_per_s + transcendentals / transcendentals_per_s
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTime:
+    """One kernel's roofline: ``max(compute, memory) + launch``, the model of
+    XLA:GPU's GpuPerformanceModel without its overlap and occupancy terms."""
+
+    compute_s: float
+    memory_s: float
+    launch_s: float = 0.0
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.launch_s
+
+    @property
+    def bound(self) -> str:
+        """``launch`` when the launch outweighs the body, else ``compute`` or ``memory``."""
+        if self.launch_s > max(self.compute_s, self.memory_s):
+            return "launch"
+        return "compute" if self.compute_s >= self.memory_s else "memory"

@@ -16,6 +16,12 @@ from dataclasses import MISSING, asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
+import numpy as np
+
+from hlo_tools.fileio import OutputError, write_output
+
+from . import host_bench
+
 CACHE_DIR = Path(os.environ.get("HLO_PASS_LAB_CACHE", Path.home() / ".cache" / "hlo-pass-lab"))
 
 #: XLA's GPU performance model constants (xla/service/gpu/model/gpu_performance_model_base.h):
@@ -152,6 +158,17 @@ B200 = Device(
     source="NVIDIA HGX/DGX B200 datasheets (SMs, clock, L2 approximate)",
 )
 
+# The latency-hiding scheduler's device (fusion_analysis.overlap.CostModel): round
+# H100-class figures, older than the cited spec above (400 TFLOP/s for every flop,
+# 3 TB/s, 200 GB/s per link, 5 us per async transfer). Only their ratios steer a
+# schedule; they stay as they were so that schedules do not change. Not a ``load``able
+# device: the roofline uses H100_SXM.
+SCHEDULING_H100 = Device(
+    name="h100-scheduling", kind="gpu", peak_flops={}, vector_flops=400e12, transcendentals_per_s=400e12,
+    memory_bandwidth=3.0e12, launch_overhead_s=0.0, collective_bandwidth=200e9, collective_overhead_s=5e-6,
+    source="round H100-class figures for the scheduler (only ratios matter)",
+)
+
 GPUS: dict[str, Device] = {d.name: d for d in (H100_SXM, H200_SXM, A100_SXM_80GB, B200)}
 ALIASES = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "a100_80gb": "a100", "cpu": "host", "host_cpu": "host"}
 
@@ -170,7 +187,6 @@ def measure_host(*, seconds: float = 0.6) -> Device:
 
     Run it after pinning the process to fewer cores to get those cores' figures
     (``bench/cost_model_accuracy.py --pin`` does). About four seconds."""
-    import numpy as np
 
     def best(fn, reps: int = 5) -> float:
         ts = []
@@ -194,8 +210,6 @@ def measure_host(*, seconds: float = 0.6) -> Device:
     b = np.ones((k, k), np.float32)
     a @ b
     gemm = 2 * k**3 / best(lambda: a @ b)
-    from . import host_bench
-
     xla_figures = host_bench.measure()
     curve = (*xla_figures.pop("bandwidth_curve"), (2.0 * src.nbytes, bandwidth))
     return Device(
@@ -228,8 +242,6 @@ def host(*, remeasure: bool = False) -> Device:
         except (ValueError, TypeError, json.JSONDecodeError):
             pass  # a stale or broken cache is measured again
     dev = measure_host()
-    from hlo_tools.fileio import OutputError, write_output
-
     try:
         write_output(path, dev.to_json())
     except OutputError:

@@ -22,7 +22,8 @@ from typing import Mapping
 
 from hlo_tools.ir import Instruction
 from hlo_tools.opcode import ELEMENTWISE, HloOpcode
-from .cost import TRANSCENDENTAL_OPS, CostAnalysis
+from .cost import TRANSCENDENTAL_OPS, CostAnalysis, arithmetic_seconds
+from .host_bench import best_of_passes, compiled_kernel
 
 _H = HloOpcode
 
@@ -95,8 +96,6 @@ def measure(*, launch_s: float) -> dict[str, float]:
     plus ``reduce`` (seconds per reduced element of a row reduction), with
     ``launch_s`` and the helper steps' own time taken out. Sixteen steps on 32 KiB
     make every chain compute-bound: its reads and write take about 1 us here."""
-    from .host_bench import best_of_passes, compiled_kernel
-
     texts = {}
     for op in _CHAINS:
         text = _chain_module(op)
@@ -163,5 +162,5 @@ def compute_seconds(kernel: Instruction, profile: Mapping[str, float], vector_fl
         elif op is not _H.COPY:
             others = others or CostAnalysis(None)
             p = others.instruction(i)
-            total += p.flops / vector_flops + p.trans / transcendentals_per_s
+            total += arithmetic_seconds(p.flops, p.trans, vector_flops, transcendentals_per_s)
     return total

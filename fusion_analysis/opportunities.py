@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 
-from .cost import InstructionCost, ModuleCost, analyze, shape_size
+from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, is_kernel, shape_size
 from .devices import Device
-from .roofline import _wrapped_body, is_kernel
+from .legality import can_fuse, creates_cycle, fusible
+from .roofline import _wrapped_body
 
 _H = HloOpcode
 _TRANSPARENT = frozenset({_H.BITCAST, _H.GET_TUPLE_ELEMENT})
@@ -172,10 +173,6 @@ def pattern_name(producer: Instruction, consumer: Instruction) -> str | None:
 
 
 def _legality(producer: Instruction, consumer: Instruction, direct: Instruction, check_cycle: bool):
-    try:
-        from fusion_analysis.legality import can_fuse, creates_cycle, fusible
-    except ImportError:  # pragma: no cover - legality lives in passes/
-        return None, "legality rules unavailable"
     d = can_fuse(direct, consumer, check_cycle=False)
     if d and direct is not producer:
         d = fusible(producer)
@@ -191,8 +188,11 @@ def _legality(producer: Instruction, consumer: Instruction, direct: Instruction,
 
 
 def _time(flops: float, trans: float, bytes_: float, device: Device, launches: int = 1) -> float:
-    compute = flops / device.vector_flops + trans / device.transcendentals_per_s
-    return max(compute, bytes_ / device.bandwidth_at(bytes_)) + launches * device.launch_overhead_s
+    """A kernel's roofline time with every flop at the vector rate: which kernel a
+    fused one would be (matmul or not) is not known here, so no matmul peak and no
+    per-opcode profile, unlike ``roofline.estimate``."""
+    compute = arithmetic_seconds(flops, trans, device.vector_flops, device.transcendentals_per_s)
+    return KernelTime(compute, bytes_ / device.bandwidth_at(bytes_), launches * device.launch_overhead_s).time_s
 
 
 def find(module: Module, device: Device, cost: ModuleCost | None = None, *,
@@ -252,10 +252,6 @@ def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Devic
 
 
 def _siblings(comp: Computation, device: Device, cycle_check_top: int) -> list[Opportunity]:
-    try:
-        from fusion_analysis.legality import creates_cycle, fusible
-    except ImportError:  # pragma: no cover
-        creates_cycle = fusible = None
     pairs = []
     for value in comp:
         if value.opcode in _TRANSPARENT or value.opcode is _H.CONSTANT:
@@ -272,18 +268,15 @@ def _siblings(comp: Computation, device: Device, cycle_check_top: int) -> list[O
     for rank, (size, value, a, b) in enumerate(pairs):
         la, lb = sorted((_label(a), _label(b)))
         sig = f"{la}|{lb}<-{_label(value)}"
-        if fusible is None:
-            legal, reason = None, "legality rules unavailable"
+        da = fus.get(a) or fus.setdefault(a, fusible(a))
+        db = fus.get(b) or fus.setdefault(b, fusible(b))
+        if not da or not db:
+            legal, reason = False, (da.reason if not da else db.reason)
+        elif rank < cycle_check_top:
+            legal = not creates_cycle(a, b)
+            reason = "" if legal else "would create a cycle"
         else:
-            da = fus.get(a) or fus.setdefault(a, fusible(a))
-            db = fus.get(b) or fus.setdefault(b, fusible(b))
-            if not da or not db:
-                legal, reason = False, (da.reason if not da else db.reason)
-            elif rank < cycle_check_top:
-                legal = not creates_cycle(a, b)
-                reason = "" if legal else "would create a cycle"
-            else:
-                legal, reason = True, "cycle unchecked"
+            legal, reason = True, "cycle unchecked"
         out.append(Opportunity("sibling", comp.name, value.name, f"{a.name},{b.name}", sig,
                                pattern_name(a, b), size, size / device.bandwidth_at(size), legal, reason))
     return out

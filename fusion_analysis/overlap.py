@@ -3,19 +3,24 @@ simple cost model (the one latency-hiding schedulers use in spirit:
 xla/service/latency_hiding_scheduler.cc's ApproximateLatencyEstimator gives an
 async pair a fixed latency and compute a per-instruction cost).
 
-Compute time of an instruction is ``max(flops / peak, bytes / bandwidth)``; an
-async pair (``*-start`` ... ``*-done``) takes ``latency + bytes / link
-bandwidth``.  The overlap of a pair is the compute time scheduled strictly
-between its start and its done, capped at the pair's own time.
+Compute time of an instruction is its roofline without a launch
+(``cost.KernelTime`` of ``cost.element_flops`` at the peak and
+``cost.unfused_bytes`` at the bandwidth); an async pair (``*-start`` ...
+``*-done``) takes ``latency + bytes / link bandwidth``. The rates default to
+``devices.SCHEDULING_H100``.  The overlap of a pair is the compute time scheduled
+strictly between its start and its done, capped at the pair's own time.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
 from hlo_tools import Computation, HloOpcode, Instruction
+from hlo_tools.opcode import NO_KERNEL
+
+from .cost import KernelTime, element_flops, unfused_bytes
+from .devices import SCHEDULING_H100
 
 #: start opcode -> done opcode (XLA's async collective and copy pairs).
 ASYNC_PAIRS = {
@@ -29,39 +34,29 @@ ASYNC_PAIRS = {
 }
 ASYNC_STARTS = frozenset(ASYNC_PAIRS)
 ASYNC_DONES = frozenset(ASYNC_PAIRS.values())
-_FREE = frozenset({HloOpcode.PARAMETER, HloOpcode.CONSTANT, HloOpcode.BITCAST, HloOpcode.GET_TUPLE_ELEMENT,
-                   HloOpcode.TUPLE, HloOpcode.AFTER_ALL, HloOpcode.PARTITION_ID, HloOpcode.REPLICA_ID})
+#: Cost no compute time in a schedule: what runs no kernel, except add-dependency,
+#: domain and opt-barrier, which this model charges their bytes as if they ran
+#: (kept so that schedules do not change; ``cost.is_kernel`` says they run nothing).
+_FREE = NO_KERNEL - {HloOpcode.ADD_DEPENDENCY, HloOpcode.DOMAIN, HloOpcode.OPTIMIZATION_BARRIER}
 
 
 @dataclass(frozen=True)
 class CostModel:
-    """Throughputs of an H100-class device (defaults); only ratios matter."""
+    """The scheduler's rates (defaults: ``devices.SCHEDULING_H100``); only ratios matter."""
 
-    flops_per_s: float = 400e12
-    bytes_per_s: float = 3.0e12
-    link_bytes_per_s: float = 200e9
-    async_latency_s: float = 5e-6
+    flops_per_s: float = SCHEDULING_H100.vector_flops
+    bytes_per_s: float = SCHEDULING_H100.memory_bandwidth
+    link_bytes_per_s: float = SCHEDULING_H100.collective_bandwidth
+    async_latency_s: float = SCHEDULING_H100.collective_overhead_s
 
     def compute_seconds(self, instr: Instruction) -> float:
         if instr.opcode in _FREE or instr.opcode in ASYNC_STARTS or instr.opcode in ASYNC_DONES:
             return 0.0
-        out = instr.shape.byte_size
-        read = sum(o.shape.byte_size for o in instr.operands)
-        return max(_flops(instr) / self.flops_per_s, (out + read) / self.bytes_per_s)
+        return KernelTime(element_flops(instr) / self.flops_per_s, unfused_bytes(instr) / self.bytes_per_s).time_s
 
     def async_seconds(self, start: Instruction) -> float:
         moved = max((leaf.byte_size for _, leaf in start.shape.leaves()), default=0)
         return self.async_latency_s + moved / self.link_bytes_per_s
-
-
-def _flops(instr: Instruction) -> float:
-    if instr.opcode is HloOpcode.DOT:
-        d = instr.dot_dimension_numbers
-        k = math.prod(instr.operand(0).shape.dims[i] for i in d.lhs_contracting_dims) if d else 1
-        return 2.0 * instr.shape.num_elements * k
-    if instr.opcode is HloOpcode.FUSION and instr.fused_computation is not None:
-        return sum(_flops(i) for i in instr.fused_computation)
-    return float(instr.shape.num_elements) if instr.shape.is_array else 0.0
 
 
 def is_async_start(instr: Instruction) -> bool:

@@ -6,9 +6,10 @@ for the kernel's footprint; on a device with per-opcode costs (the host,
 instructions' measured costs instead of ``flops/peak``; on a device with a
 library-call overhead (the host), a matmul launches at that cost.
 
-A kernel is a fusion or an unfused instruction that emits code (parameters,
-constants, tuples, get-tuple-element and bitcasts do not; ``*-done`` ops are the
-second half of their ``*-start``). Each kernel gets its bound (compute, memory or
+A kernel is a fusion or an unfused instruction that emits code
+(``cost.is_kernel``: parameters, constants, tuples, get-tuple-element and
+bitcasts do not; ``*-done`` ops are the second half of their ``*-start``); its
+time is ``cost.KernelTime``. Each kernel gets its bound (compute, memory or
 launch) and a category (matmul, attention, memory-bound fusion, collective, copy,
 other); module totals and per-category headroom follow.
 
@@ -26,15 +27,12 @@ from dataclasses import dataclass, field
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import COLLECTIVES, HloOpcode
 
-from .cost import InstructionCost, ModuleCost, analyze, is_sharding_annotation
+from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, is_kernel
 from .devices import Device
+from .op_profile import compute_seconds as profiled_compute_seconds
 
 _H = HloOpcode
 CATEGORIES = ("matmul", "attention", "memory-bound fusion", "collective", "copy", "other")
-_NOT_KERNELS = frozenset({_H.PARAMETER, _H.CONSTANT, _H.TUPLE, _H.GET_TUPLE_ELEMENT, _H.BITCAST, _H.AFTER_ALL,
-                          _H.ADD_DEPENDENCY, _H.DOMAIN, _H.OPTIMIZATION_BARRIER, _H.PARTITION_ID, _H.REPLICA_ID,
-                          _H.CALL, _H.WHILE, _H.CONDITIONAL, _H.ASYNC_DONE, _H.ASYNC_UPDATE, _H.ALL_GATHER_DONE,
-                          _H.ALL_REDUCE_DONE, _H.COLLECTIVE_PERMUTE_DONE, _H.COPY_DONE, _H.SEND_DONE, _H.RECV_DONE})
 _MATMUL_OPS = frozenset({_H.DOT, _H.CONVOLUTION, _H.RAGGED_DOT, _H.SCALED_DOT})
 _COPY_OPS = frozenset({_H.COPY, _H.COPY_START, _H.TRANSPOSE})
 
@@ -107,18 +105,6 @@ class Roofline:
         for k in self.kernels:
             out[k.bound] += 1
         return dict(out)
-
-
-def is_kernel(instr: Instruction) -> bool:
-    if instr.opcode in _NOT_KERNELS:
-        return False
-    if instr.opcode is _H.CUSTOM_CALL and is_sharding_annotation(instr):
-        return False  # the partitioner's marks: no kernel, no launch
-    if instr.opcode is _H.TRANSPOSE and instr.shape.is_array:
-        from .cost import _is_effective_bitcast_transpose
-
-        return not _is_effective_bitcast_transpose(instr)
-    return not instr.opcode_text.endswith("-done")
 
 
 def _wrapped_body(instr: Instruction) -> list[Instruction]:
@@ -207,11 +193,9 @@ def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str
     dtype = _matmul_dtype(instr)
     peak = device.matmul_peak(dtype) if dtype else device.vector_flops
     flops = max(cost.flops, 0.0)
-    compute = flops / peak + max(cost.transcendentals, 0.0) / device.transcendentals_per_s
+    compute = arithmetic_seconds(flops, max(cost.transcendentals, 0.0), peak, device.transcendentals_per_s)
     if device.op_seconds and not dtype and cat != "collective":
-        from .op_profile import compute_seconds
-
-        profiled = compute_seconds(instr, device.op_seconds, device.vector_flops, device.transcendentals_per_s)
+        profiled = profiled_compute_seconds(instr, device.op_seconds, device.vector_flops, device.transcendentals_per_s)
         compute = compute if profiled is None else profiled
     if cat == "collective" and device.collective_bandwidth:
         memory = max(cost.bytes_accessed, 0.0) / device.collective_bandwidth
@@ -220,10 +204,9 @@ def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str
         memory = max(cost.bytes_accessed, 0.0) / device.bandwidth_at(cost.bytes_accessed)
         library = dtype and device.library_call_overhead_s and not _is_matrix_vector(instr)
         launch = device.library_call_overhead_s if library else device.launch_overhead_s
-    body = max(compute, memory)
-    bound = "launch" if launch > body else ("compute" if compute >= memory else "memory")
+    t = KernelTime(compute, memory, launch)
     return KernelEstimate(cost.name, cost.computation, cost.opcode, cat, flops, cost.transcendentals,
-                          cost.bytes_accessed, compute, memory, launch, body + launch, bound)
+                          cost.bytes_accessed, compute, memory, launch, t.time_s, t.bound)
 
 
 def roofline(module: Module, device: Device, cost: ModuleCost | None = None) -> Roofline:

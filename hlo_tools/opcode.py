@@ -186,6 +186,20 @@ SIDE_EFFECTING = frozenset(
 ) | COLLECTIVES
 
 
+#: Opcodes XLA emits no kernel for: values already in memory (parameter,
+#: constant), views of other buffers (bitcast, get-tuple-element, tuple), ordering
+#: and scheduling markers (after-all, add-dependency, domain, opt-barrier), and the
+#: partition and replica ids (a constant per device). The one "runs no kernel" rule:
+#: ``fusion_analysis.cost.is_kernel`` and every kernel count start from it.
+NO_KERNEL = frozenset(
+    HloOpcode[n]
+    for n in (
+        "PARAMETER CONSTANT TUPLE GET_TUPLE_ELEMENT BITCAST AFTER_ALL ADD_DEPENDENCY DOMAIN OPTIMIZATION_BARRIER "
+        "PARTITION_ID REPLICA_ID"
+    ).split()
+)
+
+
 def parse_opcode(text: str) -> tuple[HloOpcode, HloOpcode | None]:
     """Returns (opcode, wrapped opcode) for an opcode spelling.
 

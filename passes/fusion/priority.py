@@ -23,8 +23,9 @@ rewritten fusion instructions:
   extra rule for grown producer clusters (an expensive member must not be
   recomputed per reused element), and ``Clusters.would_cycle`` for merges.
 - Benefit: a pluggable ``cost(candidate) -> float`` (bytes of memory traffic by
-  default: ``bytes_saved`` minus the operand re-reads of each extra copy; pass a
-  roofline-based one to model time). Only positive benefits are queued.
+  default, from ``fusion_analysis.cost``: ``bytes_saved`` minus the operand
+  re-reads of each extra copy, ``reread_bytes``; pass a roofline-based one to
+  model time). Only positive benefits are queued.
 - After a fusion, the priorities of the fused cluster and of its operand
   clusters are recomputed; stale queue entries are skipped by version counters
   (lazy invalidation). The pass stops when no positive-benefit producer is left.
@@ -42,12 +43,14 @@ from typing import Callable, Sequence
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 
+from fusion_analysis.cost import bytes_saved, result_bytes, reread_bytes
+from fusion_analysis.fusion_kind import loop_kind
+from fusion_analysis.legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reused_within, shape_key
 from passes.base import Pass
 from passes.registry import register_pass
 from .clusters import Cluster, Clusters, fusible_computations
-from fusion_analysis.legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reused_within, shape_key
-from .producer_consumer import FusionLog, loop_kind
-from .profitability import Profitability, bytes_saved, default_profitability
+from .producer_consumer import FusionLog
+from .profitability import Profitability, default_profitability
 
 
 @dataclass(frozen=True)
@@ -75,15 +78,6 @@ class Candidate:
 Cost = Callable[[Candidate], float]
 
 
-def _operand_bytes(instr: Instruction) -> int:
-    if instr.opcode is HloOpcode.BROADCAST:
-        return 0  # as ``bytes_saved``: a broadcast's small input stays in cache
-    body = instr.fused_computation
-    if body is not None and body.root.opcode is HloOpcode.BROADCAST and len(body.parameters) <= 1:
-        return 0  # XLA:CPU's one-op wrapper around a broadcast
-    return sum(o.shape.byte_size for o in instr.operands)
-
-
 def default_cost(c: Candidate) -> float:
     """Bytes of memory traffic saved: ``bytes_saved`` (the producer's result is
     no longer written and read back), minus the duplication cost: every copy
@@ -92,12 +86,12 @@ def default_cost(c: Candidate) -> float:
     A multi-output merge saves the reads of the consumers it joins; the result
     is still written for the other users."""
     if c.multi_output:
-        return c.producer.shape.byte_size * len(c.consumers)
+        return result_bytes(c.producer) * len(c.consumers)
     saved = bytes_saved(c.producer, c.consumers, c.keeps_original)
     if c.duplicate:
         # bytes_saved charged (or, moving the producer, did not need to charge)
         # one copy's operand reads; each further copy reads them again
-        saved -= (len(c.groups) - 1) * _operand_bytes(c.producer)
+        saved -= (len(c.groups) - 1) * reread_bytes(c.producer, wrapped_broadcast=True)
     return saved
 
 

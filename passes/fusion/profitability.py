@@ -6,9 +6,10 @@ it to try another heuristic or a cost model::
 
     ProducerConsumerFusion(profitable=lambda p, users, duplicate: Decision(not duplicate, "no duplication"))
 
-``bytes_saved`` is the memory-traffic model the defaults and the priority pass
-share: fusing a producer removes one write and one read of its result per
-consumer, and a duplicated producer re-reads its own operands.
+``bytes_saved`` (from ``fusion_analysis.cost``, the one cost model) is the
+memory-traffic model ``min_bytes_saved`` and the priority pass share: fusing a
+producer removes one write and one read of its result per consumer, and a
+duplicated producer re-reads its own operands.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable, Protocol, Sequence
 
 from hlo_tools import HloOpcode, Instruction
 
+from fusion_analysis.cost import bytes_saved
 from fusion_analysis.legality import ALLOW, Decision, is_expensive_producer
 
 
@@ -27,25 +29,6 @@ class Profitability(Protocol):
 #: XLA's FusionNodeIndexingEvaluation refuses fusions whose code duplication is
 #: too high; we bound the users a duplicated producer may have the same way.
 MAX_DUPLICATED_USERS = 16
-
-
-def result_bytes(instr: Instruction) -> int:
-    return instr.shape.byte_size
-
-
-def operand_bytes(instr: Instruction) -> int:
-    return sum(o.shape.byte_size for o in instr.operands)
-
-
-def bytes_saved(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> int:
-    """Memory traffic saved by fusing ``producer`` into ``consumers``: its
-    result is no longer written and read back (once per consumer); when it is
-    duplicated the original still runs for its other users, so only the read
-    is saved and the clone reads the producer's operands again."""
-    out = result_bytes(producer)
-    if not duplicate:
-        return out * (1 + len(consumers))
-    return out * len(consumers) - operand_bytes(producer) * (producer.opcode is not HloOpcode.BROADCAST)
 
 
 #: Producers that recompute bit-identically: pure data movement and constants.

@@ -1,0 +1,42 @@
+"""The kind of a fusion (XLA's ``HloInstruction::FusionKind``), from one rule.
+
+The kind tells XLA's emitter how to walk the fusion: ``kLoop`` over the output's
+index space, ``kInput`` over a reduction's input, ``kOutput`` around a dot or
+convolution whose epilogue was fused in, ``kCustom`` a library call or a custom
+emitter. Every pass that outlines a fusion and every analysis that prices one
+asks ``fusion_kind`` (or ``loop_kind``, XLA:CPU's answer) instead of deciding it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from hlo_tools.ir import Instruction
+from hlo_tools.opcode import HloOpcode
+
+LOOP, INPUT, OUTPUT, CUSTOM = "kLoop", "kInput", "kOutput", "kCustom"
+KINDS = frozenset({LOOP, INPUT, OUTPUT, CUSTOM})
+
+_REDUCTIONS = frozenset({HloOpcode.REDUCE, HloOpcode.REDUCE_WINDOW})
+_CONTRACTIONS = frozenset({HloOpcode.DOT, HloOpcode.CONVOLUTION})
+
+
+def fusion_kind(region: Sequence[Instruction], outputs: Sequence[Instruction], *,
+                input_fusion: bool = True, output_fusion: bool = True) -> str:
+    """The kind of a fusion of ``region`` whose results are ``outputs``: kInput
+    when an output is a reduction, kOutput when the region holds a dot or a
+    convolution, else kLoop.
+
+    ``output_fusion=False`` never answers kOutput (``kernels.fused_region``, which
+    prices a region, keeps a dot's region kLoop); ``input_fusion=False`` never
+    kInput. Both off is ``loop_kind``."""
+    if input_fusion and any(o.opcode in _REDUCTIONS for o in outputs):
+        return INPUT
+    if output_fusion and any(i.opcode in _CONTRACTIONS for i in region):
+        return OUTPUT
+    return LOOP
+
+
+def loop_kind(region: Sequence[Instruction], outputs: Sequence[Instruction]) -> str:
+    """XLA:CPU's kind: it emits every fusion it forms as kLoop (reductions included)."""
+    return fusion_kind(region, outputs, input_fusion=False, output_fusion=False)
