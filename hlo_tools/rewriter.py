@@ -246,6 +246,13 @@ class Rewriter:
             module.remove_computations(comps)
             self.changed = True
 
+    def set_scheduled(self, module: Module, scheduled: bool = True) -> None:
+        """Marks the module scheduled (``is_scheduled=true``: its instruction
+        order is the schedule) or not."""
+        if module.is_scheduled != scheduled:
+            module.is_scheduled = scheduled
+            self.changed = True
+
     def set_module_attribute(self, module: Module, key: str, value: str | None) -> None:
         """Sets (None: removes) a module attribute such as ``entry_computation_layout``."""
         if module.attributes.get(key) == value:

@@ -26,13 +26,13 @@ from typing import Protocol, Sequence
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.ir import dfs_post_order
 from hlo_tools.opcode import COLLECTIVES
+from hlo_tools.rewriter import Rewriter
+from hlo_tools.side_effects import SideEffects
 
 from fusion_analysis.memory import BufferModel, profile
-from fusion_analysis.overlap import ASYNC_DONES, ASYNC_STARTS, CostModel
+from fusion_analysis.overlap import ASYNC_DONES, ASYNC_STARTS, CostModel, overlap
 
 from .base import Pass, fused_computations
-from .registry import register_pass
-from hlo_tools.side_effects import SideEffects
 
 
 class SchedulerState:
@@ -237,7 +237,7 @@ def dfs_schedule(comp: Computation) -> list[Instruction]:
     return dfs_post_order(comp, lambda node: sorted(deps[id(node)], key=lambda x: size[id(x)])[::-1])
 
 
-def set_sequence(comp: Computation, order: Sequence[Instruction]) -> bool:
+def set_sequence(comp: Computation, order: Sequence[Instruction], rewriter: Rewriter | None = None) -> bool:
     """Makes ``order`` the computation's instruction order (its sequence once the
     module is scheduled, XLA's HloSchedule::set_sequence); returns whether it changed.
 
@@ -247,7 +247,7 @@ def set_sequence(comp: Computation, order: Sequence[Instruction]) -> bool:
         return False
     if len(order) != len(current) or {id(i) for i in order} != {id(i) for i in current}:
         raise ValueError(f"the order for %{comp.name} is not a permutation of its instructions")
-    comp.set_instruction_order(list(order))
+    (rewriter or Rewriter()).set_instruction_order(comp, list(order))
     return True
 
 
@@ -274,7 +274,6 @@ def choose_min_memory(comp: Computation, candidates: dict[str, list[Instruction]
     return best, candidates[best], peaks
 
 
-@register_pass
 @dataclass(frozen=True)
 class MemoryScheduler(Pass):
     """Minimises peak live bytes per computation; emits ``is_scheduled=true``.
@@ -291,7 +290,6 @@ class MemoryScheduler(Pass):
         return {"list": list_schedule(comp, MemoryPriority(), model=model), "dfs": dfs_schedule(comp)}
 
 
-@register_pass
 @dataclass(frozen=True)
 class LatencyHidingScheduler(Pass):
     """Overlaps async pairs with independent compute (cost model in
@@ -310,8 +308,6 @@ class LatencyHidingScheduler(Pass):
         return run_scheduler(module, self._choose, keep_input=False)[0]
 
     def _choose(self, comp: Computation, model: BufferModel) -> dict[str, list[Instruction]]:
-        from fusion_analysis.overlap import overlap
-
         limit = profile(comp, model=model).peak_bytes * (1.0 + self.memory_slack)
         best_name, best, best_cov = "input", list(comp), overlap(comp).covered_s
         for k in range(1, self.max_in_flight + 1):
@@ -325,7 +321,7 @@ class LatencyHidingScheduler(Pass):
 def run_scheduler(module: Module, candidates, *, keep_input: bool) -> tuple[bool, list[ScheduleChoice]]:
     """Schedules every schedulable computation, callees first (a caller's peak
     includes its callees' peaks under their new order)."""
-    changed = False
+    rewriter = Rewriter()
     choices = []
     model = BufferModel()
     for comp in schedulable_computations(module):
@@ -334,9 +330,7 @@ def run_scheduler(module: Module, candidates, *, keep_input: bool) -> tuple[bool
             cands["input"] = list(comp)
         name, order, peaks = choose_min_memory(comp, cands, model) if len(cands) > 1 else (
             next(iter(cands)), next(iter(cands.values())), {})
-        changed |= set_sequence(comp, order)
+        set_sequence(comp, order, rewriter)
         choices.append(ScheduleChoice(comp.name, name, peaks))
-    if not module.is_scheduled:
-        module.is_scheduled = True
-        changed = True
-    return changed, choices
+    rewriter.set_scheduled(module)
+    return rewriter.changed, choices
