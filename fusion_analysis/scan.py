@@ -18,12 +18,18 @@ What it promises, because a scan meets folders nobody checked:
 * the report files are replaced by an "in progress" marker when a scan starts,
   so a report left by a killed scan never passes for a current one; every
   report carries its ``run_id`` and ``status``.
+
+Workers start from a fork server, not by forking the (threaded) scan; as with
+any such pool, a script that calls ``scan`` keeps its top level under
+``if __name__ == "__main__":``, since the server imports the script.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 import json
+import multiprocessing
 import os
 import secrets
 import signal
@@ -37,7 +43,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import corpus
+from corpus.dump import is_dump_file_name, is_module_file
+from hlo_tools import parse
+from hlo_tools.errors import HloError, HloParseError
+from hlo_tools.fileio import make_dirs, write_output
 from xla_bridge import load
+
+from . import cost, devices, opportunities, roofline
+from .md import md_escape
+from .report import html_page, markdown
 
 #: Bump when the analysis changes what it computes: old cache entries are ignored.
 ANALYSIS_VERSION = 2
@@ -78,14 +93,6 @@ class Found:
 
 # -- which files are modules, and which may be read -----------------------------------
 
-def is_module_file(path: str | os.PathLike) -> bool:
-    """Whether a file's name says it holds a module (``corpus.dump.is_module_file``:
-    the side files an XLA dump holds are not modules)."""
-    from corpus.dump import is_module_file as rule
-
-    return rule(path)
-
-
 def _inside(path: str | os.PathLike, root: str) -> bool:
     """Whether ``path``, all symlinks followed, lies inside the resolved folder ``root``."""
     try:
@@ -110,8 +117,6 @@ def discover(source: str | Path | None = None, *, stages: Iterable[str] | None =
 def find(source: str | Path | None = None, *, stages: Iterable[str] | None = None) -> Found:
     """The module files under ``source`` (None: the bundled corpus), and the files
     left out because reading them would leave the folder."""
-    import corpus
-
     wanted = set(stages) if stages else None
     root = None if source is None else Path(source)
     if root is None or (root / "manifest.json").is_file():
@@ -136,7 +141,7 @@ def find(source: str | Path | None = None, *, stages: Iterable[str] | None = Non
     if root.is_file():  # named by the user: read wherever it points
         return Found([Task(root.name, str(root), "", _size(root), root.name, "")], kind="file")
     base = os.path.realpath(root)
-    if any(corpus.dump.is_dump_file_name(p.name) for p in root.iterdir()):
+    if any(is_dump_file_name(p.name) for p in root.iterdir()):
         found = _find_in_dump(root, base, wanted)
         if found.tasks:
             return found
@@ -163,8 +168,6 @@ def find(source: str | Path | None = None, *, stages: Iterable[str] | None = Non
 def _find_in_dump(root: Path, base: str, wanted: set[str] | None) -> Found:
     """An ``--xla_dump_to`` folder: each module's ``*optimizations`` stages
     (per-pass dumps and side files are not scanned; ``hlo passes-dump`` walks passes)."""
-    import corpus
-
     found = Found(kind="dump")
     for m in corpus.from_dump_dir(root):
         per_pass = {x.key for x in m.passes}
@@ -187,8 +190,6 @@ def _round(x: float) -> float:
 
 def analyze_text(text: str, *, label: str, device: str, source: str = "<string>") -> dict[str, Any]:
     """Everything the report needs about one module, as plain JSON data."""
-    from hlo_tools import parse
-
     t0 = time.perf_counter()
     out = analyze_module(parse(text, source=source), label=label, device=device)
     out["seconds"] = time.perf_counter() - t0
@@ -198,8 +199,6 @@ def analyze_text(text: str, *, label: str, device: str, source: str = "<string>"
 def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # module: hlo_tools.ir.Module
     """``analyze_text`` for a module already in our IR (a proto or StableHLO file
     loaded by ``xla_bridge.load``)."""
-    from . import cost, devices, opportunities, roofline
-
     t0 = time.perf_counter()
     dev = devices.load(device)
     mc = cost.analyze(module)
@@ -245,8 +244,6 @@ def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # mod
 
 
 def _describe(e: BaseException) -> str:
-    from hlo_tools.errors import HloParseError
-
     return e.format() if isinstance(e, HloParseError) else f"{type(e).__name__}: {e}"
 
 
@@ -280,9 +277,6 @@ def analyze_task(task: Task, device: str, cache_dir: str | None) -> dict[str, An
         return {**base, "sha256": digest, "error": _describe(e)}
     out["seconds"] = time.perf_counter() - t0
     if cache is not None:
-        from hlo_tools.errors import HloError
-        from hlo_tools.fileio import write_output
-
         try:
             write_output(cache, json.dumps(out))
         except (HloError, OSError):
@@ -299,10 +293,30 @@ def _worker_died(task: Task, how: str) -> dict[str, Any]:
 
 # -- workers that never outlive the scan ----------------------------------------------
 
-def _worker_init(scan_pid: int) -> None:
-    """Pool initializer. Ctrl-C is the scan's to handle (it stops the workers);
-    and a worker dies with the scan even when the scan is killed with SIGKILL:
-    Linux's parent-death signal, and a thread that watches the parent."""
+def _new_pool(jobs: int) -> ProcessPoolExecutor:
+    """A pool whose workers start from a fork server, never by ``fork`` of the
+    scan: the scan's process runs threads (jax's, the progress bar's), and a
+    child forked from a threaded process can deadlock. The server imports this
+    module once, so each worker starts without importing the analysis again."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["__main__", __name__])  # __main__: the default, for a script's task function
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the scan's folder was deleted: absolute paths still work
+        cwd = None
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
+                               initargs=(os.getpid(), cwd))
+
+
+def _worker_init(scan_pid: int, cwd: str | None) -> None:
+    """Pool initializer. The worker works in the scan's folder (the fork server
+    keeps the one it started in; a scan's paths may be relative). Ctrl-C is the
+    scan's to handle (it stops the workers); and a worker dies with the scan even
+    when the scan is killed with SIGKILL: Linux's parent-death signal (the
+    parent is the fork server, which ends with the scan), and a thread that
+    watches the parent and the scan."""
+    if cwd is not None:
+        os.chdir(cwd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.getppid()
     if sys.platform.startswith("linux"):
@@ -371,7 +385,7 @@ def _run_batch(fn: Callable, tasks: list[tuple[int, Task]], args: tuple, jobs: i
     the indices finished, and (if a worker died) the indices being analysed at
     that moment; the rest were never finished and can simply run again."""
     done: list[int] = []
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init, initargs=(os.getpid(),))
+    pool = _new_pool(jobs)
     broken = False
     try:
         futures: dict[Future, tuple[int, Task]] = {pool.submit(_tracked, fn, i, track_dir, t, *args): (i, t)
@@ -499,10 +513,6 @@ def _new_run_id() -> str:
 def _mark(out: Path, run_id: str, status: str, source: str, note: str = "") -> None:
     """Replaces the report files with a marker saying this run is not finished
     (or failed): whatever an earlier scan left there must not pass for this one."""
-    from hlo_tools.fileio import write_output
-
-    from .md import md_escape
-
     data = {"format": REPORT_FORMAT, "status": status, "run_id": run_id, "pid": os.getpid(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": source, "note": note}
     what = {"running": "is running", "interrupted": "was interrupted", "failed": "failed"}.get(status, status)
@@ -510,8 +520,6 @@ def _mark(out: Path, run_id: str, status: str, source: str, note: str = "") -> N
     write_output(out / "report.json", json.dumps(data, indent=1))
     write_output(out / "report.md", f"# Fusion analysis: {md_escape(source)}\n\n**{md_escape(text)}** "
                                     f"(run `{run_id}`, pid {os.getpid()})\n")
-    import html
-
     write_output(out / "report.html", f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                                       f"<title>Fusion analysis: {html.escape(source)}</title></head><body>"
                                       f"<h1>Fusion analysis: {html.escape(source)}</h1><p><b>{html.escape(text)}</b> "
@@ -526,11 +534,6 @@ def scan(source: str | Path | None, out_dir: str | Path, *, device: str = "h100"
 
     Raises ``NoModulesError`` when there is no module file to scan (the report
     files then say so), FileNotFoundError for a missing ``source``."""
-    from hlo_tools.fileio import make_dirs, write_output
-
-    from . import devices
-    from .report import html_page, markdown
-
     devices.load(device)  # fail early on an unknown device (and measure the host once, here)
     out = make_dirs(out_dir)
     label = str(source or "bundled corpus")

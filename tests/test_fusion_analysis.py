@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import math
 import shutil
 
 import pytest
@@ -15,10 +16,8 @@ import pytest
 import corpus
 import hlo_tools
 from fusion_analysis import devices, opportunities, roofline, scan
+from fusion_analysis.compare import compare_decisions
 from hlo_lab.cli import main as hlo_main
-
-HAVE_CORPUS = (corpus.CORPUS_DIR / "manifest.json").exists()
-needs_corpus = pytest.mark.skipif(not HAVE_CORPUS, reason="corpus not generated")
 
 SOFTMAX = """HloModule softmax
 
@@ -62,7 +61,8 @@ def test_gpu_specs_are_cited_and_consistent():
 
 def test_host_is_measured_once_and_cached():
     h = devices.host()
-    assert h.kind == "cpu" and h.memory_bandwidth > 1e8 and h.peak_flops["f32"] > 1e8
+    assert h.kind == "cpu" and math.isfinite(h.memory_bandwidth) and h.memory_bandwidth > 0
+    assert math.isfinite(h.peak_flops["f32"]) and h.peak_flops["f32"] > 0
     assert devices.host_cache_path().is_file()
     assert devices.host() == h  # the second call reads the cache
 
@@ -134,7 +134,6 @@ def _sample_folder(tmp_path):
     return folder
 
 
-@needs_corpus
 def test_scan_reports_bad_files_and_scans_the_rest(tmp_path):
     folder = _sample_folder(tmp_path)
     out = tmp_path / "report"
@@ -159,7 +158,6 @@ def test_scan_reports_bad_files_and_scans_the_rest(tmp_path):
     assert [m["cost"] for m in again["modules"]] == [m["cost"] for m in r["modules"]]
 
 
-@needs_corpus
 def test_pre_optimization_modules_show_the_known_patterns(tmp_path):
     """The train step has all five: softmax, RMSNorm, SwiGLU, RoPE and the AdamW update."""
     r = scan.analyze_text(next(corpus.load("llama3-tiny-train-f32")).text("before_optimizations"),
@@ -169,14 +167,13 @@ def test_pre_optimization_modules_show_the_known_patterns(tmp_path):
     assert all(p["bytes_saved"] > 0 for p in pats.values())
 
 
-@needs_corpus
 def test_discover_bundled_corpus_and_stage_filter():
     tasks = scan.discover(None, stages=["before_optimizations"])
     assert len(tasks) == len(list(corpus.load())) and all(t.stage == "before_optimizations" for t in tasks)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (optional extra)")
-@needs_corpus
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                    reason="ray is an optional extra (pip install 'hlo-pass-lab[ray]')")
 def test_scan_on_ray(tmp_path):
     """The Ray engine gives the process pool's report, errors included, on a local cluster it starts and stops."""
     import ray
@@ -195,7 +192,6 @@ def test_scan_on_ray(tmp_path):
 
 
 # -- CLI -----------------------------------------------------------------------
-@needs_corpus
 def test_cli_analyze_and_scan(tmp_path, capsys):
     e = next(corpus.load("llama3-tiny-decode-f32"))
     path = tmp_path / "m.hlo"
@@ -214,10 +210,7 @@ def test_cli_analyze_and_scan(tmp_path, capsys):
 
 
 # -- compare_decisions ---------------------------------------------------------
-@needs_corpus
 def test_compare_decisions_xla_gpu_vs_xla_cpu_fusions():
-    from fusion_analysis.compare import compare_decisions
-
     e = next(corpus.load("llama3-tiny-train-f32"))
     gpu, cpu = e.module("gpu_h100_after_optimizations"), e.module("cpu_after_optimizations")
     c = compare_decisions(gpu, cpu, devices.load("h100"), names=("gpu", "cpu"))

@@ -1,20 +1,26 @@
 """The host roofline's measured parts: per-thunk times from XLA's trace
 (xla_bridge.xla_trace), the cache bandwidth curve and the per-opcode costs
-(fusion_analysis.host_bench, op_profile), all on the real XLA:CPU."""
+(fusion_analysis.host_bench, op_profile), all on the real XLA:CPU.
+
+These check what the figures are made of; how they compare (a thunk against a
+whole execute, a library call against a launch, exp against add) is a
+measurement: ``bench/host_model.py`` prints those ratios."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 import corpus
 import hlo_tools
 from fusion_analysis import cost, devices, kernels, op_profile, roofline
-from xla_bridge.xla_bench import time_compiled
+from fusion_analysis.host_bench import compiled_kernel
+from passes.fusion import producer_consumer
 from xla_bridge.xla_compile import compile as xla_compile
 from xla_bridge.xla_inputs import make_inputs
-from xla_bridge.xla_trace import spans, thunk_times
+from xla_bridge.xla_trace import _is_host_transfer, spans, thunk_times
 
 from passes_util import SOFTMAX_CHAIN
 
@@ -46,26 +52,20 @@ def test_thunk_times_cover_every_kernel_of_a_corpus_module(decode_compiled):
     times = thunk_times(res, sets, [k.name for k in ks], reps=reps)
     assert set(times) == {k.name for k in ks}
     assert all(len(t.samples_us) == reps and min(t.samples_us) > 0 for t in times.values())
-    # Each span lies inside one execute of 79 kernels: pairing an event with a later
-    # run's end event would make it as long as a whole run.
-    wall = time_compiled(res, sets, reps=20).median_us
-    assert max(t.median_us for t in times.values()) < 0.5 * wall
+    # How each span pairs with its end event: test_spans_pair_each_event_with_its_end_event;
+    # a thunk's time against a whole execute's: bench/host_model.py.
 
 
 # -- host_bench / op_profile ---------------------------------------------------------
 @pytest.mark.parametrize("op", sorted(op_profile._CHAINS))
 def test_each_profiled_chain_reaches_codegen_whole(op):
     """XLA's simplifier must not fold a profiled chain: its one kernel keeps every step."""
-    from fusion_analysis.host_bench import compiled_kernel
-
     _, kernel = compiled_kernel(op_profile._chain_module(op))
     assert sum(1 for i in kernel.fused_computation if i.opcode_text == op) == op_profile.STEPS
 
 
 def test_compute_seconds_sums_the_profile_over_a_fusion_body():
     m = hlo_tools.parse(SOFTMAX_CHAIN)
-    from passes.fusion import producer_consumer
-
     producer_consumer.ProducerConsumerFusion().run(m)
     fusions = [i for i in m.entry if i.opcode_text == "fusion"]
     assert fusions
@@ -101,8 +101,6 @@ def test_compute_seconds_charges_unprofiled_ops_their_xla_flops():
 
 
 def test_host_transfers_are_not_device_work():
-    from xla_bridge.xla_trace import _is_host_transfer
-
     assert _is_host_transfer("MemcpyH2D") and _is_host_transfer("MemcpyDtoH") and _is_host_transfer("Memcpy HtoD")
     assert not any(map(_is_host_transfer, ("MemcpyD2D", "Memset", "loop_add_fusion", "gemm_fusion_dot")))
 
@@ -120,20 +118,36 @@ def test_bandwidth_curve_interpolates_in_log_bytes_and_holds_at_the_ends():
     assert again == d
 
 
-def test_host_spec_is_measured_through_xla_and_stale_caches_are_remeasured():
+def _measured(x: float) -> bool:
+    return math.isfinite(x) and x > 0
+
+
+def test_host_spec_is_measured_through_xla():
     h = devices.host()
     assert h.extra["spec_version"] == devices.HOST_SPEC_VERSION
-    assert len(h.bandwidth_curve) >= 10 and all(r > 1e8 for _, r in h.bandwidth_curve)
-    assert 1e-8 < h.launch_overhead_s < h.library_call_overhead_s < 1e-4
+    assert len(h.bandwidth_curve) >= 10 and all(_measured(r) for _, r in h.bandwidth_curve)
+    assert _measured(h.launch_overhead_s) and _measured(h.library_call_overhead_s)
     assert {"add", "exponential", "divide", "reduce"} <= set(h.op_seconds)
-    assert h.op_seconds["exponential"] > h.op_seconds["add"]  # measured, not one rate for all
-    path = devices.host_cache_path()
-    stale = json.loads(path.read_text())
+    assert all(_measured(s) for s in h.op_seconds.values())
+    assert len(set(h.op_seconds.values())) > 1  # one figure per opcode, not one rate for all
+
+
+def test_stale_host_caches_are_measured_again(tmp_path, monkeypatch):
+    """A cached spec from an older ``measure_host`` is measured again and replaced
+    (here in a private cache folder, by a stand-in for the measurement)."""
+    monkeypatch.setattr(devices, "CACHE_DIR", tmp_path)
+    fresh = devices.Device(name="host", kind="cpu", peak_flops={"f32": 1e11}, vector_flops=1e10,
+                           transcendentals_per_s=1e9, memory_bandwidth=2e10, launch_overhead_s=5e-7,
+                           extra={"spec_version": devices.HOST_SPEC_VERSION})
+    measured: list[devices.Device] = []
+    monkeypatch.setattr(devices, "measure_host", lambda: measured.append(fresh) or fresh)
+    stale = json.loads(fresh.to_json())
     stale["extra"] = {"spec_version": devices.HOST_SPEC_VERSION - 1}
     stale["launch_overhead_s"] = 123.0
-    path.write_text(json.dumps(stale))
-    fresh = devices.host()
-    assert fresh.launch_overhead_s != 123.0 and fresh.extra["spec_version"] == devices.HOST_SPEC_VERSION
+    devices.host_cache_path().write_text(json.dumps(stale))
+    assert devices.host() == fresh and len(measured) == 1
+    assert devices.Device.from_dict(json.loads(devices.host_cache_path().read_text())) == fresh
+    assert devices.host() == fresh and len(measured) == 1  # the replaced cache is current: read, not measured
 
 
 def test_host_roofline_uses_the_curve_and_the_profile(decode_compiled):

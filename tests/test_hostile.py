@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import hlo_tools
-from hlo_tools import HloParseError, VerificationError
+from hlo_tools import HloParseError, VerificationError, grammar
 from hlo_tools.fuzz import location_inside
 
 HOSTILE = Path(__file__).parent / "data" / "hostile"
@@ -125,8 +125,6 @@ def _with_comments(text: str) -> str:
 def test_comments_stay_on_the_fast_path(monkeypatch):
     """A `//` line used to send the whole module to the grammar (25x slower);
     now the scanner blanks comments and the grammar is never called."""
-    from hlo_tools import grammar
-
     text = (HOSTILE / "small.hlo").read_text()
     want = hlo_tools.parse(text).to_text()
 

@@ -13,22 +13,24 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
 import corpus
 from fusion_analysis import scan
+from hlo_lab.cli import main as hlo_main
 
 HERE = Path(__file__).resolve().parent
 HOSTILE = HERE / "data" / "hostile"
-needs_corpus = pytest.mark.skipif(not (corpus.CORPUS_DIR / "manifest.json").exists(), reason="corpus not generated")
 
 
 def _children(pid: int) -> list[int]:
-    """Live (non-zombie) descendants of ``pid``, from /proc (pool workers are
-    children of the scan, or of its fork server)."""
+    """Live (non-zombie) descendants of ``pid``, from /proc (the fork server, the
+    pool workers it forks, multiprocessing's resource tracker)."""
     parent: dict[int, int] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -65,22 +67,28 @@ def _slow_folder(tmp_path: Path) -> Path:
 
 
 def _start_scan(folder: Path, out: Path) -> subprocess.Popen:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    """``hlo scan`` in its own session, its temporary files (the workers' notes
+    of the task they are on) in ``out.parent / "tmp"``."""
+    tmp = out.parent / "tmp"
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TMPDIR=str(tmp))
     return subprocess.Popen([sys.executable, "-m", "hlo_lab.cli", "scan", str(folder), "-o", str(out), "-j", "2",
                              "-q", "--no-cache"], start_new_session=True, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_workers(p: subprocess.Popen, n: int = 2, timeout: float = 30) -> list[int]:
+def _wait_for_workers(p: subprocess.Popen, out: Path, n: int = 2, timeout: float = 60) -> tuple[list[int], list[int]]:
+    """Waits until ``n`` pool workers are analysing a module (each leaves a note
+    named by its pid in the scan's temporary folder while it is on a task);
+    returns their pids and every live process the scan started."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        kids = _children(p.pid)
-        if len(kids) >= n:
-            time.sleep(1.0)  # let them start on a module
-            return _children(p.pid)
+        busy = [int(note.name) for note in (out.parent / "tmp").glob("hlo-scan-*/*")]
+        if len(busy) >= n:
+            return busy, _children(p.pid)
         assert p.poll() is None, p.communicate()
         time.sleep(0.1)
-    raise AssertionError("the scan started no workers")
+    raise AssertionError(f"no {n} workers on a module after {timeout} s: {_children(p.pid)}")
 
 
 def _gone(pids: list[int], timeout: float) -> list[int]:
@@ -90,34 +98,32 @@ def _gone(pids: list[int], timeout: float) -> list[int]:
     return [k for k in pids if _alive(k)]
 
 
-@needs_corpus
 def test_kill_9_mid_scan_leaves_no_worker_and_no_current_looking_report(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "report.json").write_text(json.dumps({"status": "complete", "modules_scanned": 99}))  # an older run's
     p = _start_scan(_slow_folder(tmp_path), out)
-    workers = _wait_for_workers(p)
-    assert len(workers) == 2
+    workers, started = _wait_for_workers(p, out)
+    assert len(workers) == 2 and set(workers) <= set(started)
     os.kill(p.pid, signal.SIGKILL)
     p.wait(10)
-    assert _gone(workers, timeout=3) == [], "pool workers outlived a kill -9 of the scan"
+    assert _gone(started, timeout=3) == [], "pool workers (or their fork server) outlived a kill -9 of the scan"
     marker = json.loads((out / "report.json").read_text())
     assert marker["status"] == "running" and marker["pid"] == p.pid and "modules_scanned" not in marker
     assert "is running" in (out / "report.md").read_text()
 
 
-@needs_corpus
 def test_ctrl_c_stops_the_scan_and_its_workers_at_once(tmp_path):
     out = tmp_path / "out"
     p = _start_scan(_slow_folder(tmp_path), out)
-    workers = _wait_for_workers(p)
+    _, started = _wait_for_workers(p, out)
     t0 = time.monotonic()
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     _, err = p.communicate(timeout=20)
     took = time.monotonic() - t0
     assert p.returncode == 130 and took < 5, (p.returncode, took, err)
     assert "Traceback" not in err and "interrupted" in err
-    assert _gone(workers, timeout=3) == []
+    assert _gone(started, timeout=3) == []
     assert json.loads((out / "report.json").read_text())["status"] == "interrupted"
 
 
@@ -200,6 +206,40 @@ def test_a_worker_that_dies_loses_only_its_own_module(tmp_path):
     assert r["status"] == "complete"
 
 
+def test_workers_are_not_forked_from_the_threaded_scan(tmp_path):
+    """The scan's process runs threads (jax's, the progress bar's): its workers
+    come from a fork server, so nothing forks it (no "multi-threaded ... fork()"
+    warning from Python, no "os.fork() was called" from jax)."""
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    shutil.copy(HOSTILE / "small.hlo", folder / "m.hlo")
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait, name="like-jax")
+    busy.start()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = scan.scan(folder, tmp_path / "out", jobs=2, progress=False, cache=False)
+    finally:
+        stop.set()
+        busy.join()
+    assert [m["label"] for m in r["modules"]] == ["m.hlo"] and r["errors"] == []
+    assert [str(w.message) for w in caught if "fork" in str(w.message)] == []
+
+
+def test_relative_paths_follow_the_scans_current_folder(tmp_path, monkeypatch):
+    """The fork server keeps the folder it started in; each worker works in the
+    scan's, as a forked one would."""
+    for name in ("a", "b"):
+        (tmp_path / name / "mods").mkdir(parents=True)
+        (tmp_path / name / "mods" / f"{name}.hlo").write_text(
+            (HOSTILE / "small.hlo").read_text().replace("HloModule small", f"HloModule from_{name}"))
+    for name in ("a", "b"):  # the first scan may start the fork server, in a/
+        monkeypatch.chdir(tmp_path / name)
+        r = scan.scan("mods", "out", jobs=1, progress=False, cache=False)
+        assert [(m["label"], m["module"]) for m in r["modules"]] == [(f"{name}.hlo", f"from_{name}")], r["errors"]
+
+
 def test_file_names_are_text_in_report_md(tmp_path):
     folder = tmp_path / "mods"
     folder.mkdir()
@@ -215,8 +255,6 @@ def test_file_names_are_text_in_report_md(tmp_path):
 
 
 def test_no_modules_is_an_error_not_an_empty_success(tmp_path, capsys):
-    from hlo_lab.cli import main
-
     folder = tmp_path / "empty"
     folder.mkdir()
     (folder / "notes.txt.o").write_text("x")
@@ -224,7 +262,7 @@ def test_no_modules_is_an_error_not_an_empty_success(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "report.json").write_text('{"status": "complete", "modules_scanned": 7}')
-    assert main(["scan", str(folder), "-o", str(out), "-q"]) == 2
+    assert hlo_main(["scan", str(folder), "-o", str(out), "-q"]) == 2
     err = capsys.readouterr().err
     assert "no module files in" in err and "Traceback" not in err
     assert json.loads((out / "report.json").read_text())["status"] == "failed"
@@ -232,7 +270,7 @@ def test_no_modules_is_an_error_not_an_empty_success(tmp_path, capsys):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="listening sockets read from /proc/net")
 def test_local_ray_cluster_listens_on_loopback_only(tmp_path):
-    ray = pytest.importorskip("ray")
+    ray = pytest.importorskip("ray", reason="ray is an optional extra (pip install 'hlo-pass-lab[ray]')")
     folder = tmp_path / "one"
     folder.mkdir()
     shutil.copy(HOSTILE / "small.hlo", folder / "m.hlo")
