@@ -12,15 +12,15 @@ import pytest
 import hlo_tools
 from hlo_lab.cli import main
 from hlo_tools.opcode import HloOpcode
+from passes.fusion import outline_fusion
 from visualize import FocusOptions, VisualizeError, diff_modules, format_diff, select
+from visualize.dot import to_dot
+from visualize.page import before_after_html
+from visualize.render import render
 from visualize.samples import corpus_module, jax_pair
 from visualize.view import fused_computations
 
-graphviz = pytest.importorskip("graphviz", reason="the graphviz Python package is not installed (pip install graphviz)")
-from visualize.dot import to_dot  # noqa: E402
-from visualize.page import before_after_html  # noqa: E402
-from visualize.render import render  # noqa: E402
-
+# The environment: the graphviz Python package is a dependency, its `dot` binary a system package.
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's `dot` is missing (apt-get install -y graphviz)")
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -54,8 +54,7 @@ SMALL = [("llama3-tiny-prefill-f32", "before_optimizations"), ("llama3-tiny-pref
 @pytest.mark.parametrize("name,stage", SMALL, ids=[f"{n}:{s}" for n, s in SMALL])
 def test_whole_small_corpus_module_every_instruction_once(name, stage):
     module = corpus_module(name, stage)
-    if module is None:
-        pytest.skip(f"corpus module {name}:{stage} is not bundled yet")
+    assert module is not None, f"corpus module {name}:{stage} is not bundled"
     view = select(module, FocusOptions(whole_module=True, max_nodes=5000))
     assert view.notice is None
     # the whole module: every instruction, fused ones inside their fusion's cluster
@@ -227,13 +226,12 @@ def test_diff_of_xla_cpu_fusion_matches_renamed_instructions():
     assert dict((o, (b, a)) for o, b, a in d.opcode_counts)["fusion"] == (0, len(fusions))
 
 
-def test_diff_after_outline_fusion_if_available():
-    outline = pytest.importorskip("passes.fusion", reason="passes.fusion (outline_fusion) has not landed").outline_fusion
+def test_diff_after_outline_fusion():
     before = jax_pair()[0]
     after = before.clone()
     entry = after.entry
     region = [i for i in entry if i.opcode in (HloOpcode.ADD, HloOpcode.TANH, HloOpcode.MULTIPLY)]
-    fusion = outline(entry, region)
+    fusion = outline_fusion(entry, region)
     d = diff_modules(before, after)
     assert sorted(d.fused_into[fusion.name]) == sorted(i.name for i in region)
     assert all(d.counterpart[i.name] == i.name for i in region)  # same names: matched by name
@@ -280,9 +278,8 @@ def test_cli_viz_every_format_and_diff(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["counts"]["fused"] > 0
 
 
+@needs_dot
 def test_dot_rejection_is_a_clear_error():
-    if shutil.which("dot") is None:
-        pytest.skip("Graphviz's `dot` is missing (apt-get install -y graphviz)")
     with pytest.raises(VisualizeError, match="dot rejected the graph: .*syntax error"):
         render("digraph { a -> }", "svg")
     with pytest.raises(VisualizeError, match="cannot render format 'gif'"):

@@ -11,6 +11,7 @@ import tempfile
 import pytest
 
 from hlo_tools.opcode import HloOpcode
+from visualize.page import before_after_html
 from visualize.samples import jax_pair
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -57,8 +58,6 @@ def browser():
 def test_before_after_page_search_highlights(browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-
-    from visualize.page import before_after_html
 
     before, after = jax_pair(layers=2)
     page = tmp_path / "fusion.html"
