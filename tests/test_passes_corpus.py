@@ -8,7 +8,8 @@ import pytest
 
 import corpus
 import hlo_tools
-import xla_bridge as xla
+import xla_bridge
+from xla_bridge import xla
 from passes import PassManager, get_pass
 
 _HAVE = (corpus.CORPUS_DIR / "manifest.json").exists()
@@ -37,5 +38,5 @@ def test_cleanup_keeps_outputs(entry):
     original = hlo_tools.parse(entry.text("before_optimizations"), entry.name)
     rewritten = original.clone()
     _cleanup(rewritten)
-    verdict = xla.compare(original, rewritten)
+    verdict = xla_bridge.compare(original, rewritten)
     assert verdict.ok, str(verdict)
