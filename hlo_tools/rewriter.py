@@ -92,16 +92,17 @@ class Rewriter:
         self._touch(users)
         self._touch([new])
 
-    def replace_operand(self, instr: Instruction, index: int, new: Instruction) -> None:
+    def replace_operand(self, instr: Instruction, index: int, new: Instruction, *, erase_dead: bool = True) -> None:
         """Makes operand ``index`` of ``instr`` refer to ``new``; the old operand
-        goes if nothing uses it any more."""
+        goes if nothing uses it any more (unless ``erase_dead`` is False)."""
         old = instr.operand(index)
         if old is new:
             return
         instr.replace_operand(index, new)
         self.changed = True
         self._touch([instr, new])
-        self.erase_if_dead(old)
+        if erase_dead:
+            self.erase_if_dead(old)
 
     def replace_operands(self, instr: Instruction, operands: Iterable[Instruction]) -> None:
         """Replaces the whole operand list (for a rewrite that also changes

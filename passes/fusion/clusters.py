@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-from hlo_tools import Computation, HloOpcode, Instruction, Module
+import heapq
 
-from .outline import fusion_kind, inline_fusion, outline_fusion, restore_topological_order
+from hlo_tools import Computation, HloOpcode, Instruction, Module
+from hlo_tools.outline import inline_fusion, outline_fusion, restore_topological_order
+from hlo_tools.rewriter import Rewriter
+
+from .outline import fusion_kind
 
 #: Computations whose instructions run as kernels: the entry and control-flow
 #: bodies. Reducers, comparators and fusion bodies are excluded.
@@ -68,10 +72,16 @@ def _is_output_gte(instr: Instruction) -> bool:
 
 class Clusters:
     """The clusters of ``comp``; every instruction starts alone, except that the
-    get-tuple-elements of a multi-output fusion belong to the fusion."""
+    get-tuple-elements of a multi-output fusion belong to the fusion.
+
+    ``apply`` makes its edits through the pass's rewriter (whose ``changed``
+    is the pass's answer).  Planning edits nothing but tentative duplicates
+    (``duplicate_into``), which go through a rewriter of their own: ``apply``
+    keeps those that end up in a fusion and takes the others back."""
 
     def __init__(self, comp: Computation):
         self.comp = comp
+        self._tentative = Rewriter()
         self._of: dict[int, Cluster] = {}
         for n, instr in enumerate(comp.post_order()):
             if _is_output_gte(instr):
@@ -173,12 +183,11 @@ class Clusters:
         """Clones ``producer`` for the members of ``consumer`` that use it and adds
         the clone to ``consumer`` (XLA's instruction fusion duplicates cheap
         producers the same way, keeping the original for its other users)."""
-        clone = producer.clone("dup")
-        self.comp.add_instruction(clone, after=producer)
+        clone = self._tentative.insert_after(producer, producer.clone("dup"))
         for m in list(consumer.members):
             for i, op in enumerate(m.operands):
                 if op is producer:
-                    m.replace_operand(i, clone)
+                    self._tentative.replace_operand(m, i, clone, erase_dead=False)
         consumer.members.append(clone)
         self._of[id(clone)] = consumer
         self.clones.append((producer, clone))
@@ -187,8 +196,6 @@ class Clusters:
     def _renumber(self) -> None:
         """A fresh topological order of the contracted graph (Kahn's algorithm,
         ties by the old numbers)."""
-        import heapq
-
         clusters = list(self)
         indeg = {id(c): len(self.operands(c)) for c in clusters}
         heap = [(c.index, n, c) for n, c in enumerate(clusters) if indeg[id(c)] == 0]
@@ -214,11 +221,13 @@ class Clusters:
         kind: Callable[[list[Instruction], list[Instruction]], str] | None = None,
         name: str = "fusion",
         min_size: int = 2,
+        rewriter: Rewriter | None = None,
     ) -> list[Instruction]:
         """Outlines every cluster with at least ``min_size`` members that are not
         scalar constants or get-tuple-elements; returns the new fusions. Clones
         whose original lost all its users replace nothing: the original is removed."""
         kind = kind or fusion_kind
+        rw = rewriter or Rewriter()
         originals = {id(clone): original for original, clone in self.clones}
 
         def outlined(c: Cluster) -> bool:
@@ -234,25 +243,26 @@ class Clusters:
             for m in reversed(c.members):  # undo duplications that fuse nothing
                 original = originals.get(id(m))
                 if original is not None and id(self._of[id(original)]) not in keep and m.parent is self.comp:
-                    m.replace_all_uses_with(original)
-                    self.comp.remove_instruction(m)
+                    self._tentative.replace_all_uses_with(m, original)
+                    self._tentative.erase(m)
         fusions: list[Instruction] = []
         for c in chosen:
             region: list[Instruction] = []
             for m in c.members:
                 if m.opcode is HloOpcode.FUSION:
-                    region.extend(inline_fusion(m))
+                    region.extend(inline_fusion(m, rw))
                 elif m.parent is self.comp:
                     region.append(m)
             region = [r for r in region if r.parent is self.comp]
             inside = {id(r) for r in region}
             outputs = [r for r in region if r is self.comp.root or any(id(u) not in inside for u in r.users)]
-            fusions.append(outline_fusion(self.comp, region, kind=kind(region, outputs), name=name, keep_order=False))
+            fusions.append(outline_fusion(self.comp, region, kind=kind(region, outputs), name=name, keep_order=False,
+                                          rewriter=rw))
         for original, _ in self.clones:
             if original.parent is self.comp and not original.users and original is not self.comp.root:
-                self.comp.remove_instruction(original)
+                rw.erase(original)
         if fusions:
-            restore_topological_order(self.comp)
+            restore_topological_order(self.comp, rw)
         return fusions
 
 

@@ -39,11 +39,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
+from hlo_tools.rewriter import Rewriter
+
+from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
 from passes.base import Pass
-from passes.registry import register_pass
+
 from .clusters import Cluster, Clusters, fusible_computations
-from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 from .producer_consumer import loop_kind
 
 #: Default bound on a member's output size: 64 KiB (16K f32 elements), about
@@ -193,7 +195,6 @@ def _try_join(clusters: Clusters, g: _Group, instr: Instruction, max_members: in
     return ALLOW
 
 
-@register_pass
 @dataclass(frozen=True)
 class HorizontalFusion(Pass):
     """Batches small independent same-shape kernels into multi-output kLoop fusions."""
@@ -206,11 +207,11 @@ class HorizontalFusion(Pass):
     log: HorizontalLog | None = None
 
     def run(self, module: Module) -> bool:
-        changed = False
+        rewriter = Rewriter()
         for comp in fusible_computations(module):
             clusters, batches = plan_horizontal(
                 comp, max_bytes=self.max_bytes, max_members=self.max_members, max_operands=self.max_operands,
                 profitable=self.profitable, log=self.log)
             if batches:
-                changed |= bool(clusters.apply(kind=loop_kind, name="horizontal_fusion"))
-        return changed
+                clusters.apply(kind=loop_kind, name="horizontal_fusion", rewriter=rewriter)
+        return rewriter.changed

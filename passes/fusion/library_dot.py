@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlo_tools import HloOpcode, Instruction, Module
+from hlo_tools.outline import outline_fusion
+from hlo_tools.rewriter import Rewriter
 
 from passes.base import Pass
-from passes.registry import register_pass
 from .clusters import fusible_computations
-from .outline import outline_fusion
 
 YNN_BACKEND_CONFIG = '{"fusion_config":{"kind":"__ynn_fusion"}}'
 
@@ -51,7 +51,6 @@ def is_library_dot(instr: Instruction) -> bool:
     )
 
 
-@register_pass
 @dataclass(frozen=True)
 class LibraryDotFusion(Pass):
     """Wraps each library dot in a ``__ynn_fusion`` kCustom fusion."""
@@ -59,11 +58,10 @@ class LibraryDotFusion(Pass):
     name = "library-dot-fusion"
 
     def run(self, module: Module) -> bool:
-        changed = False
+        rewriter = Rewriter()
         for comp in fusible_computations(module):
             for instr in list(comp):
                 if is_library_dot(instr):
-                    fusion = outline_fusion(comp, [instr], kind="kCustom", name="ynn_fusion")
-                    fusion.set_attribute("backend_config", YNN_BACKEND_CONFIG)
-                    changed = True
-        return changed
+                    fusion = outline_fusion(comp, [instr], kind="kCustom", name="ynn_fusion", rewriter=rewriter)
+                    rewriter.set_attribute(fusion, "backend_config", YNN_BACKEND_CONFIG)
+        return rewriter.changed

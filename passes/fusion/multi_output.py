@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hlo_tools import HloOpcode, Instruction, Module
+from hlo_tools.rewriter import Rewriter
+
+from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
 from passes.base import Pass
-from passes.registry import register_pass
+
 from .clusters import Cluster, Clusters, fusible_computations
-from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 from .producer_consumer import FusionLog, loop_kind
 
 #: A sibling profitability: (shared value, cluster a, cluster b, clusters) -> Decision.
@@ -134,7 +136,6 @@ def _head(clusters: Clusters, c: Cluster) -> Instruction:
     return outs[0] if outs else c.members[0]
 
 
-@register_pass
 @dataclass(frozen=True)
 class MultiOutputFusion(Pass):
     """Sibling fusion: consumers of a shared value fused into one multi-output loop fusion."""
@@ -145,9 +146,9 @@ class MultiOutputFusion(Pass):
     same_output_dims: bool = True  # XLA:CPU's loop emitter needs it; XLA:GPU's reduction emitter does not
 
     def run(self, module: Module) -> bool:
-        changed = False
+        rewriter = Rewriter()
         for comp in fusible_computations(module):
             clusters = Clusters(comp)
             if fuse_siblings(clusters, self.profitable, self.log, self.same_output_dims):
-                changed |= bool(clusters.apply(kind=loop_kind, name="multi_output_fusion"))
-        return changed
+                clusters.apply(kind=loop_kind, name="multi_output_fusion", rewriter=rewriter)
+        return rewriter.changed

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
+from hlo_tools.rewriter import Rewriter
 
-from passes.registry import register_pass
-from passes.base import Pass
-from .clusters import Cluster, Clusters, fusible_computations
 from fusion_analysis.legality import Decision, can_fuse, fusible, is_expensive_producer, reused_within
+
+from passes.base import Pass
+
+from .clusters import Cluster, Clusters, fusible_computations
 from .profitability import Profitability, default_profitability
 
 
@@ -119,7 +121,6 @@ def fuse_producers_into_consumers(
     return clusters
 
 
-@register_pass
 @dataclass(frozen=True)
 class ProducerConsumerFusion(Pass):
     """Loop fusion of producers into consumers (XLA's InstructionFusion)."""
@@ -131,8 +132,8 @@ class ProducerConsumerFusion(Pass):
     max_operands: int = 0  # 0: unbounded
 
     def run(self, module: Module) -> bool:
-        changed = False
+        rewriter = Rewriter()
         for comp in fusible_computations(module):
             clusters = fuse_producers_into_consumers(comp, self.profitable, self.log, self.max_operands)
-            changed |= bool(clusters.apply(kind=self.kind, name="loop_fusion"))
-        return changed
+            clusters.apply(kind=self.kind, name="loop_fusion", rewriter=rewriter)
+        return rewriter.changed

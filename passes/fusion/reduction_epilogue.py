@@ -28,11 +28,13 @@ from typing import Sequence
 
 from hlo_tools import HloOpcode, Instruction, Module
 from hlo_tools.opcode import ELEMENTWISE
+from hlo_tools.rewriter import Rewriter
+
+from fusion_analysis.legality import ALLOW, Decision
 
 from passes.base import Pass
-from passes.registry import register_pass
+
 from .clusters import Clusters, fusible_computations
-from fusion_analysis.legality import ALLOW, Decision
 from .producer_consumer import FusionLog, grow, loop_kind
 from .profitability import default_profitability
 
@@ -92,7 +94,6 @@ class _Budget:
         return ALLOW
 
 
-@register_pass
 @dataclass(frozen=True)
 class ReductionEpilogueFusion(Pass):
     """Sum reductions absorb (recompute) their elementwise producer chains."""
@@ -102,7 +103,7 @@ class ReductionEpilogueFusion(Pass):
     log: FusionLog | None = None
 
     def run(self, module: Module) -> bool:
-        changed = False
+        rewriter = Rewriter()
         for comp in fusible_computations(module):
             clusters = Clusters(comp)
             grew = False
@@ -111,5 +112,5 @@ class ReductionEpilogueFusion(Pass):
                     continue
                 grew |= grow(clusters, clusters.of(consumer), _Budget(self.max_duplicated), self.log)
             if grew:
-                changed |= bool(clusters.apply(kind=loop_kind, name="reduction_fusion"))
-        return changed
+                clusters.apply(kind=loop_kind, name="reduction_fusion", rewriter=rewriter)
+        return rewriter.changed
