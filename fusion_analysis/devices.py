@@ -20,7 +20,7 @@ import numpy as np
 
 from hlo_tools.fileio import OutputError, write_output
 
-from . import host_bench
+from . import host_bench, op_profile
 
 CACHE_DIR = Path(os.environ.get("HLO_PASS_LAB_CACHE", Path.home() / ".cache" / "hlo-pass-lab"))
 
@@ -210,11 +210,17 @@ def measure_host(*, seconds: float = 0.6) -> Device:
     b = np.ones((k, k), np.float32)
     a @ b
     gemm = 2 * k**3 / best(lambda: a @ b)
-    xla_figures = host_bench.measure()
-    curve = (*xla_figures.pop("bandwidth_curve"), (2.0 * src.nbytes, bandwidth))
+    # XLA:CPU micro-kernels, in the order host_bench measured them (launch first:
+    # every other figure takes it out)
+    launch = host_bench.launch_overhead()
+    vec = host_bench.vector_rate()
+    curve = (*host_bench.bandwidth_curve(launch), (2.0 * src.nbytes, bandwidth))
+    transcendentals = host_bench.transcendental_rate(vec)
+    library = host_bench.library_call_overhead()
     return Device(
         name="host", kind="cpu", peak_flops={"f32": gemm, "bf16": gemm / 2, "f16": gemm / 2, "f64": gemm / 2},
-        memory_bandwidth=bandwidth, bandwidth_curve=curve, **xla_figures,
+        memory_bandwidth=bandwidth, bandwidth_curve=curve, vector_flops=vec, transcendentals_per_s=transcendentals,
+        launch_overhead_s=launch, library_call_overhead_s=library, op_seconds=op_profile.measure(launch_s=launch),
         sms=_usable_cpus(),
         source=f"measured on {platform.node()} ({os.cpu_count()} CPUs) by fusion_analysis.devices.measure_host",
         extra={"spec_version": HOST_SPEC_VERSION},

@@ -47,7 +47,6 @@ from fusion_analysis.cost import bytes_saved, result_bytes, reread_bytes
 from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reused_within, shape_key
 from passes.base import Pass
-from passes.registry import register_pass
 from .clusters import Cluster, Clusters, fusible_computations
 from .producer_consumer import FusionLog
 from .profitability import Profitability, default_profitability
@@ -292,7 +291,6 @@ class PriorityQueueFusion:
             log.steps.extend(self.steps)
 
 
-@register_pass
 @dataclass(frozen=True)
 class PriorityFusion(Pass):
     """Greedy max-benefit producer-into-consumers fusion (XLA:GPU's PriorityFusion),
