@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from hlo_tools.ir import Module
+from hlo_tools.parser import parse
+
 __all__ = ["CORPUS_DIR", "Entry", "load", "manifest"]
 
 CORPUS_DIR = Path(__file__).resolve().parent
@@ -56,11 +59,9 @@ class Entry:
         """True when the stored file's sha256 matches the manifest."""
         return hashlib.sha256(self.path(stage).read_bytes()).hexdigest() == self.sha256[stage]
 
-    def module(self, stage: str):  # -> hlo_tools.ir.Module
-        """Parse a stage into the project's IR (imports hlo_tools lazily)."""
-        import hlo_tools
-
-        return hlo_tools.parse(self.text(stage), source=f"{self.path(stage)}")
+    def module(self, stage: str) -> Module:
+        """Parse a stage into the project's IR."""
+        return parse(self.text(stage), source=f"{self.path(stage)}")
 
     def __repr__(self) -> str:
         return f"Entry({self.name!r}, stages={self.stages})"

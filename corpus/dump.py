@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 
 from hlo_tools.formats import is_module_file  # the one rule check DIR and the scan share
+from hlo_tools.ir import Module
+from hlo_tools.parser import parse
 from xla_bridge import read_text
 
 __all__ = ["DumpModule", "PassDump", "from_dump_dir", "is_dump_file_name", "is_module_file"]
@@ -94,12 +96,9 @@ class DumpModule:
         """HLO text of a stage (``.pb`` files are decoded through jaxlib)."""
         return read_text(self.path(stage))
 
-    def module(self, stage: str):  # -> hlo_tools.ir.Module
-        """Parse a stage into the project's IR (imports hlo_tools lazily)."""
-        import hlo_tools
-
-        p = self.path(stage)
-        return hlo_tools.parse(self.text(stage), source=str(p))
+    def module(self, stage: str) -> Module:
+        """Parse a stage into the project's IR (``.pb`` stages through XLA's text)."""
+        return parse(self.text(stage), source=str(self.path(stage)))
 
 
 def _stage_rank(ext: str) -> int:

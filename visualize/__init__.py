@@ -8,29 +8,14 @@ a self-contained before/after HTML page of a pass.
     print(visualize.format_diff(visualize.diff_modules(before, after)))
     html = visualize.before_after_html(before, after, visualize.FocusOptions(max_nodes=300))
 
-``visualize.dot`` imports the graphviz package; rendering needs Graphviz's ``dot``.
+``visualize.dot`` uses the graphviz package (a dependency); rendering needs Graphviz's ``dot``.
 """
 
 from .diff import ModuleDiff, diff_modules, format_diff, match
+from .dot import to_dot, to_graph
+from .page import before_after_html, single_html
+from .render import render, svg_text, write_graph
 from .view import FocusOptions, View, VisualizeError, select
-
-
-def __getattr__(name: str):
-    """Lazy exports of what needs the graphviz package (DOT, rendering, the page)."""
-    if name in ("to_dot", "to_graph"):
-        from . import dot
-
-        return getattr(dot, name)
-    if name in ("render", "write_graph", "svg_text"):
-        from . import render
-
-        return getattr(render, name)
-    if name in ("before_after_html", "single_html"):
-        from . import page
-
-        return getattr(page, name)
-    raise AttributeError(f"module 'visualize' has no attribute {name!r}")
-
 
 __all__ = ["FocusOptions", "ModuleDiff", "View", "VisualizeError", "before_after_html", "diff_modules", "format_diff",
            "match", "render", "select", "single_html", "svg_text", "to_dot", "to_graph", "write_graph"]
