@@ -247,28 +247,63 @@ def _describe(e: BaseException) -> str:
     return e.format() if isinstance(e, HloParseError) else f"{type(e).__name__}: {e}"
 
 
+def _identity(task: Task) -> dict[str, str]:
+    """What every result says about its file, analysed or not."""
+    return {"label": task.label, "path": task.path, "stage": task.stage, "module_key": task.module or task.label}
+
+
+def _digest(task: Task) -> tuple[str | None, str]:
+    """``(SHA-256 of the file, "")``, or ``(None, why it was not read)``: the file
+    is read only while it still resolves inside the scanned folder."""
+    if task.root and not _inside(task.path, task.root):
+        return None, "not read: it now resolves outside the scanned folder"
+    try:
+        data = Path(task.path).read_bytes()
+    except Exception as e:  # noqa: BLE001 - OSError, a folder, a vanished file: one error entry
+        return None, f"cannot read file: {getattr(e, 'strerror', None) or e}"
+    return hashlib.sha256(data).hexdigest(), ""
+
+
+def _cache_file(digest: str, device: str, cache_dir: str | None) -> Path | None:
+    if not cache_dir:
+        return None
+    key = hashlib.sha256(f"{digest}:{device}:{ANALYSIS_VERSION}".encode()).hexdigest()[:32]
+    return Path(cache_dir) / f"{key}.json"
+
+
+def _from_cache(cache: Path | None, task: Task) -> dict[str, Any] | None:
+    """The cached result for ``task``, or None: not cached, or unreadable or
+    half-written (analysed again)."""
+    if cache is None or not cache.is_file():
+        return None
+    try:
+        out = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return None
+    out.update(_identity(task), cached=True)
+    return out
+
+
+def cached_result(task: Task, device: str, cache_dir: str | None) -> dict[str, Any] | None:
+    """The cached result for the file as it is now, or None (then a worker reads
+    it, and reports it or analyses it). The scan looks here first: a file the
+    cache holds needs no worker, and a scan the cache holds whole, no pool."""
+    digest, _ = _digest(task) if cache_dir else (None, "")
+    return _from_cache(_cache_file(digest, device, cache_dir), task) if digest else None
+
+
 def analyze_task(task: Task, device: str, cache_dir: str | None) -> dict[str, Any]:
     """Runs in a worker: checks the file is still inside the scanned folder,
     hashes it, uses the cache or analyses. Never raises for a bad module: the
     error goes into the result."""
-    base = {"label": task.label, "path": task.path, "stage": task.stage, "module_key": task.module or task.label}
-    if task.root and not _inside(task.path, task.root):
-        return {**base, "error": "not read: it now resolves outside the scanned folder"}
-    try:
-        data = Path(task.path).read_bytes()
-    except Exception as e:  # noqa: BLE001 - OSError, a folder, a vanished file: one error entry
-        return {**base, "error": f"cannot read file: {getattr(e, 'strerror', None) or e}"}
-    digest = hashlib.sha256(data).hexdigest()
-    del data
-    key = hashlib.sha256(f"{digest}:{device}:{ANALYSIS_VERSION}".encode()).hexdigest()[:32]
-    cache = Path(cache_dir) / f"{key}.json" if cache_dir else None
-    if cache is not None and cache.is_file():
-        try:
-            out = json.loads(cache.read_text())
-            out.update(base, cached=True)
-            return out
-        except (OSError, ValueError):
-            pass  # unreadable or half-written: analyse again
+    base = _identity(task)
+    digest, why = _digest(task)
+    if digest is None:
+        return {**base, "error": why}
+    cache = _cache_file(digest, device, cache_dir)
+    out = _from_cache(cache, task)
+    if out is not None:
+        return out
     t0 = time.perf_counter()
     try:
         module = load(task.path)  # text, .hlo.pb, .mlir; gzip'd with a bound
@@ -286,7 +321,7 @@ def analyze_task(task: Task, device: str, cache_dir: str | None) -> dict[str, An
 
 
 def _worker_died(task: Task, how: str) -> dict[str, Any]:
-    return {"label": task.label, "path": task.path, "stage": task.stage, "module_key": task.module or task.label,
+    return {**_identity(task),
             "error": f"the worker process died while analysing this file ({how}); a crash or abort in native code "
                      f"(XLA decoding a proto or StableHLO), or the system killed it; the other files were analysed"}
 
@@ -401,8 +436,7 @@ def _run_batch(fn: Callable, tasks: list[tuple[int, Task]], args: tuple, jobs: i
                     broken = True
                     continue
                 except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be pickled back
-                    r = {"label": t.label, "path": t.path, "stage": t.stage, "module_key": t.module or t.label,
-                         "error": _describe(e)}
+                    r = {**_identity(t), "error": _describe(e)}
                 done.append(i)
                 on_done(r)
         if broken:  # results that came back before the break are kept, not run again
@@ -571,10 +605,17 @@ def scan(source: str | Path | None, out_dir: str | Path, *, device: str = "h100"
             bar.update(tid, advance=1, description=("error " if "error" in r else "") + r["label"][:60])
 
     try:
-        if use_ray:
-            _run_ray(tasks, device, cache_dir, ray_address, jobs, on_done)
-        else:
-            _run_pool(tasks, device, cache_dir, jobs, on_done, _task_fn)
+        todo = []  # what the cache does not hold: a scan the cache holds whole starts no worker
+        for t in tasks:
+            r = cached_result(t, device, cache_dir)
+            if r is None:
+                todo.append(t)
+            else:
+                on_done(r)
+        if todo and use_ray:
+            _run_ray(todo, device, cache_dir, ray_address, jobs, on_done)
+        elif todo:
+            _run_pool(todo, device, cache_dir, jobs, on_done, _task_fn)
     except BaseException as e:
         if bar is not None:
             bar.stop()

@@ -6,17 +6,16 @@ printed differently (``%x#N`` operands, per-pass files, protos, reports)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 import hlo_tools
 import xla_bridge
-
-pytest.importorskip("jax")
-
-from tests.conftest import run_hlo  # noqa: E402
-from tests.dump_model import gpu_flags, make_dump  # noqa: E402
+from hlo_tools.formats import is_module_file
+from tests.conftest import run_hlo
+from tests.dump_model import gpu_flags, make_dump
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +30,6 @@ def proto_dump(tmp_path_factory) -> Path:
 
 
 def _module_files(folder: Path, suffix: str) -> list[Path]:
-    from hlo_tools.formats import is_module_file
-
     return sorted(p for p in folder.iterdir() if p.name.endswith(suffix) and is_module_file(p))
 
 
@@ -87,8 +84,6 @@ def test_hlo_check_on_the_dump_folder(text_dump):
 
 @pytest.mark.parametrize("which", ["text", "proto"])
 def test_scan_and_corpus_list_agree(which, text_dump, proto_dump, tmp_path):
-    import json
-
     folder = text_dump if which == "text" else proto_dump
     listed = run_hlo("corpus", "list", str(folder), "--json")
     assert listed.returncode == 0, listed.stderr[-2000:]

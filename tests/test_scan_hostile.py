@@ -240,6 +240,28 @@ def test_relative_paths_follow_the_scans_current_folder(tmp_path, monkeypatch):
         assert [(m["label"], m["module"]) for m in r["modules"]] == [(f"{name}.hlo", f"from_{name}")], r["errors"]
 
 
+def _worker_marks(task, device, cache_dir):
+    """A task function that says a worker saw the file."""
+    return {"label": task.label, "path": task.path, "stage": task.stage, "module_key": task.label,
+            "error": "went to a worker"}
+
+
+def test_files_the_cache_holds_go_to_no_worker(tmp_path):
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    for name in ("a", "b"):
+        (folder / f"{name}.hlo").write_text((HOSTILE / "small.hlo").read_text().replace("HloModule small", f"HloModule {name}"))
+    first = scan.scan(folder, tmp_path / "out", jobs=2, progress=False)
+    assert first["cached"] == 0 and first["errors"] == []
+    again = scan.scan(folder, tmp_path / "out", jobs=2, progress=False, _task_fn=_worker_marks)
+    assert again["cached"] == 2 and again["errors"] == [] and again["modules"] == [
+        {**m, "cached": True} for m in first["modules"]]
+    (folder / "b.hlo").write_text((folder / "b.hlo").read_text().replace("HloModule b", "HloModule b2"))
+    changed = scan.scan(folder, tmp_path / "out", jobs=2, progress=False, _task_fn=_worker_marks)
+    assert [m["label"] for m in changed["modules"]] == ["a.hlo"] and changed["cached"] == 1
+    assert [(e["label"], e["error"]) for e in changed["errors"]] == [("b.hlo", "went to a worker")]
+
+
 def test_file_names_are_text_in_report_md(tmp_path):
     folder = tmp_path / "mods"
     folder.mkdir()
