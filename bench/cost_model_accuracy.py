@@ -46,8 +46,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import corpus  # noqa: E402
 import hlo_tools  # noqa: E402
-from fusion_analysis import cost  # noqa: E402
+from fusion_analysis import cost, devices, kernels, roofline, xla_fusion_log  # noqa: E402
 from xla_bridge import xla  # noqa: E402
+from xla_bridge.measure import Measurement  # noqa: E402
+from xla_bridge.xla_bench import harness_overhead, time_compiled  # noqa: E402
+from xla_bridge.xla_inputs import make_inputs  # noqa: E402
+from xla_bridge.xla_trace import TraceUnavailable, device_kernel_us, thunk_times  # noqa: E402
 
 KEYS = ("flops", "transcendentals", "bytes accessed")
 
@@ -96,14 +100,10 @@ STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHO
 
 def _module_kernels(entry, stored: bool, backend: str = "cpu"):
     """The XLA:CPU optimized module of a corpus entry and its entry kernels."""
-    from fusion_analysis import kernels
-
     if stored:
         m = hlo_tools.parse(entry.text("cpu_after_optimizations"))
     else:
-        from xla_bridge.xla_compile import compile as xla_compile
-
-        m = xla_compile(entry.text("before_optimizations"), backend, "stock").optimized_module
+        m = Measurement(backend).compile(entry.text("before_optimizations")).optimized_module
     return m, kernels.kernels_of(m)
 
 
@@ -111,11 +111,6 @@ def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> tuple
     """Extracts, compiles (``kernels.compile_alone``) and times one kernel; returns its
     record (times in us) and a function that traces it once more (None when it could
     not be traced). On a GPU the kernel's time is its device time from the trace."""
-    from fusion_analysis import kernels, roofline
-    from xla_bridge.xla_bench import time_compiled
-    from xla_bridge.xla_inputs import make_inputs
-    from xla_bridge.xla_trace import TraceUnavailable, device_kernel_us, thunk_times
-
     est = roofline.estimate(kernel, cost_of, host)
     rec = {"name": kernel.name, "opcode": kernel.opcode_text, "category": est.category, "bound": est.bound,
            "predicted_us": est.time_s * 1e6, "bytes": est.bytes_accessed, "flops": est.flops}
@@ -168,8 +163,6 @@ def _add_pass(rec: dict, times: tuple[float, float]) -> None:
 def measure_pinned_host(pin: int, out: str) -> int:
     """Child mode: pin to ``pin``, measure the host spec there, write it to ``out``."""
     os.sched_setaffinity(0, {pin})
-    from fusion_analysis import devices
-
     Path(out).write_text(devices.measure_host().to_json())
     return 0
 
@@ -181,9 +174,6 @@ def worker(name: str, start: int, reps: int, stored: bool, pin: int | None = Non
     ``pin``: run on that one CPU (set before XLA's CPU client sizes its thread pool)."""
     if pin is not None:
         os.sched_setaffinity(0, {pin})
-    from fusion_analysis import cost, devices
-    from xla_bridge.xla_bench import harness_overhead
-
     entry = next(corpus.load(name))
     # pinned: the roofline gets this one core's own figures (measured once per run
     # by a pinned child of the parent, ``--measure-host``), not the whole host's
@@ -311,8 +301,6 @@ def _spearman(a, b) -> float:
 
 def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | None, pin: int | None = None,
                   default_malloc: bool = False, backend: str = "cpu", device: str | None = None) -> int:
-    from fusion_analysis import devices
-
     host_spec = None
     entries = [e for e in corpus.load() if e.runnable and not e.sharded and _selected(e.name, only)]
     if not entries:
@@ -404,10 +392,7 @@ def _selected(name: str, only: str | None) -> bool:
 # -- --xla-log: XLA:GPU priority-fusion decisions vs our roofline ------------------------
 
 def xla_log(only: str | None, device: str, show: int) -> int:
-    from fusion_analysis import xla_fusion_log
-    from xla_bridge.xla import cuda_plugin_available
-
-    if not cuda_plugin_available():
+    if not xla.cuda_plugin_available():
         print("jax's CUDA plugin is not installed: no deviceless XLA:GPU compile, no priority-fusion log "
               "(pip install --no-deps jax-cuda12-plugin jax-cuda12-pjrt at jaxlib's version)", file=sys.stderr)
         return 2
@@ -507,8 +492,6 @@ def _this_gpu() -> str:
     import jax
 
     kind = jax.devices("gpu")[0].device_kind
-    from fusion_analysis import devices
-
     name = next((n for n in devices.GPUS if n in kind.lower()), None)
     if name is None:
         print(f"warning: no spec for {kind!r}; the roofline uses h100's (pass --device SPEC.json)", file=sys.stderr)

@@ -24,11 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import corpus  # noqa: E402
+from hlo_tools.fuzz import FAILURES, STRATEGIES, Campaign  # noqa: E402
+from tests.conftest import accepted_modules  # noqa: E402
+
 
 def _seeds(max_kb: int) -> list[tuple[str, str]]:
-    import corpus
-    from tests.conftest import accepted_modules
-
     out = [(p.name, p.read_text()) for p in accepted_modules()]
     for entry in corpus.load():
         for stage in entry.files:
@@ -39,8 +40,6 @@ def _seeds(max_kb: int) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hlo_tools.fuzz import FAILURES, STRATEGIES, Campaign
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=10000)
     ap.add_argument("--seed", type=int, default=1)

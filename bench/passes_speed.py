@@ -15,17 +15,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+import corpus  # noqa: E402
+import hlo_tools  # noqa: E402
+from passes import PassManager, get_pass  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="substring of module names")
     args = ap.parse_args(argv)
-
-    import corpus
-    import hlo_tools
-    from passes import PassManager, get_pass
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table("module", "before", "after dce+cse+simplify", "removed", "ms")
     total_before = total_after = 0

@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import corpus  # noqa: E402
 from hlo_tools import load, parse  # noqa: E402
 from xla_bridge.xla_bench import benchmark, harness_overhead  # noqa: E402
 from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
@@ -22,12 +23,10 @@ def pick_module(name: str | None):
     if name and Path(name).exists():
         return load(name), None
     try:
-        import corpus
-
         entries = [e for e in corpus.load(name or "llama3-tiny-decode-f32")]
         if entries:
             return entries[0].module("before_optimizations"), entries[0].name
-    except (FileNotFoundError, ImportError):
+    except FileNotFoundError:  # no corpus manifest
         pass
     return parse(UNFUSED), "examples.UNFUSED"
 

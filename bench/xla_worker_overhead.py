@@ -18,6 +18,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import corpus  # noqa: E402
+from xla_bridge import xla_worker  # noqa: E402
+from xla_bridge.xla_compile import compile  # noqa: E402
+from xla_bridge.xla_examples import UNFUSED  # noqa: E402
+from xla_bridge.xla_run import run_module  # noqa: E402
+
 
 def _seconds(fn, reps: int) -> list[float]:
     out = []
@@ -33,12 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--module", default="llama3-tiny-decode-f32")
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args(argv)
-
-    import corpus
-    from xla_bridge import xla_worker
-    from xla_bridge.xla_compile import compile
-    from xla_bridge.xla_examples import UNFUSED
-    from xla_bridge.xla_run import run_module
 
     text = next(e for e in corpus.load() if e.name == args.module).text("before_optimizations")
 

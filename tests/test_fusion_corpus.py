@@ -18,7 +18,12 @@ if not xla.hook_supported():
     pytest.skip("needs jax.extend.xla pipeline hooks", allow_module_level=True)
 
 import corpus  # noqa: E402
-from passes.fusion.pipeline import BEST, PRIORITY, FusionHook, passes_of  # noqa: E402
+from hlo_lab.study import gpu_study, ours  # noqa: E402
+from passes.fusion.pipeline import BEST, PRIORITY  # noqa: E402
+from xla_bridge.measure import STOCK, Measurement  # noqa: E402
+from xla_bridge.xla_run import compare  # noqa: E402
+
+CPU = Measurement("cpu")
 
 RUNNABLE = sorted(e.name for e in corpus.load() if e.meta.get("runnable") and not e.meta.get("sharded"))
 
@@ -29,27 +34,25 @@ def _text(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def stock():
-    from xla_bridge.xla_compile import compile
-
     cache = {}
 
     def get(name):
         if name not in cache:
-            cache[name] = compile(_text(name), "cpu", "stock")
+            cache[name] = CPU.compile(_text(name), STOCK)
         return cache[name]
 
     return get
 
 
-def _check(name: str, spec: str, stock) -> None:
-    from xla_bridge.xla_compile import compile
-    from xla_bridge.xla_run import compare
+def _fusions(module) -> set[str]:
+    return {i.name for i in module.entry if i.opcode is HloOpcode.FUSION}
 
-    hook = FusionHook(passes_of(spec))
-    ours = compile(_text(name), "cpu", "as-written", hook=(hook, "pre-scheduler"))
-    compiled = sum(1 for i in ours.optimized_module.entry if i.opcode is HloOpcode.FUSION)
-    assert compiled == hook.fusions_out > 0, "XLA changed our fusions"
-    verdict = compare(stock(name), ours)
+
+def _check(name: str, spec: str, stock) -> None:
+    mine = CPU.compile(_text(name), ours(spec, "cpu"))
+    written = _fusions(mine.hook.after)
+    assert written and _fusions(mine.optimized_module) == written, "XLA changed our fusions"
+    verdict = compare(stock(name), mine)
     assert verdict.verdict in ("exact", "close"), str(verdict)
 
 
@@ -72,8 +75,6 @@ def test_xla_gpu_keeps_our_fusions_deviceless():
     hook, every fusion we wrote is in XLA:GPU's optimized module."""
     if not xla.cuda_plugin_available():
         pytest.skip("no XLA:GPU compiler here: the CUDA plugin is not installed")
-    from hlo_lab.study import gpu_study
-
     g = gpu_study("llama3-tiny-decode-f32", _text("llama3-tiny-decode-f32"), BEST, "h100")
     assert g.fusions_written > 0 and g.kept
     assert g.kernels_ours > 0 and g.bytes_ours > 0 and g.predicted_us_ours > 0

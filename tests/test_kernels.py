@@ -10,6 +10,12 @@ from fusion_analysis import cost, kernels, xla_fusion_log
 from hlo_tools import parse
 from hlo_tools.ir import Instruction
 from hlo_tools.opcode import HloOpcode
+from hlo_tools.shape import Shape
+from xla_bridge import xla
+from xla_bridge.hook_stage import HookStage
+from xla_bridge.measure import AS_WRITTEN, Measurement
+from xla_bridge.xla_inputs import make_inputs
+from xla_bridge.xla_run import compare_outputs, run
 
 SOFTMAX_ROW = """HloModule softmax_row
 %add (a: f32[], b: f32[]) -> f32[] {
@@ -47,8 +53,6 @@ def _pick(module, want: list[str]) -> list[Instruction]:
 
 
 def test_extract_kernel_copies_its_computations_and_shares_nothing(decode_cpu):
-    from xla_bridge import xla
-
     k = _pick(decode_cpu, ["kLoop"])[0]
     m = kernels.extract_kernel(k)
     assert m.entry.root.name == k.name and m.entry.root.opcode is HloOpcode.FUSION
@@ -73,8 +77,6 @@ def _probe(module, kernel_name: str):
     probe.attributes = {}  # schedule, aliasing and entry layout no longer apply
     k = probe.entry.get_instruction(kernel_name)
     ops = list(dict.fromkeys(k.operands))
-    from hlo_tools.shape import Shape
-
     # each probed value gets its own output buffer (a copy), as a tuple output would
     # otherwise alias a parameter or another output
     outs = [probe.entry.add_instruction(Instruction(f"probe.{v.name}", HloOpcode.COPY, v.shape, [v]))
@@ -86,18 +88,13 @@ def _probe(module, kernel_name: str):
 
 
 def _compile_exact(module):
-    from xla_bridge.xla_compile import Hook, compile
-
-    hook = Hook(lambda _m: module, stage="pre-scheduler")
-    res = compile(kernels.stand_in(module), "cpu", "as-written", hook=hook)
-    assert hook.changed == 1
+    res = Measurement("cpu").compile(kernels.stand_in(module),
+                                     AS_WRITTEN.hooked(kernels.SwapIn(module), HookStage.PRE_SCHEDULER))
+    assert res.hook.changed == 1
     return res
 
 
 def test_extracted_kernels_run_alone_and_match_their_value_in_the_module(decode_cpu):
-    from xla_bridge.xla_inputs import make_inputs
-    from xla_bridge.xla_run import compare_outputs, run
-
     picked = _pick(decode_cpu, ["kLoop", "kCustom", "copy"])
     assert len(picked) == 3
     for k in picked:
@@ -178,11 +175,7 @@ def test_dump_parses_into_steps_and_replays():
 
 
 def _no_deviceless_gpu() -> str | None:
-    try:
-        from xla_bridge.xla import cuda_plugin_available
-    except ImportError:  # pragma: no cover
-        return "jax is not installed"
-    if not cuda_plugin_available():
+    if not xla.cuda_plugin_available():
         return ("jax's CUDA plugin is not installed, so there is no deviceless XLA:GPU compile and no "
                 "priority-fusion log (pip install --no-deps jax-cuda12-plugin jax-cuda12-pjrt at jaxlib's version)")
     return None
@@ -191,10 +184,8 @@ def _no_deviceless_gpu() -> str | None:
 @pytest.mark.skipif(_no_deviceless_gpu() is not None, reason=_no_deviceless_gpu() or "")
 def test_every_kernel_of_an_h100_module_compiles_alone_without_a_gpu():
     """The GPU kernel bench's route (post-scheduler hook, scheduled module), deviceless."""
-    from xla_bridge.xla_compile import compile
-
     entry = next(corpus.load("llama3-tiny-decode-f32"))
-    m = compile(entry.text("before_optimizations"), "gpu", "stock", target="h100").optimized_module
+    m = Measurement("gpu", target="h100").compile(entry.text("before_optimizations")).optimized_module
     ks = kernels.kernels_of(m)
     assert len(ks) > 20
     for k in ks:

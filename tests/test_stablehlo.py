@@ -13,7 +13,7 @@ from hlo_tools.opcode import HloOpcode  # noqa: E402
 from xla_bridge.stablehlo import from_jax, from_module, to_module  # noqa: E402
 from xla_bridge.xla import XlaCompileError  # noqa: E402
 from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
-from xla_bridge.xla_run import compare  # noqa: E402
+from xla_bridge.xla_run import compare, run_module  # noqa: E402
 
 
 def test_from_jax_with_abstract_args_gives_the_pre_optimization_module():
@@ -67,6 +67,4 @@ def test_to_module_keeps_large_constants():
     m = to_module(lowered.as_text())
     assert "{...}" not in m.to_text()
     x = np.linspace(-1, 1, 100, dtype=np.float32)
-    from xla_bridge.xla_run import run_module
-
     assert np.array_equal(run_module(m, [x])[0], x * table)

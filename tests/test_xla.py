@@ -6,9 +6,11 @@ import pytest
 
 pytest.importorskip("jax")
 
+import xla_bridge
 from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
 from xla_bridge.xla import XlaCompileError, canonical_text, jax_versions
+from xla_bridge import xla, xla_compile
 from xla_bridge.xla_compile import AS_WRITTEN_DISABLED_PASSES, compile, disabled_passes, parse_flags
 from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED
 
@@ -101,9 +103,5 @@ def test_existing_helpers_keep_their_behaviour():
 
 
 def test_compile_has_one_import_path():
-    import xla_bridge
-    import xla_bridge.xla as x
-    from xla_bridge import xla_compile
-
     assert xla_bridge.compile is xla_compile.compile is compile
-    assert not hasattr(x, "compile")  # the jaxlib layer re-exports nothing of the user-facing one
+    assert not hasattr(xla, "compile")  # the jaxlib layer re-exports nothing of the user-facing one

@@ -10,6 +10,7 @@ pytest.importorskip("jax")
 
 from hlo_tools import parse
 from hlo_lab.cli import main
+from xla_bridge import xla
 from xla_bridge.xla_bench import benchmark, harness_overhead
 from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED
 from xla_bridge.xla_results import connect, history, record
@@ -94,8 +95,6 @@ def test_cli_bench_and_history(files, capsys):
 
 
 def test_cli_bench_runs_fusion_passes_at_the_hook(files, capsys):
-    from xla_bridge import xla
-
     if not xla.hook_supported():
         pytest.skip("needs jax.extend.xla pipeline hooks")
     db = files / "h.db"
@@ -109,8 +108,6 @@ def test_cli_bench_runs_fusion_passes_at_the_hook(files, capsys):
 
 def test_history_only_reads(tmp_path):
     """Reading history never writes: a foreign SQLite file keeps its bytes."""
-    import sqlite3
-
     db = tmp_path / "other.db"
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE notes (x TEXT)")

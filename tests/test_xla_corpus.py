@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("jax")
 
+import corpus
 from hlo_tools import parse
 from xla_bridge.xla import cuda_plugin_available
 from xla_bridge.xla_compile import compile
@@ -20,8 +21,6 @@ MANIFEST = Path(__file__).resolve().parent.parent / "corpus" / "manifest.json"
 def runnable_entries():
     if not MANIFEST.exists():
         return []
-    import corpus
-
     return [e for e in corpus.load() if e.runnable and not e.sharded and e.size == "tiny"]
 
 

@@ -11,7 +11,7 @@ from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
 from xla_bridge.xla import XlaCompileError, backend_available, cuda_plugin_available, hook_supported
 from xla_bridge.xla_compile import compile
-from xla_bridge.xla_run import run
+from xla_bridge.xla_run import compare, run
 from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED
 from xla_bridge.xla_targets import UnknownTargetError, device_description, target_config
 
@@ -73,7 +73,5 @@ def test_deviceless_h100_as_written_keeps_a_hand_written_fusion():
 
 @pytest.mark.skipif(not backend_available("gpu"), reason="no GPU visible to jax")
 def test_on_a_real_gpu_as_written_and_stock_agree():
-    from xla_bridge.xla_run import compare
-
     cmp = compare(parse(UNFUSED), parse(FUSION_KLOOP), backend="gpu", pipeline_b="as-written")
     assert cmp.ok, str(cmp)

@@ -18,8 +18,12 @@ import pytest
 pytest.importorskip("jax")
 
 import corpus  # noqa: E402
-from hlo_tools import HloError, parse  # noqa: E402
+from hlo_tools import HloError, HloOpcode, parse  # noqa: E402
+from hlo_lab.study import CpuRow, StudyError, studies  # noqa: E402
+from passes import PassManager, parse_pipeline  # noqa: E402
 from xla_bridge import xla_worker  # noqa: E402
+from xla_bridge.hook_stage import HookStage  # noqa: E402
+from xla_bridge.measure import AS_WRITTEN, STOCK, Measurement  # noqa: E402
 from xla_bridge.xla import XlaAbortError, XlaCompileError, backend_available, hook_supported  # noqa: E402
 from xla_bridge.xla_compile import Hook, compile, is_optimized  # noqa: E402
 from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
@@ -38,13 +42,11 @@ ONE_ABORT_LINE = r"^hlo {cmd}: XLA aborted while compiling jit_decode{label}: Ch
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     """The decode step as jax wrote it, and after our passes (which XLA aborts on)."""
-    import passes
-
     d = tmp_path_factory.mktemp("worker")
     entry = next(e for e in corpus.load() if e.name == MODULE)
     text = entry.text("before_optimizations")
     fused = parse(text)
-    passes.PassManager(passes.parse_pipeline(ABORTING_PASSES)).run(fused)
+    PassManager(parse_pipeline(ABORTING_PASSES)).run(fused)
     out = {"dec": d / "dec.hlo", "fused": d / "dec_fused.hlo"}
     out["dec"].write_text(text)
     out["fused"].write_text(fused.to_text())
@@ -127,16 +129,14 @@ def test_a_closure_cannot_be_sent_and_says_what_to_do():
 
 @pytest.mark.skipif(not hook_supported(), reason="the pipeline hook needs jax >= 0.12")
 def test_a_hooked_benchmark_in_the_worker_brings_the_hooks_state_back():
-    from passes import parse_pipeline
-    from passes.fusion.pipeline import FusionHook
-
-    from xla_bridge.xla_bench import benchmark
-
-    fusion_hook = FusionHook(parse_pipeline("producer-consumer-fusion,dce"))
-    hook = Hook(fusion_hook, "pre-scheduler")
-    res = benchmark(UNFUSED, UNFUSED, reps=2, warmup=0, input_sets=1, hook_b=hook, contained=True)
+    fuse = PassManager(parse_pipeline("producer-consumer-fusion,dce"))
+    measurement = Measurement("cpu", contained=True)
+    res = measurement.benchmark(UNFUSED, UNFUSED, STOCK, AS_WRITTEN.hooked(fuse, HookStage.PRE_SCHEDULER), reps=2,
+                                warmup=0, input_sets=1)
     assert res.verdict in ("exact", "close")
-    assert hook.calls == 1 and hook.seen and fusion_hook.modules and fusion_hook.fusions_out >= 1
+    hook = res.hook_b
+    assert hook.calls == 1 and hook.seen and hook.changed == 1
+    assert any(i.opcode is HloOpcode.FUSION for i in hook.after.entry)  # the module the passes left came back
 
 
 def test_the_parents_environment_reaches_the_worker(monkeypatch):
@@ -181,8 +181,6 @@ def test_the_worker_ends_with_its_parent_even_when_the_parent_is_killed():
 
 
 def test_a_study_loop_keeps_the_other_modules_rows(files):
-    from hlo_lab.study import CpuRow, StudyError, studies
-
     rows = studies([("aborts", files["fused"].read_text()), ("unfused", UNFUSED)], "producer-consumer-fusion,dce",
                    reps=2, warmup=0)
     assert isinstance(rows[0], StudyError) and rows[0].error.startswith("XLA aborted while compiling")

@@ -225,7 +225,7 @@ def _rebuild_result(state: dict) -> CompileResult:
 
 def adopt_hook_state(hook: Hook, remote: Hook) -> None:
     """Copies what a hook learnt in the XLA worker (calls, texts seen, the pass
-    object's own attributes, e.g. ``FusionHook.modules``) onto the caller's hook,
+    object's own attributes, and the module it left) onto the caller's hook,
     so that code holding the hook or its pass reads them as after an in-process
     compile."""
     pass_ = hook.pass_
@@ -313,7 +313,7 @@ def compile(  # noqa: A001 - the name users expect
     ``contained``: compile in the XLA worker process (``xla_worker``), where an XLA
     abort raises ``XlaAbortError`` instead of ending this process; the result then
     has no executable here (``CompileResult.contained``), and a hook's pass must be
-    importable by name (a ``Pass``, ``FusionHook``, module-level function); what the
+    importable by name (a ``Pass``, ``PassManager``, module-level function); what the
     hook saw comes back onto ``hook`` (``adopt_hook_state``).
 
     A module XLA already optimized (``is_scheduled=true``: an ``after_optimizations``
