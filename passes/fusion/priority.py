@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
+from hlo_tools.rewriter import Rewriter
 
 from fusion_analysis.cost import bytes_saved, result_bytes, reread_bytes
 from fusion_analysis.fusion_kind import loop_kind
@@ -306,11 +307,11 @@ class PriorityFusion(Pass):
     multi_output: bool = False
 
     def run(self, module: Module) -> bool:
-        changed = False
+        rewriter = Rewriter()
         for comp in fusible_computations(module):
             planner = PriorityQueueFusion(comp, self.cost, self.profitable, self.max_operands, self.multi_output)
             clusters = planner.run()
             if self.log is not None:
                 planner.log_into(self.log)
-            changed |= bool(clusters.apply(kind=self.kind, name="priority_fusion"))
-        return changed
+            clusters.apply(kind=self.kind, name="priority_fusion", rewriter=rewriter)
+        return rewriter.changed
