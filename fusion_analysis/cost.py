@@ -626,8 +626,9 @@ def arithmetic_seconds(flops: float, transcendentals: float, flops_per_s: float,
 
 @dataclass(frozen=True, slots=True)
 class KernelTime:
-    """One kernel's roofline: ``max(compute, memory) + launch``, the model of
-    XLA:GPU's GpuPerformanceModel without its overlap and occupancy terms."""
+    """One kernel's roofline: ``max(compute, memory) + launch``. Compute and
+    memory overlap fully (XLA:GPU's GpuPerformanceModel overlaps them 95%); the
+    launch never does."""
 
     compute_s: float
     memory_s: float
