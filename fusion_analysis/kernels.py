@@ -12,8 +12,9 @@ kernel.
 
 ``fused_region(instructions)`` is the other direction: a standalone module whose
 entry holds one fusion made of the given instructions (a region of one
-computation), so the cost model can price a fusion that does not exist yet, as
-XLA's priority fusion does when it weighs a producer -> consumer merge.
+computation; built by ``hlo_tools.outline.region_module``), so the cost model can
+price a fusion that does not exist yet, as XLA's priority fusion does when it
+weighs a producer -> consumer merge.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from typing import Iterable
 
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
+from hlo_tools.outline import region_module
 from hlo_tools.shape import Shape
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import Measurement, Pipeline
 from xla_bridge.xla_compile import CompileResult
 
+from .fusion_kind import fusion_kind
 from .roofline import is_kernel
 
 _H = HloOpcode
@@ -111,90 +114,23 @@ def kernels_of(module: Module) -> list[Instruction]:
 def fused_region(instructions: Iterable[Instruction], *, root: Instruction | None = None, name: str = "region",
                  kind: str | None = None) -> Module:
     """A standalone module whose entry computes ``instructions`` (members of one
-    computation) as one fusion: values they use from outside become parameters.
-    The fusion's output is ``root`` when given (members also used outside are then
-    duplicated into the fusion, as XLA does when it fuses a producer with other
-    users); otherwise every member used outside the region (or the last member),
-    a tuple when several, as XLA's multi-output fusion.
+    computation) as one fusion (``hlo_tools.outline.region_module``, the one
+    outliner): values they use from outside become parameters. The fusion's
+    output is ``root`` when given (members also used outside are then duplicated
+    into the fusion, as XLA does when it fuses a producer with other users);
+    otherwise every member used outside the region (or the last member), a tuple
+    when several, as XLA's multi-output fusion. Its kind is ``kind``, else kInput
+    for a reduction output and kLoop otherwise (``fusion_kind`` without kOutput: a
+    dot's region is priced as a loop).
 
     A member that is itself a (non-custom) fusion is merged: its body is copied
     in, as XLA's MergeFusionInstruction does. Used to price a fusion before it
     exists; the module is for the cost model (it is not meant to run)."""
-    members = list(dict.fromkeys(instructions))
-    if not members:
-        raise ValueError("nothing to fuse")
-    comp = members[0].parent
-    if comp is None or any(m.parent is not comp for m in members):
-        raise ValueError("every instruction must belong to one computation")
-    ids = {id(m) for m in members}
-    order = [i for i in comp if id(i) in ids]
-    module = Module(name)
-    memo: dict[int, Computation] = {}
-    fused = Computation(f"fused_{name}")
-    outside: list[Instruction] = []
-    for m in order:
-        for op in m.operands:
-            if id(op) not in ids and op not in outside:
-                outside.append(op)
-    mapping: dict[int, Instruction] = {}
-    for n, op in enumerate(outside):
-        p = Instruction(f"param_{n}", _H.PARAMETER, op.shape, parameter_number=n)
-        fused.add_instruction(p, unique=False)
-        mapping[id(op)] = p
-    for m in order:
-        if m.opcode is _H.FUSION and m.fusion_kind != "kCustom" and m.fused_computation is not None:
-            mapping[id(m)] = _inline_body(m, fused, mapping, memo, module)
-            continue
-        clone = m.clone("", new_operands=[mapping[id(o)] for o in m.operands])
-        for c in m.called_computations:
-            copy_computation(c, module, memo)
-        _retarget_calls(clone, memo)
-        fused.add_instruction(clone, unique=True)
-        mapping[id(m)] = clone
-    if root is not None:
-        if id(root) not in ids:
-            raise ValueError(f"the root %{root.name} is not one of the instructions")
-        outputs = [root]
-    else:
-        outputs = [m for m in order if m is comp.root or any(id(u) not in ids for u in m.users)] or [order[-1]]
-    if len(outputs) == 1:
-        fused.root = mapping[id(outputs[0])]
-        shape = outputs[0].shape
-    else:
-        shape = Shape.tuple_of(o.shape for o in outputs)
-        fused.root = fused.add_instruction(Instruction("tuple", _H.TUPLE, shape, [mapping[id(o)] for o in outputs]))
-    fused.name = module.unique_computation_name(fused.name)
-    module.add_computation(fused)
-    entry = Computation("main", is_entry=True)
-    params = _entry_parameters(entry, outside)
-    root_kind = kind or ("kInput" if any(o.opcode in (_H.REDUCE, _H.REDUCE_WINDOW) for o in outputs) else "kLoop")
-    fusion = Instruction("fusion", _H.FUSION, shape, [params[id(o)] for o in outside], {"kind": root_kind})
-    fusion.set_called_computations("calls", [fused])
-    entry.add_instruction(fusion, unique=False)
-    entry.root = fusion
-    module.add_computation(entry, entry=True)
-    return module
+    return region_module(instructions, kind=kind or _pricing_kind, root=root, name=name)
 
 
-def _inline_body(fusion: Instruction, into: Computation, mapping: dict[int, Instruction],
-                 memo: dict[int, Computation], module: Module) -> Instruction:
-    """Copies ``fusion``'s body into ``into`` (its parameters bound to the
-    fusion's operands through ``mapping``); returns the copy of its root."""
-    body = fusion.fused_computation
-    local: dict[int, Instruction] = {}
-    for p in body.parameters:
-        local[id(p)] = mapping[id(fusion.operand(p.parameter_number))]
-    for instr in body.post_order():
-        if instr.opcode is _H.PARAMETER:
-            continue
-        for c in instr.called_computations:
-            copy_computation(c, module, memo)
-        clone = instr.clone("", new_operands=[local[id(o)] for o in instr.operands])
-        _retarget_calls(clone, memo)
-        into.add_instruction(clone, unique=True)
-        local[id(instr)] = clone
-    return local[id(body.root)]
-
+def _pricing_kind(region: list[Instruction], outputs: list[Instruction]) -> str:
+    return fusion_kind(region, outputs, output_fusion=False)
 
 
 def stand_in(module: Module) -> Module:
