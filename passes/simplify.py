@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from hlo_tools import Computation, HloOpcode, Instruction, PrimitiveType
 from hlo_tools import pattern as m
 from hlo_tools.pattern import scalar_value
@@ -128,8 +130,6 @@ def _format_literal(value, etype: PrimitiveType) -> str | None:
         lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if etype.is_signed else (0, (1 << bits) - 1)
         return str(int(value)) if lo <= value <= hi and value == int(value) else None
     if etype in (PrimitiveType.F32, PrimitiveType.F64):
-        import numpy as np
-
         v = np.float32(value) if etype is PrimitiveType.F32 else np.float64(value)
         if not np.isfinite(v):
             return None
