@@ -22,6 +22,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from corpus.dump import DumpModule, from_dump_dir
+from hlo_tools.errors import HloError
+from hlo_tools.ir import Module
+from hlo_tools.stats import module_stats
+from visualize.diff import ModuleDiff, diff_modules
 from xla_bridge import load
 
 __all__ = ["Step", "Walk", "find_module", "modules_with_passes", "walk", "load_step", "diff_steps", "first_changes"]
@@ -145,7 +149,7 @@ def _steps(module: DumpModule) -> list[Step]:
     return steps
 
 
-def load_step(step: Step):  # -> hlo_tools.ir.Module
+def load_step(step: Step) -> Module:
     """The module of one step (``xla_bridge.load``: text or ``.hlo.pb``)."""
     return load(step.path)
 
@@ -155,9 +159,6 @@ def walk(module: DumpModule, *, find: Iterable[str] = (),
     """Parses every dump of ``module`` in order; a dump that does not parse is a
     step with ``error`` set (the walk goes on). ``find``: instruction names to
     locate in every step (``Step.where``)."""
-    from hlo_tools.errors import HloError
-    from hlo_tools.stats import module_stats
-
     names = [n.lstrip("%") for n in find]
     steps = _steps(module)
     for k, step in enumerate(steps):
@@ -177,17 +178,15 @@ def walk(module: DumpModule, *, find: Iterable[str] = (),
     return Walk(module, steps)
 
 
-def _opcodes_outside_fusion_bodies(m) -> dict[str, int]:
+def _opcodes_outside_fusion_bodies(m: Module) -> dict[str, int]:
     """Opcode counts of every computation but fusion bodies: a fusion pass shows
     as fewer adds and more fusions, not as the copies it made inside them."""
     bodies = {id(i.fused_computation) for i in m.instructions() if i.opcode_text == "fusion"}
     return dict(collections.Counter(i.opcode_text for c in m.computations if id(c) not in bodies for i in c))
 
 
-def diff_steps(w: Walk, i: int):  # -> visualize.diff.ModuleDiff
+def diff_steps(w: Walk, i: int) -> ModuleDiff:
     """What step ``i``'s pass changed: its module matched against the step before."""
-    from visualize.diff import diff_modules
-
     prev = w.previous(i)
     if prev is None:
         raise KeyError(f"{w.steps[i].label}: no earlier dump to compare with")

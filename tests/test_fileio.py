@@ -161,16 +161,33 @@ def test_check_writable_reports_before_work(tmp_path):
         check_writable(tmp_path / "f" / "x.txt")
 
 
+LIBRARY = ("hlo_lab", "hlo_tools", "xla_bridge", "fusion_analysis", "passes", "visualize", "corpus")
+MOVES = ("os.replace(", "os.rename(", "shutil.move(")  # (Path.rename would catch IR renames too)
+
+
+def _second_writers(sources: dict[str, str]) -> list[str]:
+    """``path: call`` for each module but fileio that moves a file into place itself."""
+    return [f"{rel}: {move}" for rel, text in sources.items() if rel != "hlo_tools/fileio.py" for move in MOVES if move in text]
+
+
 def test_every_writer_goes_through_write_output():
-    """No second copy of write-atomic: the modules that write user-named outputs
-    import write_output, and none of them replaces files by itself."""
+    """One atomic writer: no library module but ``fileio`` replaces or renames a
+    file, and the modules that write user-named outputs import write_output."""
     root = Path(__file__).resolve().parent.parent
-    writers = ["hlo_lab/cli.py", "hlo_lab/cli_passes.py", "passes/manager.py", "hlo_lab/cli_visualize.py", "visualize/render.py",
-               "fusion_analysis/report.py", "fusion_analysis/devices.py", "xla_bridge/xla_targets.py"]
+    sources = {str(f.relative_to(root)): f.read_text() for pkg in LIBRARY for f in sorted((root / pkg).rglob("*.py"))
+               if "modules" not in f.relative_to(root).parts}
+    assert "os.replace(" in sources["hlo_tools/fileio.py"] and len(sources) > 50  # the walk found the tree
+    assert _second_writers(sources) == []
+    writers = ["hlo_lab/cli.py", "hlo_lab/cli_passes.py", "hlo_lab/cli_visualize.py", "hlo_lab/cli_xla.py", "hlo_lab/demo.py",
+               "passes/manager.py", "visualize/render.py", "fusion_analysis/report.py", "fusion_analysis/devices.py",
+               "fusion_analysis/scan.py", "xla_bridge/xla_targets.py"]
     for rel in writers:
-        text = (root / rel).read_text()
-        assert "write_output" in text, rel
-        assert "os.replace(" not in text and "mkstemp(" not in text, f"{rel} has its own atomic write"
+        assert "write_output" in sources[rel], rel
+
+
+def test_a_second_atomic_writer_is_caught():
+    bad = "import os\n\ndef save(p, data):\n    open(p + '.tmp', 'w').write(data)\n    os.replace(p + '.tmp', p)\n"
+    assert _second_writers({"hlo_tools/fileio.py": "os.replace(tmp, target)", "passes/x.py": bad}) == ["passes/x.py: os.replace("]
 
 
 def test_broken_pipe_is_quiet(tmp_path):
