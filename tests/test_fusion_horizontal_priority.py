@@ -1,27 +1,26 @@
 """Horizontal and priority fusion: exactly what each writes (HLO in, FileCheck
-lines out) and refuses (the log's reasons, and why) on small hand-written modules, and equal outputs with XLA keeping our fusions on
-a small corpus module through the pre-scheduler hook."""
+lines out) and refuses (the log's reasons) on small hand-written modules, and
+equal outputs with XLA keeping our fusions on a small corpus module through the
+pre-scheduler hook."""
 
 from __future__ import annotations
 
-import gzip
-from pathlib import Path
-
 import pytest
 
+import corpus
 import hlo_tools
 from fusion_analysis.legality import Decision
+from hlo_lab.study import ours
 from hlo_tools import HloOpcode
 from hlo_tools.testing import assert_rewrite
 from passes import PassManager
 from passes.fusion.horizontal import HorizontalFusion, HorizontalLog
-from passes.fusion.pipeline import FusionHook, passes_of
+from passes.fusion.pipeline import passes_of
 from passes.fusion.priority import Candidate, PriorityFusion, PriorityLog, default_cost
 from passes.fusion.profitability import never_duplicate
 from passes.registry import parse_pipeline
 from tests.passes_util import SOFTMAX_CHAIN
-from xla_bridge.xla_compile import compile
-from xla_bridge.xla_run import compare
+from xla_bridge import STOCK, Measurement, compare
 
 
 def test_both_passes_are_registered():
@@ -353,7 +352,7 @@ ENTRY e {
 # -- through XLA -------------------------------------------------------------------
 
 
-CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "modules"
+CPU = Measurement("cpu")
 
 
 @pytest.mark.parametrize("pipeline", [
@@ -361,21 +360,16 @@ CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "modules"
     "producer-consumer-fusion,horizontal-fusion,library-dot-fusion,dce",
 ])
 def test_on_a_corpus_module_equal_outputs_and_fusions_kept(xla_cpu, pipeline):
-    path = CORPUS / "llama3-tiny-decode-f32" / "before_optimizations.hlo.txt.gz"
-    if not path.exists():
-        pytest.skip("llama3-tiny-decode-f32 not in the corpus")
-    text = gzip.decompress(path.read_bytes()).decode()
-    hook = FusionHook(passes_of(pipeline))
-    ours = compile(text, "cpu", "as-written", hook=(hook, "pre-scheduler"))
-    for m in hook.modules:
-        hlo_tools.verify(m)
-    entry = ours.optimized_module.entry
+    text = next(iter(corpus.load("llama3-tiny-decode-f32"))).text("before_optimizations")
+    mine = CPU.compile(text, ours(pipeline, "cpu"))
+    hlo_tools.verify(mine.hook.after)
+    written = sum(1 for i in mine.hook.after.entry if i.opcode is HloOpcode.FUSION)
+    entry = mine.optimized_module.entry
     fused = sum(1 for i in entry if i.opcode is HloOpcode.FUSION)
-    assert fused == hook.fusions_out > 0  # XLA kept the fusions as we wrote them
+    assert fused == written > 0  # XLA kept the fusions as we wrote them
     if "horizontal" in pipeline:  # and it got at least one multi-output batch
         assert any(i.opcode is HloOpcode.FUSION and i.shape.is_tuple and i.attribute("kind") == "kLoop" for i in entry)
-    stock = compile(text, "cpu", "stock")
-    assert compare(stock, ours).verdict in ("exact", "close")
+    assert compare(CPU.compile(text, STOCK), mine).verdict in ("exact", "close")
 
 
 _PASS_THROUGH = """HloModule m

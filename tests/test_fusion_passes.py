@@ -17,8 +17,7 @@ from passes.fusion.producer_consumer import FusionLog, ProducerConsumerFusion
 from passes.fusion.profitability import never_duplicate
 from passes.fusion.reduction_epilogue import ReductionEpilogueFusion
 from tests.passes_util import ADD_REDUCER, SOFTMAX_CHAIN
-from xla_bridge.xla_compile import compile
-from xla_bridge.xla_run import compare
+from xla_bridge import AS_WRITTEN, Measurement, compare
 
 SRC = SOFTMAX_CHAIN
 
@@ -184,7 +183,7 @@ ENTRY e {
 def test_text_route_small_module_equal_and_kept(xla_cpu):
     module = hlo_tools.parse(SRC)
     ProducerConsumerFusion().run(module)
-    res = compile(module, "cpu", "as-written")
+    res = Measurement("cpu").compile(module, AS_WRITTEN)
     assert len(res.fusions()) >= sum(i.opcode is HloOpcode.FUSION for i in module.entry)
     assert compare(hlo_tools.parse(SRC), module, pipeline_b="as-written").verdict in ("exact", "close")
 

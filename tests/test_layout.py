@@ -8,8 +8,9 @@ import corpus
 from hlo_tools import parse, verify
 from hlo_tools.testing import assert_rewrite
 from passes.layout import EntryLayoutAssignment, LayoutNormalization, TransposeFolding, layout_analysis
-from xla_bridge.xla_compile import Hook, compile
-from xla_bridge.xla_run import compare
+from xla_bridge import AS_WRITTEN, STOCK, HookStage, Measurement, compare
+
+CPU = Measurement("cpu")
 
 DOT_OF_TRANSPOSE = """HloModule m, entry_computation_layout={(f32[64,128]{1,0}, f32[64,32]{1,0})->f32[128,32]{1,0}}
 
@@ -92,9 +93,9 @@ def test_layout_normalization_makes_the_physical_transpose_explicit():
     assert layout_analysis(m).by_kind()["transpose"][0] == 1  # the copy %c is now a normalized transpose
     # bitcasts do not lower to StableHLO: the pass is for after layout assignment,
     # i.e. inside XLA's pipeline at the pre-scheduler hook
-    hook = Hook(LayoutNormalization(), "pre-scheduler")
-    assert compare(compile(LAYOUT_COPY), compile(LAYOUT_COPY, hook=hook)).ok
-    assert hook.calls >= 1
+    res = CPU.compile_each(LAYOUT_COPY, {"stock": STOCK, "normalized": STOCK.hooked(LayoutNormalization(), HookStage.PRE_SCHEDULER)})
+    assert compare(res["stock"], res["normalized"]).ok
+    assert res["normalized"].hook.calls >= 1
 
 
 def test_entry_layout_assignment_writes_the_attribute_and_xla_reassigns_it():
@@ -104,7 +105,7 @@ def test_entry_layout_assignment_writes_the_attribute_and_xla_reassigns_it():
     CHECK:      %p = f32[64,128]{0,1} parameter(0)
     CHECK-NEXT: %q = f32[64,32]{1,0} parameter(1)
     """)
-    res = compile(m, pipeline="as-written")
+    res = CPU.compile(m, AS_WRITTEN)
     # documented finding: through the bridge XLA gives parameters its default layout
     assert res.optimized_module.entry_computation_layout.startswith("{(f32[64,128]{1,0}")
     with pytest.raises(ValueError, match="not a permutation of the 2 dims of parameter 0"):

@@ -8,9 +8,10 @@ from fusion_analysis.overlap import overlap
 from hlo_tools import parse, verify
 from hlo_tools.testing import assert_rewrite
 from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler
+from xla_bridge import STOCK, HookStage, Measurement, compare
 from xla_bridge.xla import xla_module_from_text
-from xla_bridge.xla_compile import Hook, compile
-from xla_bridge.xla_run import compare
+
+CPU = Measurement("cpu")
 
 # Two independent chains: the written order keeps both big intermediates alive at once.
 TWO_CHAINS = """HloModule m, entry_computation_layout={(f32[1024]{0})->(f32[], f32[])}
@@ -52,7 +53,7 @@ def test_memory_scheduler_finishes_one_chain_before_starting_the_other():
 def test_post_scheduler_hook_makes_xla_run_exactly_our_order():
     e = next(iter(corpus.load("llama3-tiny-prefill-f32")))
     orig = e.module("before_optimizations")
-    plain = compile(orig)
+    plain = CPU.compile(orig, STOCK)
     xla_peak = profile(plain.optimized_module.entry).peak_bytes
     ours = {}
 
@@ -62,7 +63,7 @@ def test_post_scheduler_hook_makes_xla_run_exactly_our_order():
         ours["peak"] = profile(module.entry).peak_bytes
         return changed
 
-    hooked = compile(orig, hook=Hook(schedule, "post-scheduler"))
+    hooked = CPU.compile(orig, STOCK.hooked(schedule, HookStage.POST_SCHEDULER))
     assert [i.name for i in hooked.optimized_module.entry] == ours["order"]
     assert ours["peak"] <= xla_peak
     assert compare(plain, hooked).ok
