@@ -15,6 +15,8 @@ if not os.path.exists("/dev/nvidiactl"):
 
 import pytest
 
+import corpus
+
 ROOT = Path(__file__).resolve().parent.parent
 # ../shared beside the checkout (what developers and CI have); HLO_SHARED_DIR overrides
 SHARED = Path(os.environ.get("HLO_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared")
@@ -45,10 +47,6 @@ def rejected_modules() -> list[tuple[Path, dict]]:
 
 def corpus_stage_texts() -> list[tuple[str, str]]:
     """(label, text) for every stage of every bundled corpus module."""
-    import corpus
-
-    if not (corpus.CORPUS_DIR / "manifest.json").exists():
-        return []
     out = []
     for entry in corpus.load():
         for stage in entry.files:
@@ -59,16 +57,15 @@ def corpus_stage_texts() -> list[tuple[str, str]]:
 @pytest.fixture(scope="session")
 def conformance_dir() -> Path:
     if not CONFORMANCE.exists():
-        pytest.skip(f"XLA conformance modules not found at {CONFORMANCE}")
+        pytest.skip(f"XLA conformance modules not found at {CONFORMANCE} (../shared beside the checkout, or set HLO_SHARED_DIR)")
     return CONFORMANCE
 
 
 @pytest.fixture(scope="module")
 def xla_cpu():
     """The XLA bridge, for tests that run Python passes inside XLA:CPU's pipeline."""
-    pytest.importorskip("jax")
-    from xla_bridge import xla
+    from xla_bridge import xla  # here, not at the top: the bridge is slow to import; only these tests need it
 
-    if not xla.hook_supported():
-        pytest.skip("needs jax.extend.xla pipeline hooks")
+    if not xla.hook_supported():  # the environment: a jaxlib built without them
+        pytest.skip("this jaxlib has no jax.extend.xla pipeline hooks")
     return xla

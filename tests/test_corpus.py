@@ -29,6 +29,9 @@ import numpy as np
 import pytest
 
 import corpus
+import hlo_tools
+from corpus import generate as g
+from corpus.dump import is_dump_file_name, is_module_file
 from xla_bridge import read_text
 
 REPO = Path(__file__).resolve().parent.parent
@@ -347,8 +350,6 @@ def test_dump_names_modules_side_files_and_pass_pipelines(tmp_path: Path) -> Non
     """Names only (real XLA:GPU names): a per-pass dump whose pipeline is called
     ``collective-optimizations`` is a pass, not an ``*_optimizations`` stage, and
     a dump's side files are not module files."""
-    from corpus.dump import is_dump_file_name, is_module_file
-
     names = ["module_0001.jit_decode.0018.collective-optimizations.after_pipeline-start.before_all-gather-combiner.txt",
              "module_0001.jit_decode.before_optimizations.txt", "module_0001.jit_decode.sm_9.0a_gpu_after_optimizations.txt",
              "module_0001.jit_decode.priority_fusion_dump.txt", "module_0001.jit_decode.thunk_metadata.pb",
@@ -376,11 +377,9 @@ def test_list_table_bundled() -> None:
 
 
 def test_entry_module_parses_into_ir() -> None:
-    hlo_tools = pytest.importorskip("hlo_tools")
-    if not hasattr(hlo_tools, "parse"):
-        pytest.skip("hlo_tools.parse does not exist yet")
     e = BY_NAME["llama3-tiny-decode-f32"]
-    assert e.module("before_optimizations") is not None
+    m = e.module("before_optimizations")
+    assert isinstance(m, hlo_tools.Module) and m.instruction_count == e.meta["instructions"]["before_optimizations"]
 
 
 def test_load_pattern_and_errors() -> None:
@@ -395,8 +394,6 @@ def test_load_pattern_and_errors() -> None:
 
 def test_generator_text_helpers() -> None:
     """The generator's regex measurements and path stripping, on small real-format text."""
-    from corpus import generate as g
-
     text = textwrap.dedent("""\
         HloModule m, is_scheduled=true
 
@@ -437,8 +434,8 @@ def test_generator_text_helpers() -> None:
 
 def test_generator_reproduces_a_tiny_module(tmp_path: Path) -> None:
     """Regenerate one tiny module and check the stored text is reproduced byte for byte."""
-    if corpus.generator_python() is None:
-        pytest.skip("generator dependencies not installed (pip install -e .[corpus] or .venv-corpus)")
+    if corpus.generator_python() is None:  # the environment: keras-hub and friends live in their own venv
+        pytest.skip("no Python with the corpus generator's dependencies (pip install -e .[corpus], or .venv-corpus)")
     name = "llama3-tiny-decode-f32"
     assert corpus.main_generate(only=name, out=str(tmp_path)) == 0
     man = json.loads((tmp_path / "manifest.json").read_text())
