@@ -22,7 +22,7 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.outline import inline_fusion, outline_fusion, restore_topological_order
 from hlo_tools.rewriter import Rewriter
 
-from .outline import fusion_kind
+from fusion_analysis.fusion_kind import fusion_kind
 
 #: Computations whose instructions run as kernels: the entry and control-flow
 #: bodies. Reducers, comparators and fusion bodies are excluded.

@@ -41,12 +41,12 @@ from typing import Callable, Protocol, Sequence
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
+from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
 from passes.base import Pass
 
 from .clusters import Cluster, Clusters, fusible_computations
-from .producer_consumer import loop_kind
 
 #: Default bound on a member's output size: 64 KiB (16K f32 elements), about
 #: where a loop's run time stops being dominated by its dispatch on XLA:CPU.

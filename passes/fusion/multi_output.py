@@ -29,12 +29,13 @@ from typing import Callable
 from hlo_tools import HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
+from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
 from passes.base import Pass
 
 from .clusters import Cluster, Clusters, fusible_computations
-from .producer_consumer import FusionLog, loop_kind
+from .producer_consumer import FusionLog
 
 #: A sibling profitability: (shared value, cluster a, cluster b, clusters) -> Decision.
 SiblingProfitability = Callable[[Instruction, Cluster, Cluster, Clusters], Decision]

@@ -1,5 +1,5 @@
-"""Outlining in the pass layer: ``outline_fusion`` with the passes' default
-fusion kind, and the ``inline-fusions`` pass.  The outliner itself (one for the
+"""Outlining in the pass layer: ``outline_fusion`` whose kind defaults to the
+one rule (``fusion_analysis.fusion_kind``), and the ``inline-fusions`` pass.  The outliner itself (one for the
 whole project) is ``hlo_tools.outline``."""
 
 from __future__ import annotations
@@ -12,17 +12,9 @@ from hlo_tools import outline as _outline
 from hlo_tools.outline import FusionError, Kind, inline_fusion, restore_topological_order  # noqa: F401 (passes.fusion's names)
 from hlo_tools.rewriter import Rewriter
 
+from fusion_analysis.fusion_kind import fusion_kind
+
 from passes.base import Pass
-
-
-def fusion_kind(region: list[Instruction], outputs: list[Instruction]) -> str:
-    """XLA's kinds: kInput when an output is a reduction, kOutput when the region
-    holds a dot or convolution feeding its outputs, else kLoop."""
-    if any(o.opcode in (HloOpcode.REDUCE, HloOpcode.REDUCE_WINDOW) for o in outputs):
-        return "kInput"
-    if any(i.opcode in (HloOpcode.DOT, HloOpcode.CONVOLUTION) for i in region):
-        return "kOutput"
-    return "kLoop"
 
 
 def outline_fusion(comp, instructions: Iterable[Instruction], *, kind: Kind | None = None, **options) -> Instruction:

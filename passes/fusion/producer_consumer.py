@@ -19,17 +19,13 @@ from typing import Callable
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
+from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import Decision, can_fuse, fusible, is_expensive_producer, reused_within
 
 from passes.base import Pass
 
 from .clusters import Cluster, Clusters, fusible_computations
 from .profitability import Profitability, default_profitability
-
-
-def loop_kind(region: list[Instruction], outputs: list[Instruction]) -> str:
-    """XLA:CPU emits every fusion it forms as kLoop (reductions included)."""
-    return "kLoop"
 
 
 @dataclass(frozen=True)

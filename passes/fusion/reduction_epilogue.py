@@ -30,12 +30,13 @@ from hlo_tools import HloOpcode, Instruction, Module
 from hlo_tools.opcode import ELEMENTWISE
 from hlo_tools.rewriter import Rewriter
 
+from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import ALLOW, Decision
 
 from passes.base import Pass
 
 from .clusters import Clusters, fusible_computations
-from .producer_consumer import FusionLog, grow, loop_kind
+from .producer_consumer import FusionLog, grow
 from .profitability import default_profitability
 
 #: Users a duplicated producer may have (each keeps a copy of the chain).
