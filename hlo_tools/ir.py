@@ -818,6 +818,20 @@ class Module:
         self._names_cache = None
         return comp
 
+    def deep_clone_computation(self, comp: Computation, memo: dict[int, Computation] | None = None) -> Computation:
+        """Copies ``comp`` from another module into this one, with every
+        computation it calls (callees first, each once: ``memo`` maps the ids
+        of copied computations to their copies); names are made unique here
+        (XLA's HloModule::DeepCloneComputation).  Returns the copy of ``comp``."""
+        memo = {} if memo is None else memo
+        for callee in (*comp.make_embedded_computations_post_order(), comp):
+            if id(callee) not in memo:
+                copy = copy_computation(callee, memo)
+                copy.is_entry = False
+                copy.name = self.unique_computation_name(copy.name)
+                self.add_computation(copy)
+        return memo[id(comp)]
+
     def get_computation(self, name: str) -> Computation | None:
         for c in self.computations:
             if c.name == name:

@@ -18,7 +18,7 @@ import heapq
 from typing import Callable, Iterable
 
 from .errors import IrError
-from .ir import Computation, Instruction, Module, copy_computation
+from .ir import Computation, Instruction, Module
 from .opcode import HloOpcode
 from .rewriter import Rewriter
 from .shape import Shape
@@ -272,17 +272,7 @@ def region_module(instructions: Iterable[Instruction], *, kind: Kind, root: Inst
     def add_callees(instr: Instruction) -> Instruction:
         """``instr`` calling the module's copies of its computations."""
         for key, comps in instr.called_computation_map.items():
-            copies = []
-            for c in comps:
-                if id(c) not in memo:
-                    for callee in (*c.make_embedded_computations_post_order(), c):
-                        if id(callee) not in memo:
-                            copy = copy_computation(callee, memo)
-                            copy.is_entry = False
-                            copy.name = module.unique_computation_name(copy.name)
-                            module.add_computation(copy)
-                copies.append(memo[id(c)])
-            instr.set_called_computations(key, copies)
+            instr.set_called_computations(key, [module.deep_clone_computation(c, memo) for c in comps])
         return instr
 
     def copy_member(instr: Instruction, into: Computation, mapping: dict[int, Instruction]) -> Instruction:

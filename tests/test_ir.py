@@ -290,3 +290,21 @@ def test_mutating_the_clone_leaves_the_original_untouched(module):
     assert module.entry.get_instruction("a").users == (module.entry.get_instruction("m"),) * 1 + (module.entry.root,)
     assert "renamed" not in copy.to_text() and "%a" not in copy.to_text()
     verify(copy)
+
+
+def test_deep_clone_computation_copies_callees_once_with_unique_names():
+    src = hlo_tools.parse(
+        "HloModule m\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  ROOT s = f32[] add(a, b)\n}\n"
+        "ENTRY e {\n  p = f32[4,2]{1,0} parameter(0)\n  z = f32[] constant(0)\n"
+        "  r0 = f32[4]{0} reduce(p, z), dimensions={1}, to_apply=add\n"
+        "  ROOT r1 = f32[] reduce(r0, z), dimensions={0}, to_apply=add\n}\n"
+    )
+    into = hlo_tools.parse("HloModule n\nadd {\n  ROOT k = f32[] constant(1)\n}\nENTRY e {\n  ROOT q = f32[] parameter(0)\n}\n")
+    memo: dict = {}
+    copy = into.deep_clone_computation(src.entry, memo)
+    assert copy.name == "e.1" and not copy.is_entry and into.entry.name == "e"
+    reducer = copy.root.to_apply
+    assert reducer.name == "add.1" and copy.get_instruction("r0").to_apply is reducer  # copied once
+    assert reducer is not src.get_computation("add") and reducer.parent is into
+    assert into.deep_clone_computation(src.get_computation("add"), memo) is reducer
+    assert [c.name for c in into.computations] == ["add", "add.1", "e.1", "e"]
