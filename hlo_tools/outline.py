@@ -50,6 +50,28 @@ def path_around(members: Iterable[Instruction]) -> tuple[Instruction, Instructio
     return None
 
 
+def in_dependency_order(region: list[Instruction]) -> list[Instruction]:
+    """``region`` (in computation order) reordered so that each member follows
+    the members it uses, moving as little as possible: computation order itself
+    when it already is (a pass such as cse may leave a computation whose order
+    is not topological; the printer then prints its post order)."""
+    position = {id(i): n for n, i in enumerate(region)}
+    if all(position.get(id(o), -1) < n for n, i in enumerate(region) for o in i.operands):
+        return region
+    waiting = {id(i): len({id(o) for o in i.operands if id(o) in position}) for i in region}
+    ready = [(position[id(i)], i) for i in region if waiting[id(i)] == 0]
+    heapq.heapify(ready)
+    order: list[Instruction] = []
+    while ready:
+        _, instr = heapq.heappop(ready)
+        order.append(instr)
+        for u in {id(u): u for u in instr.users if id(u) in position}.values():
+            waiting[id(u)] -= 1
+            if waiting[id(u)] == 0:
+                heapq.heappush(ready, (position[id(u)], u))
+    return order
+
+
 def region_inputs(region: list[Instruction]) -> list[Instruction]:
     """Values the region uses but does not define, in order of first use."""
     members = {id(i) for i in region}
@@ -150,7 +172,8 @@ def outline_fusion(
     if module is None:
         raise FusionError("the computation must belong to a module")
     wanted = set(map(id, instructions))
-    region = [i for i in comp if id(i) in wanted]  # keep computation order
+    placed = [i for i in comp if id(i) in wanted]
+    region = in_dependency_order(placed)
     if len(region) != len(wanted):
         raise FusionError("every instruction must belong to the computation")
     if not region:
@@ -163,7 +186,7 @@ def outline_fusion(
 
     fusion = Instruction(name, HloOpcode.FUSION, fused.root.shape, inputs, {"kind": _pick_kind(kind, region, outputs)})
     fusion.set_called_computations("calls", [fused])
-    rw.insert_after(region[-1], fusion)
+    rw.insert_after(placed[-1], fusion)  # after the region's last member in computation order
     if len(outputs) == 1:
         rw.replace_all_uses_with(outputs[0], fusion)
     else:
@@ -259,7 +282,7 @@ def region_module(instructions: Iterable[Instruction], *, kind: Kind, root: Inst
     if comp is None or any(m.parent is not comp for m in members):
         raise ValueError("every instruction must belong to one computation")
     ids = {id(m) for m in members}
-    region = [i for i in comp if id(i) in ids]
+    region = in_dependency_order([i for i in comp if id(i) in ids])
     if root is not None:
         if id(root) not in ids:
             raise ValueError(f"the root %{root.name} is not one of the instructions")

@@ -165,3 +165,17 @@ def test_region_module_matches_kernels_fused_region():
                 merged += any(i.opcode is HloOpcode.FUSION for i in region)
         assert module.to_text() == before  # the source is left alone
     assert compared > 20 and merged > 0
+
+
+def test_outlines_a_region_of_a_computation_out_of_dependency_order():
+    # cse can leave an order that is not topological (the printer then prints
+    # the post order); the region's body still follows its dependencies
+    module = hlo_tools.parse(SRC)
+    c = module.entry
+    x, y, m, n, z, r, k, t = _get(module, "x", "y", "m", "n", "z", "r", "k", "t")
+    c.set_instruction_order([x, y, n, m, z, r, k, t])
+    assert not c.is_topologically_ordered()
+    fusion = outline_fusion(c, [m, n])
+    assert [i.name for i in fusion.fused_computation][2:] == ["m", "n"]
+    hlo_tools.verify(module)
+    assert c.is_topologically_ordered()
