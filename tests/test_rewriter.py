@@ -129,3 +129,29 @@ def test_the_greedy_driver_reports_the_rewriters_change():
     # negate(negate(p)) is p: c takes p, and a and b, dead now, go
     assert _names(m.entry) == ["p", "c"] and m.entry.root.operands == (m.entry.get_instruction("p"),)
     assert not apply_patterns_greedily(m, [_NegNeg()])
+
+
+def test_a_fusion_pass_that_only_planned_reports_no_change():
+    # planning duplicates the shared constant into both consumers; neither cluster
+    # is worth a fusion, so apply takes the copies back: the pass's rewriter saw
+    # no edit, and the module is as it was
+    text = """HloModule m
+ENTRY e {
+  p = f32[] parameter(0)
+  k = f32[] constant(2)
+  m1 = f32[] multiply(p, k)
+  m2 = f32[] add(p, k)
+  ROOT t = (f32[], f32[]) tuple(m1, m2)
+}
+"""
+    module = hlo_tools.parse(text)
+    assert get_pass("producer-consumer-fusion").run(module) is False
+    assert module.to_text() == hlo_tools.parse(text).to_text()
+    # with a broadcast in between the duplicate is kept, and that is a change
+    widened = text.replace("f32[] parameter", "f32[4]{0} parameter").replace("m1 = f32[]", "b = f32[4]{0} broadcast(k), dimensions={}\n  m1 = f32[4]{0}")
+    widened = widened.replace("multiply(p, k)", "multiply(p, b)").replace("m2 = f32[] add(p, k)", "m2 = f32[4]{0} add(p, b)")
+    widened = widened.replace("(f32[], f32[]) tuple", "(f32[4]{0}, f32[4]{0}) tuple")
+    module = hlo_tools.parse(widened)
+    assert get_pass("producer-consumer-fusion").run(module) is True
+    assert "b.dup" in module.to_text()
+    verify(module)
