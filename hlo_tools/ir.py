@@ -48,11 +48,11 @@ class Instruction:
 
     __slots__ = (
         "_name",
-        "opcode",
+        "_opcode",
         "_shape",
         "_operands",
         "_users",
-        "parent",
+        "_parent",
         "_attributes",
         "_raw_attributes",
         "_called",
@@ -80,11 +80,11 @@ class Instruction:
         async_wrapped_opcode: HloOpcode | None = None,
     ):
         self._name = name
-        self.opcode = opcode
+        self._opcode = opcode
         self._shape = shape
         self._operands: tuple[Instruction, ...] = tuple(operands)
         self._users: dict[Instruction, int] = {}
-        self.parent: Computation | None = None
+        self._parent: Computation | None = None
         self._attributes: dict[str, str | None] | None = dict(attributes) if attributes else {}
         self._raw_attributes: str | None = None
         self._called: dict[str, tuple[Computation, ...]] = dict(called) if called else {}
@@ -109,11 +109,11 @@ class Instruction:
         attributes kept as one raw string.  Hot: called once per parsed line."""
         self = object.__new__(cls)
         self._name = name
-        self.opcode = opcode
+        self._opcode = opcode
         self._shape = shape
         self._operands = operands
         self._users = {}
-        self.parent = None
+        self._parent = None
         if raw_attributes:
             self._attributes = None
             self._raw_attributes = raw_attributes
@@ -146,6 +146,18 @@ class Instruction:
         return cls(name or opcode.value, opcode, shape, tuple(operands), attrs)
 
     # -- guarded fields ---------------------------------------------------------
+    @property
+    def opcode(self) -> HloOpcode:
+        """Fixed for the instruction's life, as in XLA: a different opcode is a
+        new instruction (``Rewriter.replace_instruction``)."""
+        return self._opcode
+
+    @property
+    def parent(self) -> "Computation | None":
+        """The computation holding the instruction (None while detached); set by
+        ``add_instruction`` and ``remove_instruction`` only."""
+        return self._parent
+
     @property
     def name(self) -> str:
         return self._name
@@ -449,11 +461,11 @@ class Instruction:
         control edges, order), which ``copy_computation`` wires afterwards."""
         dup = object.__new__(Instruction)
         dup._name = self._name
-        dup.opcode = self.opcode
+        dup._opcode = self._opcode
         dup._shape = self._shape
         dup._operands = ()
         dup._users = {}
-        dup.parent = None
+        dup._parent = None
         dup._attributes = None if self._attributes is None else dict(self._attributes)
         dup._raw_attributes = self._raw_attributes
         dup._called = called
@@ -575,7 +587,7 @@ class Computation:
         return instr
 
     def _link(self, instr: Instruction, *, before: Instruction | None = None, after: Instruction | None = None) -> None:
-        instr.parent = self
+        instr._parent = self
         self._names[instr.name] = instr
         self._count += 1
         if before is not None:
@@ -635,7 +647,7 @@ class Computation:
         else:
             instr._next._prev = instr._prev
         instr._prev = instr._next = None
-        instr.parent = None
+        instr._parent = None
         del self._names[instr.name]
         self._count -= 1
         self._forget_name(instr.name)

@@ -205,6 +205,15 @@ def test_assigning_a_name_renames_through_the_computation(module):
     assert c.get_instruction("sum") is a and a.name == "sum"
 
 
+def test_opcode_and_parent_are_read_only(module):
+    a = module.entry.get_instruction("a")
+    with pytest.raises(AttributeError):
+        a.opcode = HloOpcode.SUBTRACT
+    with pytest.raises(AttributeError):
+        a.parent = None
+    assert a.opcode is HloOpcode.ADD and a.parent is module.entry
+
+
 def test_assigning_the_root_goes_through_set_root(module):
     c = module.entry
     m = c.get_instruction("m")
