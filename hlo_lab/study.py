@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from fusion_analysis import devices
 from fusion_analysis.roofline import roofline
@@ -59,13 +59,13 @@ def _fusion_names(module: Module | None) -> frozenset[str]:
     return frozenset(i.name for i in module.entry if i.opcode is HloOpcode.FUSION) if module is not None else frozenset()
 
 
-def ours(spec: str, backend: str) -> Pipeline:
-    """XLA as written, with the passes of ``spec`` deciding every fusion at the
+def ours(spec: str | Sequence, backend: str) -> Pipeline:
+    """XLA as written, with the passes of ``spec`` (names or ``Pass`` objects) deciding every fusion at the
     stage where XLA keeps what they write (``HookStage.for_fusion``)."""
     return Pipeline.as_written().hooked(PassManager(passes_of(spec)), HookStage.for_fusion(backend))
 
 
-def _stock_and_ours(measurement: Measurement, text: str, spec: str) -> tuple[CompileResult, CompileResult, frozenset[str]]:
+def _stock_and_ours(measurement: Measurement, text: str, spec: str | Sequence) -> tuple[CompileResult, CompileResult, frozenset[str]]:
     """The module compiled stock and under ``ours``, and the names of the fusions
     our passes wrote (empty when the hook never ran)."""
     res = measurement.compile_each(text, {"stock": STOCK, "ours": ours(spec, measurement.backend)})
