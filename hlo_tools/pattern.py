@@ -1,6 +1,5 @@
 """Pattern matchers in the spirit of XLA's ``m::`` (xla/service/pattern_matcher.h).
-The rewriter and the greedy worklist driver they feed are in ``rewriter.py``
-(re-exported here: ``RewritePattern``, ``apply_patterns_greedily``).
+The rewriter and the greedy worklist driver they feed are ``hlo_tools.rewriter``.
 
     from hlo_tools import pattern as m
     p = m.add(m.op("x"), m.broadcast(m.constant_scalar(0)))
@@ -23,7 +22,6 @@ from typing import Callable
 
 from .ir import Instruction
 from .opcode import HloOpcode
-from .rewriter import RewriteDidNotConverge, RewritePattern, Rewriter, apply_patterns_greedily  # noqa: F401 (re-exported)
 from .shape import PRIMITIVE_TYPES, Shape, parse_shape
 
 
@@ -267,8 +265,3 @@ def _public_name(code: HloOpcode) -> str:
 
 for _code in HloOpcode:
     globals()[_public_name(_code)] = _factory(_code)
-
-
-# -- rewriting: the rewriter and the greedy driver live in rewriter.py; the names
-# stay importable from here, where the patterns that use them are written.
-PatternRewriter = Rewriter
