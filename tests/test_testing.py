@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 import hlo_tools
+from hlo_tools.rewriter import Rewriter
 from hlo_tools.testing import assert_rewrite, run_filecheck
 
 SRC = """HloModule m
@@ -27,15 +28,12 @@ class NegateToExp:
     honest: bool = True
 
     def run(self, module: hlo_tools.Module) -> bool:
-        changed = False
+        rewriter = Rewriter()
         for comp in module.computations:
             for instr in [i for i in comp if i.opcode is hlo_tools.HloOpcode.NEGATE]:
-                new = hlo_tools.Instruction.create("exponential", instr.shape, [instr.operand(0)], name=instr.name + ".exp")
-                comp.add_instruction(new, before=instr)
-                instr.replace_all_uses_with(new)
-                comp.remove_instruction(instr)
-                changed = True
-        return changed if self.honest else False
+                rewriter.replace_instruction(instr, hlo_tools.Instruction.create(
+                    "exponential", instr.shape, [instr.operand(0)], name=instr.name + ".exp"))
+        return rewriter.changed and self.honest
 
 
 class Nothing:
