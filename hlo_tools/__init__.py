@@ -13,6 +13,7 @@ from .errors import HloError, HloParseError, IrError, VerificationError
 from .ir import Computation, Instruction, Module
 from .opcode import HloOpcode
 from .parser import load, parse
+from .rewriter import Rewriter
 from .shape import Layout, PrimitiveType, Shape, parse_shape
 from .verifier import verify
 
@@ -26,6 +27,7 @@ __all__ = [
     "Layout",
     "Module",
     "PrimitiveType",
+    "Rewriter",
     "Shape",
     "VerificationError",
     "load",

@@ -22,11 +22,8 @@ def typed(key: str, parse: Callable[[str], Any], fmt: Callable[[Any], str]) -> p
         raw = self.attributes.get(key)
         return None if raw is None else parse(raw)
 
-    def set_(self, value):
-        if value is None:
-            self.attributes.pop(key, None)
-        else:
-            self.attributes[key] = fmt(value)
+    def set_(self, value):  # through set_attribute: the one guarded write
+        self.set_attribute(key, None if value is None else fmt(value))
 
     return property(get, set_, doc=f"The ``{key}`` attribute, typed (None when absent).")
 

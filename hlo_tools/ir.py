@@ -16,7 +16,7 @@ from .errors import IrError
 from .literal import LiteralError, check_literal
 from .opcode import HloOpcode
 from .printer import print_computation, print_instruction, print_module
-from .scanner import split_raw_attributes
+from .text import split_raw_attributes
 from .shape import Shape, parse_shape
 
 #: Attributes whose values name computations; they are stored as objects so that

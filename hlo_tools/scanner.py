@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from .records import CompRecord, InstrRecord, ModuleRecord
-from .text import ATTRIBUTE, split_raw_attributes, value_pattern  # noqa: F401 - split_raw_attributes: ir.py reads it here
+from .text import ATTRIBUTE, value_pattern
 
 
 class Unsupported(Exception):

@@ -6,7 +6,7 @@
     print(cleanup.run_with_report(module).table())   # what each pass did
 """
 
-from .base import ComputationPass, Pass, register_pass
+from .base import ComputationPass, Pass
 from .fixed_point import FixedPoint
 from .manager import PassError, PassManager, PassRecord, PipelineResult
 from .registry import PASSES, available_passes, get_pass, parse_pipeline
@@ -23,5 +23,4 @@ __all__ = [
     "available_passes",
     "get_pass",
     "parse_pipeline",
-    "register_pass",
 ]

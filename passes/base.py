@@ -4,11 +4,8 @@ HloPassInterface::Run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
 
 from hlo_tools import Computation, Module
-
-P = TypeVar("P", bound=type)
 
 
 @dataclass(frozen=True)
@@ -52,13 +49,3 @@ def fused_computations(module: Module) -> set[int]:
             out.add(id(fc))
     return out
 
-
-def register_pass(cls: P) -> P:
-    """Deprecated, and registers nothing: the built-in passes are named in
-    ``passes/registry.py``'s table, and any Pass object can go into a
-    PassManager directly. Kept so that ``@register_pass`` lines still import;
-    it only checks that the class has a pass name, and returns it unchanged."""
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or name == Pass.name:
-        raise ValueError(f"{cls!r} has no pass name")
-    return cls

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .base import Pass, register_pass  # noqa: F401 - register_pass first: pass modules still import it from here
+from .base import Pass
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion.call_inliner import CallInliner

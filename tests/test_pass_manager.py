@@ -8,7 +8,7 @@ import pytest
 import corpus
 import hlo_tools
 from passes import (PASSES, ComputationPass, FixedPoint, Pass, PassError, PassManager, available_passes, get_pass,
-                    parse_pipeline, register_pass)
+                    parse_pipeline)
 
 #: What ``available_passes()`` answered before the table was explicit (checked
 #: against the import-side-effect registry at commit 4c8a269): name -> class.
@@ -169,12 +169,3 @@ def test_the_registry_is_the_table_it_was():
     with pytest.raises(KeyError, match="unknown pass 'nope'"):
         parse_pipeline("dce, nope")
 
-
-def test_register_pass_registers_nothing():
-    class Mine(Pass):
-        name = "mine"
-
-    assert register_pass(Mine) is Mine
-    assert "mine" not in available_passes()
-    with pytest.raises(ValueError, match="has no pass name"):
-        register_pass(type("Nameless", (Pass,), {}))
