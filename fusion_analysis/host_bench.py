@@ -18,8 +18,9 @@ counted. Nothing here looks at a corpus kernel.
   less the chain's negate flops at the vector rate.
 - ``launch_overhead``: one thunk that does almost nothing (``negate`` of f32[4]).
 - ``library_call_overhead``: a tiny dot, which XLA:CPU hands to a matmul library.
-- ``op_profile.measure``: seconds per element of each elementwise opcode and of a
-  row reduction (the host's counterpart of XLA:GPU's per-opcode HloOpProfiles).
+
+``op_profile`` builds its per-opcode figures on ``compiled_kernel`` and
+``best_of_passes``; ``devices.measure_host`` puts the pieces together.
 """
 
 from __future__ import annotations
@@ -163,15 +164,3 @@ ENTRY %main {
 }
 """
     return best_of_passes({0: (text, [(4, 16), (16, 16)])}, {0: 100}, pick=statistics.median)[0] * 1e-6
-
-
-def measure() -> dict:
-    """All of the above: the fields ``devices.measure_host`` takes from XLA."""
-    from . import op_profile  # op_profile builds on this module: devices.measure_host should call it itself
-
-    launch = launch_overhead()
-    vec = vector_rate()
-    return {"bandwidth_curve": bandwidth_curve(launch), "vector_flops": vec,
-            "transcendentals_per_s": transcendental_rate(vec), "launch_overhead_s": launch,
-            "library_call_overhead_s": library_call_overhead(),
-            "op_seconds": op_profile.measure(launch_s=launch)}

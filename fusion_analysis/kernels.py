@@ -38,30 +38,10 @@ _H = HloOpcode
 
 def copy_computation(comp: Computation, into: Module, memo: dict[int, Computation] | None = None) -> Computation:
     """A deep copy of ``comp`` (and, first, of every computation it calls) added to
-    ``into`` under the same name. ``memo`` maps already copied computations (by id)
-    to their copies, so a reducer called from several places is copied once."""
-    memo = {} if memo is None else memo
-    if id(comp) in memo:
-        return memo[id(comp)]
-    for callee in comp.make_embedded_computations_post_order():
-        if id(callee) not in memo:
-            memo[id(callee)] = _copy_one(callee, into, memo)
-    memo[id(comp)] = _copy_one(comp, into, memo)
-    return memo[id(comp)]
-
-
-def _copy_one(comp: Computation, into: Module, memo: dict[int, Computation]) -> Computation:
-    new = Computation(into.unique_computation_name(comp.name))
-    new.attributes = dict(comp.attributes)
-    mapping: dict[int, Instruction] = {}
-    for instr in comp.post_order():
-        clone = instr.clone("", new_operands=[mapping[id(o)] for o in instr.operands])
-        _retarget_calls(clone, memo)
-        new.add_instruction(clone, unique=False)
-        mapping[id(instr)] = clone
-    new.root = mapping[id(comp.root)]
-    into.add_computation(new)
-    return new
+    ``into`` (``Module.deep_clone_computation``). ``memo`` maps already copied
+    computations (by id) to their copies, so a reducer called from several places
+    is copied once."""
+    return into.deep_clone_computation(comp, memo)
 
 
 def _retarget_calls(clone: Instruction, memo: dict[int, Computation]) -> None:
