@@ -57,11 +57,6 @@ AS_WRITTEN_DISABLED_PASSES: dict[str, tuple[str, ...]] = {
 }
 
 
-#: Where a fusion pipeline is hooked, per backend: ``HookStage.for_fusion``.  Kept
-#: for passes/fusion/pipeline.py, which still imports it; use HookStage.
-HOOK_STAGE = {b: HookStage.for_fusion(b) for b in ("cpu", "gpu")}
-
-
 def disabled_passes(backend: str, pipeline: str) -> tuple[str, ...]:
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")

@@ -1,4 +1,5 @@
-"""Fusion pipelines: named pass lists, and how to hand one to XLA.
+"""Fusion pipelines: named pass lists.  Handing one to XLA is the bridge's
+``Measurement`` with ``Pipeline.as_written().hooked(PassManager(...), HookStage.for_fusion(backend))``.
 
 Two ways to measure a Python fusion pipeline against stock XLA:
 
@@ -17,15 +18,10 @@ Two ways to measure a Python fusion pipeline against stock XLA:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Sequence
 
-from hlo_tools import HloOpcode, Module
-
 from passes.base import Pass
-from passes.manager import PassManager
 from passes.registry import parse_pipeline
-from xla_bridge.xla_compile import HOOK_STAGE  # noqa: F401 - where FusionHook runs; defined by the bridge
 
 #: The best pipeline found on the bundled corpus (XLA:CPU, hooked route): every
 #: fusion pass but priority (its own alternative to the first three), in the order
@@ -39,29 +35,6 @@ PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
 TEXT_PREFIX = "call-inliner,simplify,cse,dce"
 
 
-@dataclass
-class FusionHook:
-    """A callable for ``compile(..., hook=(FusionHook(passes), "pre-scheduler"))``
-    that runs ``passes`` as one pipeline, answers whether they changed the module,
-    and remembers how many fusions it handed XLA."""
-
-    passes: Sequence[Pass]
-    fusions_out: int = -1
-    modules: list[Module] = field(default_factory=list)
-    names_out: frozenset[str] = frozenset()
-
-    def __call__(self, module: Module) -> bool:
-        changed = PassManager(self.passes).run(module)
-        written = [i.name for i in module.entry if i.opcode is HloOpcode.FUSION]
-        self.fusions_out, self.names_out = len(written), frozenset(written)
-        self.modules.append(module)
-        return changed
-
-    def kept_in(self, optimized: Module) -> bool:
-        """Did XLA compile every fusion we wrote, under its name? (XLA:GPU's
-        fusion-wrapper may add one-op fusions around what we left alone.)"""
-        return self.names_out <= {i.name for i in optimized.entry if i.opcode is HloOpcode.FUSION}
-
-
 def passes_of(spec: str | Sequence[Pass]) -> list[Pass]:
+    """A pipeline given by names (``"dce,cse"``) or as pass objects, as a list."""
     return parse_pipeline(spec) if isinstance(spec, str) else list(spec)
