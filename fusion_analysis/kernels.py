@@ -31,7 +31,7 @@ from xla_bridge.measure import Measurement, Pipeline
 from xla_bridge.xla_compile import CompileResult
 
 from .fusion_kind import fusion_kind
-from .roofline import is_kernel
+from .cost import is_kernel
 
 _H = HloOpcode
 
@@ -68,7 +68,7 @@ def extract_kernel(instr: Instruction, *, name: str | None = None) -> Module:
     Operands become entry parameters (a value used twice is one parameter), so
     the module reads exactly what the kernel reads and writes what it writes.
     Raises ValueError for an instruction that is not a kernel
-    (``roofline.is_kernel``): parameters, tuples, bitcasts and the like emit no code.
+    (``cost.is_kernel``): parameters, tuples, bitcasts and the like emit no code.
     """
     if not is_kernel(instr):
         raise ValueError(f"%{instr.name} ({instr.opcode_text}) is not a kernel: it emits no code of its own")

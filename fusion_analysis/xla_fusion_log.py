@@ -268,7 +268,7 @@ class _Replay:
 
     def _price(self, root: Instruction, members: frozenset[Instruction]) -> float:
         if len(members) == 1:
-            if not roofline.is_kernel(root):
+            if not cost.is_kernel(root):
                 return 0.0
             m = extract_kernel(root)
         else:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
+from hlo_tools.opcode import NO_KERNEL
 from hlo_tools.rewriter import Rewriter
 
 from fusion_analysis.fusion_kind import loop_kind
@@ -88,8 +89,7 @@ class HorizontalLog:
 
 
 def _candidate(clusters: Clusters, instr: Instruction, max_bytes: int) -> Decision:
-    if instr.opcode in (HloOpcode.PARAMETER, HloOpcode.CONSTANT, HloOpcode.TUPLE, HloOpcode.GET_TUPLE_ELEMENT,
-                        HloOpcode.BITCAST):
+    if instr.opcode in NO_KERNEL:
         return Decision.forbid(f"is a {instr.opcode.value}")  # no kernel to save
     if instr is clusters.comp.root:
         return Decision.forbid("is the root")
@@ -132,9 +132,7 @@ def plan_horizontal(comp: Computation, *, max_bytes: int = MAX_BYTES, max_member
             continue
         d = _candidate(clusters, instr, max_bytes)
         if not d:
-            if log is not None and instr.opcode not in (HloOpcode.PARAMETER, HloOpcode.CONSTANT,
-                                                         HloOpcode.TUPLE, HloOpcode.GET_TUPLE_ELEMENT,
-                                                         HloOpcode.BITCAST):
+            if log is not None and instr.opcode not in NO_KERNEL:
                 log.record(instr, "", d)
             continue
         key = shape_key(instr)
