@@ -427,10 +427,10 @@ def xla_log(only: str | None, device: str, show: int) -> int:
     if worst and show:
         print(f"\ndisagreements (first {show}; XLA's logged estimate, ours on {device}):")
         for name, d in worst[:show]:
-            xla = (f"xla fused {d.xla_us_fused:.2f} / unfused {d.xla_us_unfused:.2f} us"
+            theirs = (f"xla fused {d.xla_us_fused:.2f} / unfused {d.xla_us_unfused:.2f} us"
                    if d.xla_us_fused is not None else "xla: no estimate logged")
             print(f"  {name}: {d.kind} {d.producer} -> {len(d.consumers)} consumer(s) {', '.join(d.consumers[:3])}"
-                  f"{'...' if len(d.consumers) > 3 else ''}: {xla}; ours fused {d.ours_fused_s * 1e6:.2f} / "
+                  f"{'...' if len(d.consumers) > 3 else ''}: {theirs}; ours fused {d.ours_fused_s * 1e6:.2f} / "
                   f"unfused {d.ours_unfused_s * 1e6:.2f} us")
     return 0
 

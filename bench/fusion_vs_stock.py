@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu_rows = []
     if args.gpu:
         if not xla.cuda_plugin_available():
-            print(f"\nGPU columns skipped: no XLA:GPU compiler here (the CUDA plugin is not installed)")
+            print("\nGPU columns skipped: no XLA:GPU compiler here (the CUDA plugin is not installed)")
         else:
             print(f"\nXLA:GPU {args.gpu} compiled without a GPU: stock vs as-written with {gpu_pipeline(args.passes)} at the "
                   "post-scheduler hook; XLA's bytes accessed, time predicted by our roofline")

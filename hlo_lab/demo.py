@@ -150,7 +150,7 @@ def fusion_step(pages: Path, lines: list[str], reps: int) -> tuple[list, list, i
     if errors:
         lines += ["", "Modules XLA refused or aborted on (each in its own worker call; the others are above):", ""]
         lines += [f"- {name} ({where}): {msg}" for name, where, msg in errors]
-    lines += ["", f"## 4. Before/after pages", ""] + [f"- `{pages / (r.module + '.html')}`" for r in cpu_rows]
+    lines += ["", "## 4. Before/after pages", ""] + [f"- `{pages / (r.module + '.html')}`" for r in cpu_rows]
     return cpu_rows, gpu_rows, failures
 
 

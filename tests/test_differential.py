@@ -53,7 +53,6 @@ def _corpus_sample():
 _SAMPLE = _corpus_sample()
 
 
-@pytest.mark.skipif(not _SAMPLE, reason="no bundled corpus modules")
 @pytest.mark.parametrize("label, text", _SAMPLE, ids=[s[0] for s in _SAMPLE])
 def test_corpus_scanner_matches_grammar(label, text):
     _assert_same(text, label)

@@ -119,7 +119,6 @@ def test_module_files_walks_and_stays_inside(tmp_path):
 def dump(tmp_path_factory) -> Path:
     """A real --xla_dump_to folder: text, per-pass and proto dumps, XLA:CPU and a
     deviceless XLA:GPU compile, and PJRT's module.mlir (tests/dump_model.py)."""
-    pytest.importorskip("jax")
     out = tmp_path_factory.mktemp("dump")
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "dump_model.py"), str(out), "--per-pass", "--proto", "--gpu"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -185,7 +184,6 @@ def test_the_ir_layer_points_protos_to_the_bridge(dump):
 
 
 def test_stablehlo_errors_are_located(tmp_path):
-    pytest.importorskip("jax")
     bad = tmp_path / "bad.mlir"
     bad.write_text("module @m {\n  func.func @main( }\n")
     with pytest.raises(HloParseError) as info:

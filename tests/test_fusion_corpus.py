@@ -10,7 +10,6 @@ import pytest
 
 from hlo_tools import HloOpcode
 
-pytest.importorskip("jax")
 
 from xla_bridge import xla  # noqa: E402
 

@@ -115,7 +115,6 @@ def _outline_all_elementwise_pairs(module) -> list:
 _PRE = [(label, t) for label, t in corpus_stage_texts() if label.endswith("before_optimizations") and len(t) < 400_000]
 
 
-@pytest.mark.skipif(not _PRE, reason="no bundled corpus modules")
 @pytest.mark.parametrize("label, text", _PRE, ids=[p[0] for p in _PRE])
 def test_outline_then_inline_round_trips_on_corpus_modules(label, text):
     module = hlo_tools.parse(text, label)
@@ -147,7 +146,6 @@ def _pricing_kind(region, outputs):
     return "kInput" if any(o.opcode in (HloOpcode.REDUCE, HloOpcode.REDUCE_WINDOW) for o in outputs) else "kLoop"
 
 
-@pytest.mark.skipif(not corpus_stage_texts(), reason="no bundled corpus modules")
 def test_region_module_matches_kernels_fused_region():
     texts = sorted((t for label, t in corpus_stage_texts() if label.endswith("cpu_after_optimizations")), key=len)[:2]
     texts += [SRC]

@@ -16,7 +16,6 @@ import corpus
 from hlo_lab import pass_dumps
 from hlo_lab.cli import main as hlo_main
 
-pytest.importorskip("jax")
 
 from tests.dump_model import gpu_flags, make_dump  # noqa: E402
 

@@ -22,7 +22,6 @@ def _cleanup(module):
     return PassManager([get_pass("dce"), get_pass("cse"), get_pass("simplify")], fixed_point=True).run(module)
 
 
-@pytest.mark.skipif(not _HAVE, reason="no bundled corpus")
 @pytest.mark.parametrize("entry", _ENTRIES, ids=[e.name for e in _ENTRIES])
 def test_cleanup_verifies_and_xla_accepts(entry):
     module = hlo_tools.parse(entry.text("before_optimizations"), entry.name)
@@ -32,7 +31,6 @@ def test_cleanup_verifies_and_xla_accepts(entry):
     xla.xla_module_from_text(module.to_text())
 
 
-@pytest.mark.skipif(not _RUN, reason="no runnable corpus modules")
 @pytest.mark.parametrize("entry", _RUN, ids=[e.name for e in _RUN])
 def test_cleanup_keeps_outputs(entry):
     original = hlo_tools.parse(entry.text("before_optimizations"), entry.name)

@@ -33,7 +33,6 @@ def test_conformance_set_is_complete():
 _CORPUS = corpus_stage_texts()
 
 
-@pytest.mark.skipif(not _CORPUS, reason="no bundled corpus modules (corpus/manifest.json missing)")
 @pytest.mark.parametrize("label, text", _CORPUS, ids=[c[0] for c in _CORPUS])
 def test_corpus_module_round_trips(label, text):
     problem = _fidelity_problem(text, label)

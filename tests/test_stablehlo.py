@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-jax = pytest.importorskip("jax")
+import jax
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("jax")
 
 import xla_bridge
 from hlo_tools import parse

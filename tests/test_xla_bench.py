@@ -6,7 +6,6 @@ import sqlite3
 
 import pytest
 
-pytest.importorskip("jax")
 
 from hlo_tools import parse
 from hlo_lab.cli import main

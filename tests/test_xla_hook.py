@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("jax")
 
 from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode

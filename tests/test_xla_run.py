@@ -7,7 +7,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-pytest.importorskip("jax")
 
 from hlo_tools import parse
 from xla_bridge.xla import XlaCompileError

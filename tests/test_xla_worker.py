@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("jax")
 
 import corpus  # noqa: E402
 from hlo_tools import HloError, HloOpcode, parse  # noqa: E402
@@ -24,7 +23,8 @@ from passes import PassManager, parse_pipeline  # noqa: E402
 from xla_bridge import xla_worker  # noqa: E402
 from xla_bridge.hook_stage import HookStage  # noqa: E402
 from xla_bridge.measure import AS_WRITTEN, STOCK, Measurement  # noqa: E402
-from xla_bridge.xla import XlaAbortError, XlaCompileError, backend_available, hook_supported  # noqa: E402
+from xla_bridge.errors import XlaAbortError, XlaCompileError  # noqa: E402
+from xla_bridge.xla import backend_available, hook_supported  # noqa: E402
 from xla_bridge.xla_compile import Hook, compile, is_optimized  # noqa: E402
 from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
 from xla_bridge.xla_run import compare, run_module  # noqa: E402

@@ -26,7 +26,7 @@ import numpy as np
 from hlo_tools.errors import HloParseError
 
 from . import xla_worker
-from .errors import NoDeviceError, XlaAbortError, XlaCompileError  # noqa: F401 - also imported from here
+from .errors import XlaCompileError
 from .hook_stage import HookStage
 
 

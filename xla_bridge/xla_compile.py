@@ -17,7 +17,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 from hlo_tools.ir import Module
 from hlo_tools.opcode import HloOpcode

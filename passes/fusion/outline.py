@@ -9,7 +9,7 @@ from typing import Iterable
 
 from hlo_tools import HloOpcode, Instruction, Module
 from hlo_tools import outline as _outline
-from hlo_tools.outline import FusionError, Kind, inline_fusion, restore_topological_order  # noqa: F401 (passes.fusion's names)
+from hlo_tools.outline import Kind, inline_fusion
 from hlo_tools.rewriter import Rewriter
 
 from fusion_analysis.fusion_kind import fusion_kind
