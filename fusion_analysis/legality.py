@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from hlo_tools import HloOpcode, Instruction
+from hlo_tools.attributes import parse_int_list
 from hlo_tools.opcode import ELEMENTWISE
 from hlo_tools.outline import path_around
 
@@ -229,8 +230,6 @@ def is_simplified_gather(instr: Instruction) -> bool:
     """GatherSimplifier::IsSimplifiedGather (xla/service/gather_simplifier.cc):
     rank-2 indices with index_vector_dim=1, identity start_index_map, nothing
     collapsed, offset dims 1..n. The only gathers XLA's fusion emitters take."""
-    from hlo_tools.attributes import parse_int_list
-
     def dims(key: str) -> list[int]:
         text = instr.attribute(key)
         return list(parse_int_list(text)) if text else []
