@@ -29,6 +29,8 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module, Shape
 from hlo_tools.rewriter import Rewriter
 from hlo_tools.shape import Layout
 
+from fusion_analysis.cost import unfused_bytes
+
 from .base import ComputationPass, Pass, fused_computations
 
 LAYOUT_OPS = frozenset({HloOpcode.TRANSPOSE, HloOpcode.COPY})
@@ -97,10 +99,6 @@ class LayoutReport:
         return f"{len(self.ops)} layout-only ops moving {self.bytes_moved:,} B: {kinds or 'none'}"
 
 
-def _moved(instr: Instruction) -> int:
-    return instr.shape.byte_size + sum(o.shape.byte_size for o in instr.operands)
-
-
 def _layout_only_fusion(instr: Instruction) -> bool:
     body = instr.fused_computation
     return body is not None and any(i.opcode in LAYOUT_OPS for i in body) and all(i.opcode in _VIEW_OPS for i in body)
@@ -126,7 +124,7 @@ def layout_analysis(module: Module) -> LayoutReport:
             elif instr.opcode is HloOpcode.FUSION and _layout_only_fusion(instr):
                 kind = "layout-fusion"
             if kind:
-                ops.append(LayoutOp(comp.name, instr.name, instr.opcode.value, kind, _moved(instr)))
+                ops.append(LayoutOp(comp.name, instr.name, instr.opcode.value, kind, unfused_bytes(instr)))
     return LayoutReport(tuple(ops))
 
 
