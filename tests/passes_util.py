@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hlo_tools
 from hlo_tools.testing import assert_rewrite as filecheck_rewrite
+from passes import ComputationPass
 from xla_bridge import xla
 
 
@@ -45,3 +46,13 @@ ENTRY e {
   ROOT t = (f32[4,4]{1,0}, f32[4,8]{1,0}) tuple(d, k)
 }
 """
+
+
+class Flipper(ComputationPass):
+    """A pass that always changes the module: reverses the root's dimensions."""
+    name = "flipper"
+
+    def run_on_computation(self, comp):
+        r = comp.root
+        r.dimensions = tuple(reversed(r.dimensions))  # never converges
+        return True

@@ -9,6 +9,7 @@ import corpus
 import hlo_tools
 from passes import (PASSES, ComputationPass, FixedPoint, Pass, PassError, PassManager, available_passes, get_pass,
                     parse_pipeline)
+from tests.passes_util import Flipper
 
 #: What ``available_passes()`` answered before the table was explicit (checked
 #: against the import-side-effect registry at commit 4c8a269): name -> class.
@@ -53,15 +54,6 @@ class _PeelOne(ComputationPass):
         if dead:
             comp.remove_instruction(dead[0])
         return bool(dead)
-
-
-class _Flipper(ComputationPass):
-    name = "flipper"
-
-    def run_on_computation(self, comp):
-        r = comp.root
-        r.dimensions = tuple(reversed(r.dimensions))  # never converges
-        return True
 
 
 class _Breaks(ComputationPass):
@@ -128,7 +120,7 @@ def test_nested_pipeline_failures_name_the_path():
     with pytest.raises(PassError, match="pass inner left an invalid module"):
         PassManager([PassManager([_Breaks()], name="inner", verify=False)]).run(hlo_tools.parse(SRC))
     with pytest.raises(PassError, match="pipeline inner did not reach a fixed point in 3 iterations"):
-        PassManager([PassManager([_Flipper()], name="inner", fixed_point=True, max_iterations=3, verify=False)],
+        PassManager([PassManager([Flipper()], name="inner", fixed_point=True, max_iterations=3, verify=False)],
                     verify=False).run(hlo_tools.parse(SRC))
 
 
@@ -155,7 +147,7 @@ def test_fixed_point_raises_past_the_limit():
     with pytest.raises(PassError, match="pass peel-one did not reach a fixed point in 3 iterations"):
         FixedPoint(_PeelOne(), max_iterations=3).run(hlo_tools.parse(SRC))
     with pytest.raises(PassError, match="pass flipper did not reach a fixed point in 25 iterations"):
-        FixedPoint(_Flipper()).run(hlo_tools.parse(SRC))
+        FixedPoint(Flipper()).run(hlo_tools.parse(SRC))
 
 
 def test_the_registry_is_the_table_it_was():

@@ -6,7 +6,7 @@ import pytest
 
 import hlo_tools
 from passes import ComputationPass, PassError, PassManager, available_passes, get_pass, parse_pipeline
-from tests.passes_util import assert_rewrite
+from tests.passes_util import Flipper, assert_rewrite
 
 HEAD = "HloModule m\n\nENTRY e {\n"
 
@@ -147,15 +147,6 @@ class _Liar(ComputationPass):
         return True  # claims a change it never made
 
 
-class _Flipper(ComputationPass):
-    name = "flipper"
-
-    def run_on_computation(self, comp):
-        r = comp.root
-        r.dimensions = tuple(reversed(r.dimensions))  # never converges
-        return True
-
-
 SRC = mod("  x = f32[2,3]{1,0} parameter(0)\n  ROOT t = f32[3,2]{1,0} transpose(x), dimensions={1,0}\n")
 
 
@@ -172,7 +163,7 @@ def test_manager_catches_a_lying_changed_flag():
 
 def test_manager_fixed_point_cap():
     with pytest.raises(PassError, match="did not reach a fixed point in 3 iterations"):
-        PassManager([_Flipper()], fixed_point=True, max_iterations=3, verify=False).run(hlo_tools.parse(SRC))
+        PassManager([Flipper()], fixed_point=True, max_iterations=3, verify=False).run(hlo_tools.parse(SRC))
 
 
 def test_manager_records_and_dumps(tmp_path):
