@@ -58,14 +58,21 @@ def in_dependency_order(region: list[Instruction]) -> list[Instruction]:
     position = {id(i): n for n, i in enumerate(region)}
     if all(position.get(id(o), -1) < n for n, i in enumerate(region) for o in i.operands):
         return region
-    waiting = {id(i): len({id(o) for o in i.operands if id(o) in position}) for i in region}
-    ready = [(position[id(i)], i) for i in region if waiting[id(i)] == 0]
+    return _stable_order(region, lambda i: i.operands, lambda i: i.users)
+
+
+def _stable_order(items: list[Instruction], deps, users) -> list[Instruction]:
+    """Kahn's algorithm over ``items`` (``deps``/``users`` outside them ignored),
+    ties broken by the current position, so as little as possible moves."""
+    position = {id(i): n for n, i in enumerate(items)}
+    waiting = {id(i): len({id(d) for d in deps(i) if id(d) in position}) for i in items}
+    ready = [(position[id(i)], i) for i in items if waiting[id(i)] == 0]
     heapq.heapify(ready)
     order: list[Instruction] = []
     while ready:
         _, instr = heapq.heappop(ready)
         order.append(instr)
-        for u in {id(u): u for u in instr.users if id(u) in position}.values():
+        for u in {id(u): u for u in users(instr) if id(u) in position}.values():
             waiting[id(u)] -= 1
             if waiting[id(u)] == 0:
                 heapq.heappush(ready, (position[id(u)], u))
@@ -210,18 +217,8 @@ def restore_topological_order(comp: Computation, rewriter: Rewriter | None = Non
     schedule, which XLA reads back. Returns True if the order changed."""
     if comp.is_topologically_ordered():
         return False
-    position = {id(i): n for n, i in enumerate(comp)}
-    waiting = {id(i): len({id(d) for d in (*i.operands, *i.control_predecessors)}) for i in comp}
-    ready = [(position[id(i)], i) for i in comp if waiting[id(i)] == 0]
-    heapq.heapify(ready)
-    order: list[Instruction] = []
-    while ready:
-        _, instr = heapq.heappop(ready)
-        order.append(instr)
-        for u in {id(u): u for u in (*instr.users, *instr.control_successors)}.values():
-            waiting[id(u)] -= 1
-            if waiting[id(u)] == 0:
-                heapq.heappush(ready, (position[id(u)], u))
+    order = _stable_order(list(comp), lambda i: (*i.operands, *i.control_predecessors),
+                          lambda i: (*i.users, *i.control_successors))
     (rewriter or Rewriter()).set_instruction_order(comp, order)
     return True
 
