@@ -36,14 +36,6 @@ from .cost import is_kernel
 _H = HloOpcode
 
 
-def copy_computation(comp: Computation, into: Module, memo: dict[int, Computation] | None = None) -> Computation:
-    """A deep copy of ``comp`` (and, first, of every computation it calls) added to
-    ``into`` (``Module.deep_clone_computation``). ``memo`` maps already copied
-    computations (by id) to their copies, so a reducer called from several places
-    is copied once."""
-    return into.deep_clone_computation(comp, memo)
-
-
 def _retarget_calls(clone: Instruction, memo: dict[int, Computation]) -> None:
     for key, comps in clone.called_computation_map.items():
         clone.set_called_computations(key, [memo[id(c)] for c in comps])
@@ -75,7 +67,7 @@ def extract_kernel(instr: Instruction, *, name: str | None = None) -> Module:
     module = Module(name or f"kernel_{instr.name}")
     memo: dict[int, Computation] = {}
     for comp in instr.called_computations:
-        copy_computation(comp, module, memo)
+        module.deep_clone_computation(comp, memo)
     entry = Computation("main", is_entry=True)
     params = _entry_parameters(entry, instr.operands)
     kernel = instr.clone("", new_operands=[params[id(o)] for o in instr.operands])

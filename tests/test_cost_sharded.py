@@ -20,7 +20,6 @@ import pytest
 
 import hlo_tools
 from fusion_analysis import cost
-from fusion_analysis.kernels import copy_computation
 from xla_bridge import xla
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
@@ -88,7 +87,7 @@ def _alone(instr: Instruction) -> Module:
     module = Module(f"one_{instr.name}")
     memo: dict[int, Computation] = {}
     for comp in instr.called_computations:
-        copy_computation(comp, module, memo)
+        module.deep_clone_computation(comp, memo)
     entry = Computation("main", is_entry=True)
     params: dict[int, Instruction] = {}
     for op in instr.operands:

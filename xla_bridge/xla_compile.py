@@ -88,12 +88,6 @@ def parse_flags(flags) -> dict[str, Any]:
     return out
 
 
-def pass_changed(result: Any) -> bool:
-    """What a pass's ``run`` reported: a bool, or an object with ``.changed`` (a
-    pipeline's report, while ``PassManager.run`` still returns one)."""
-    return bool(getattr(result, "changed", result))
-
-
 @dataclass
 class Hook:
     """A Python pass run inside XLA's pipeline at ``stage`` (a ``HookStage``; its
@@ -126,7 +120,7 @@ class Hook:
             if isinstance(res, Module):
                 module, changed = res, True
             else:
-                changed = pass_changed(res)
+                changed = bool(res)  # a Pass (a PassManager too) answers changed-or-not
             self.after = module
             if not changed and not self.reprint:
                 return None
