@@ -1,0 +1,66 @@
+"""XLA:GPU's own performance model, read back from a module XLA optimized.
+
+With ``--xla_gpu_collect_cost_model_stats`` XLA:GPU runs
+``GpuCostModelStatsCollection`` right after its fusion passes: every fusion then
+present gets its ``GpuPerformanceModel`` estimate in its backend config, as
+``reification_cost`` entries (``exec_time_us``, ``compute_time_us``,
+``memory_access_time_us``; a second entry named ``sol`` is the speed-of-light
+variant). The estimate is the kernel's body alone: no launch overhead. It
+survives to the optimized module on the fusions that XLA does not rebuild later
+(Triton GEMMs that the autotuner turns into cuBLAS calls, and the one-op fusions
+that ``fusion-wrapper`` adds after scheduling, carry none).
+
+A deviceless compile for a named target is enough (``compile_priced``), so our
+roofline can be scored against XLA's model per kernel without a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from hlo_tools.ir import Instruction, Module
+from hlo_tools.opcode import HloOpcode
+from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.xla_compile import CompileResult
+
+#: the XLA debug option that makes XLA:GPU write its estimates into backend configs
+COLLECT_FLAG = "xla_gpu_collect_cost_model_stats"
+
+
+@dataclass(frozen=True, slots=True)
+class XlaEstimate:
+    """XLA:GPU's ``GpuPerformanceModel`` estimate of one fusion, in seconds (no launch)."""
+
+    exec_s: float
+    compute_s: float
+    memory_s: float
+
+
+def estimate_of(instr: Instruction) -> XlaEstimate | None:
+    """The estimate XLA wrote into ``instr``'s backend config, or None when it has none."""
+    if instr.opcode is not HloOpcode.FUSION or "reification_cost" not in (instr.attributes.get("backend_config") or ""):
+        return None
+    config = instr.backend_config
+    if not isinstance(config, dict):
+        return None
+    for entry in config.get("reification_cost") or ():
+        if entry.get("name", "") != "sol" and "exec_time_us" in entry:
+            return XlaEstimate(float(entry["exec_time_us"]) * 1e-6, float(entry.get("compute_time_us", 0.0)) * 1e-6,
+                               float(entry.get("memory_access_time_us", 0.0)) * 1e-6)
+    return None
+
+
+def priced(module: Module) -> Iterator[tuple[Instruction, XlaEstimate]]:
+    """Every fusion of ``module`` (in any computation) that carries XLA's estimate."""
+    for instr in module.instructions():
+        est = estimate_of(instr)
+        if est is not None:
+            yield instr, est
+
+
+def compile_priced(module: Module | str, target: str, pipeline: Pipeline = STOCK, *,
+                   contained: bool = True) -> CompileResult:
+    """``module`` compiled by XLA:GPU for ``target`` without a GPU, with XLA's
+    estimate written into each fusion it decided (see the module docstring)."""
+    return Measurement("gpu", target=target, flags={COLLECT_FLAG: True}, contained=contained).compile(module, pipeline)
