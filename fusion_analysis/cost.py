@@ -350,6 +350,11 @@ class CostAnalysis:
             p.flops = ((a.dims[-1] if a.dims else 1) * _elements(a)) // 3
         elif op is _H.CUSTOM_CALL and is_sharding_annotation(instr):
             p = _Props()  # XLA: -1 flops, -1 bytes (unknown); a marker that moves nothing
+        elif op is _H.CUSTOM_CALL and (gemm := _gemm_flops(instr)) is not None:
+            # a cuBLAS/cuBLASLt GEMM (XLA: -1, unknown): its dot's flops, and its result
+            # written, not the scratch workspace beside it in the output tuple
+            result = output_bytes(instr.shape.tuple_shapes[0]) if instr.shape.is_tuple else out
+            p = _Props(flops=gemm, bytes_=result + sum(operand_sizes), out=result, read=sum(operand_sizes))
         elif op is _H.CUSTOM_CALL:
             p.unknown = True  # XLA: -1 flops and -1 bytes; we keep operands + output
         return p
@@ -506,6 +511,22 @@ def _dot_flops(dot: Instruction, *, ragged: bool = False) -> int:
                 dims.pop(i)
         out = math.prod(dims)
     return 2 * out * k
+
+
+def _gemm_flops(call: Instruction) -> int | None:
+    """2 * result elements * contracted size of a cuBLAS GEMM custom call
+    (``__cublas$gemm``, ``__cublas$lt$matmul``...: its dot's dimension numbers are
+    in ``gemm_backend_config``); None for any other custom call."""
+    if not (call.custom_call_target or "").startswith("__cublas$") or not call.operands:
+        return None
+    config = call.backend_config
+    gemm = config.get("gemm_backend_config") if isinstance(config, dict) else None
+    if not isinstance(gemm, dict) or "dot_dimension_numbers" not in gemm:
+        return None
+    lhs = call.operands[0].shape
+    contracting = [int(d) for d in gemm["dot_dimension_numbers"].get("lhs_contracting_dimensions", [])]
+    result = call.shape.tuple_shapes[0] if call.shape.is_tuple else call.shape
+    return 2 * _elements(result) * math.prod(lhs.dims[d] for d in contracting)
 
 
 def _reduce_window_count(rw: Instruction) -> int:
