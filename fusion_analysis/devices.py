@@ -122,6 +122,12 @@ H100_SXM = Device(
     collective_bandwidth=450e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,
     sms=132, clock_ghz=1.98, l2_bytes=50 * 2**20, shared_memory_per_sm=228 * 1024, memory_bytes=80 * 10**9,
     source="NVIDIA H100 datasheet + Hopper whitepaper; gpu_specs/h100_sxm.txtpb",
+    # XLA:GPU's kernel model (fusion_analysis.gpu_kernel_model): fpus_per_core 128 and
+    # threads_per_core_limit 2048 from gpu_specs/h100_sxm.txtpb (128 FP32 cores per SM:
+    # Hopper whitepaper); memory_transactions_per_clock 32 and l1_cache_size_per_SM
+    # 2 KiB are DeviceDescription's hard-coded values in XLA (stream_executor).
+    extra={"fpus_per_core": 128, "threads_per_sm": 2048, "memory_transactions_per_clock": 32,
+           "l1_bytes_per_sm": 2048},
 )
 # H200 SXM 141GB: NVIDIA H200 Tensor Core GPU datasheet (2024): same GH100 compute as
 # H100 SXM (989 TFLOPS dense BF16, 1979 FP8, 494 TF32, 67 FP32), HBM3e 4.8 TB/s,
@@ -142,6 +148,10 @@ A100_SXM_80GB = Device(
     collective_bandwidth=300e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,
     sms=108, clock_ghz=1.41, l2_bytes=40 * 2**20, shared_memory_per_sm=164 * 1024, memory_bytes=80 * 10**9,
     source="NVIDIA A100 datasheet + Ampere GA100 whitepaper",
+    # 64 FP32 cores per SM, 2048 threads per SM (Ampere GA100 whitepaper); the last
+    # two as on H100 (XLA's hard-coded DeviceDescription values)
+    extra={"fpus_per_core": 64, "threads_per_sm": 2048, "memory_transactions_per_clock": 32,
+           "l1_bytes_per_sm": 2048},
 )
 # B200 (HGX B200, per GPU): NVIDIA HGX B200 / DGX B200 datasheets (2024): dense FP8
 # 4.5 PFLOPS, BF16/FP16 2.25 PFLOPS, TF32 1.1 PFLOPS, FP64 40 TFLOPS (FP32 vector
@@ -156,6 +166,10 @@ B200 = Device(
     collective_bandwidth=900e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,
     sms=148, clock_ghz=1.965, l2_bytes=126 * 2**20, shared_memory_per_sm=228 * 1024, memory_bytes=180 * 10**9,
     source="NVIDIA HGX/DGX B200 datasheets (SMs, clock, L2 approximate)",
+    # 128 FP32 cores and 2048 threads per SM as Hopper (Blackwell tuning guide);
+    # the last two are XLA's hard-coded DeviceDescription values
+    extra={"fpus_per_core": 128, "threads_per_sm": 2048, "memory_transactions_per_clock": 32,
+           "l1_bytes_per_sm": 2048},
 )
 
 # The latency-hiding scheduler's device (fusion_analysis.overlap.CostModel): round

@@ -29,6 +29,8 @@ from hlo_tools.opcode import COLLECTIVES, HloOpcode
 
 from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, is_kernel
 from .devices import Device
+from .gpu_kernel_model import combine as gpu_combine
+from .gpu_kernel_model import kernel_cost as gpu_kernel_cost
 from .op_profile import compute_seconds as profiled_compute_seconds
 
 _H = HloOpcode
@@ -187,13 +189,31 @@ def _matmul_dtype(instr: Instruction) -> str | None:
     return None
 
 
+def _gpu_estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str, dtype: str | None,
+                  compute: float) -> KernelEstimate:
+    """XLA:GPU's kernel model (``gpu_kernel_model``): launch-dimension-aware compute
+    and memory times, overlapped 95%, plus the launch. A matmul keeps its
+    tensor-core compute time and the full overlap of the roofline (its headroom
+    stays its launch when compute-bound)."""
+    k = gpu_kernel_cost(instr, device, compute_s=compute if dtype else None)
+    launch = device.launch_overhead_s
+    body = max(k.compute_s, k.memory_s) if dtype else gpu_combine(k.compute_s, k.memory_s)
+    bound = "launch" if launch > body else ("compute" if k.compute_s >= k.memory_s else "memory")
+    return KernelEstimate(cost.name, cost.computation, cost.opcode, cat, max(cost.flops, 0.0), cost.transcendentals,
+                          cost.bytes_accessed, k.compute_s, k.memory_s, launch, body + launch, bound)
+
+
 def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str | None = None) -> KernelEstimate:
-    """One kernel's roofline on ``device``."""
+    """One kernel's roofline on ``device``. On a GPU (``device.kind == "gpu"``) a
+    kernel other than a collective is priced by XLA:GPU's kernel model
+    (``gpu_kernel_model``), with dots at the tensor-core peak."""
     cat = cat or category(instr)
     dtype = _matmul_dtype(instr)
     peak = device.matmul_peak(dtype) if dtype else device.vector_flops
     flops = max(cost.flops, 0.0)
     compute = arithmetic_seconds(flops, max(cost.transcendentals, 0.0), peak, device.transcendentals_per_s)
+    if device.kind == "gpu" and cat != "collective" and device.sms and device.clock_ghz:
+        return _gpu_estimate(instr, cost, device, cat, dtype, compute)
     if device.op_seconds and not dtype and cat != "collective":
         profiled = profiled_compute_seconds(instr, device.op_seconds, device.vector_flops, device.transcendentals_per_s)
         compute = compute if profiled is None else profiled

@@ -1,0 +1,523 @@
+"""One GPU kernel's time, the way XLA:GPU's analytical model prices it.
+
+XLA:GPU's ``GpuPerformanceModel`` (xla/service/gpu/model/gpu_performance_model.cc
+and gpu_performance_model_base.cc) prices a fusion from its launch dimensions, a
+per-opcode flop count in clock cycles (``HloOpProfiles``) and a read time per
+operand that knows about DRAM coalescing, L1/L2 re-reads and the bandwidth a few
+blocks can pull. This module is that model in Python over our IR, so that the
+roofline's GPU path (``roofline.estimate`` for a ``kind == "gpu"`` device) agrees
+with XLA per kernel; ``bench/gpu_cost_vs_xla.py`` scores the agreement against
+the estimates XLA writes into an optimized module (``xla_gpu_model``).
+
+What is taken from XLA (constants cited where defined):
+
+- launch dimensions: Triton fusions from their ``block_level_fusion_config``
+  (blocks = prod(ceil(dim / tile)), threads = num_warps * 32); loop fusions as the
+  loop emitter (``CalculateLaunchDimensions``: 128 threads per block, unrolled 4 or
+  2 when the output fills the GPU); reductions, transposes, concatenates and
+  dynamic-update-slices as their emitters size them, approximately;
+- compute = flops / (clock * 2 * min(threads, fpus_per_core) * min(blocks, SMs)) ns
+  (``ComputeTime``);
+- flops: ``GpuHloCostAnalysis``: elementwise ops cost their HloOpProfiles cycles
+  per element (3 when the table has no entry), a reduce its reducer per reduced
+  element, a concatenate 6 (400) per element, a dot 2*M*N*K, each weighted by how
+  many times the fusion evaluates it (utilization);
+- read time per operand (``ReadTimeWithDRAMHeuristic``, ``AdjustBandwidth``), write
+  time at the DRAM bandwidth (``WriteTime``), and ``exec = C + M - 0.95 min(C, M)``
+  (``CombineComputeAndMemoryAccessTime``, kMemoryComputeParallelism).
+
+Deliberately not copied: a dot (a GEMM fusion, a cuBLAS custom call) is priced at
+the tensor-core peak of its element type (``Device.matmul_peak``), not at XLA's
+CUDA-core rate. Launch overhead (1 us, kKernelLaunchOverhead) is added by the
+roofline, as XLA adds it outside ``exec``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from hlo_tools.ir import Computation, Instruction
+from hlo_tools.opcode import ELEMENTWISE, HloOpcode
+from hlo_tools.shape import PrimitiveType, Shape
+
+from .devices import Device
+
+_H = HloOpcode
+
+#: kMemoryComputeParallelism (gpu_performance_model_base.h): compute and memory overlap 95%
+MEMORY_COMPUTE_PARALLELISM = 0.95
+#: kL2CacheSpeedup, kL1CacheSpeedup (gpu_performance_model_base.cc)
+L2_CACHE_SPEEDUP = 2.5
+L1_CACHE_SPEEDUP = 8.0
+#: GpuHloCostAnalysis::GetFlopsPerElementwiseOpElement's kDefaultFlopsPerElement
+DEFAULT_FLOPS_PER_ELEMENT = 3
+#: DeviceDescription::dram_to_l2_transaction_size_bytes: an uncoalesced read uses one
+#: element of each 64-byte transaction (GetCoalescingUtilizationRate)
+DRAM_TO_L2_TRANSACTION_BYTES = 64
+#: the loop emitter's block: 32 threads per warp x kWarpSchedulers = 4 (launch_dimensions.cc)
+LOOP_THREADS_PER_BLOCK = 128
+#: the fallback when no emitter sizes the launch (EstimateFusionLaunchDimensions)
+FALLBACK_THREADS_PER_BLOCK = 128
+
+# HloOpProfiles for sm_90 (xla/service/gpu/model/hlo_op_profiles_data.h): clock
+# cycles per element by (opcode, element type). Missing pairs cost
+# DEFAULT_FLOPS_PER_ELEMENT; the table has no BF16 rows and no logistic.
+_F32 = {
+    _H.ADD: 7, _H.SUBTRACT: 7, _H.MULTIPLY: 3, _H.DIVIDE: 19, _H.EXPONENTIAL: 79, _H.LOG: 166,
+    _H.TANH: 467, _H.RSQRT: 75, _H.SQRT: 75, _H.POWER: 510, _H.SINE: 958, _H.COSINE: 958,
+    _H.EXPONENTIAL_MINUS_ONE: 190, _H.LOG_PLUS_ONE: 229,
+}
+_F16 = {_H.ADD: 7, _H.SUBTRACT: 7, _H.MULTIPLY: 7, _H.DIVIDE: 43, _H.EXPONENTIAL: 102, _H.LOG: 182,
+        _H.TANH: 502, _H.RSQRT: 95}
+OP_PROFILE_SM90: dict[tuple[HloOpcode, PrimitiveType], int] = {
+    **{(op, PrimitiveType.F32): c for op, c in _F32.items()},
+    **{(op, PrimitiveType.F16): c for op, c in _F16.items()},
+}
+
+_ELEMENTWISE = ELEMENTWISE - {_H.COPY}
+_PASS_THROUGH = frozenset({_H.TUPLE, _H.GET_TUPLE_ELEMENT})
+_DOTS = frozenset({_H.DOT, _H.CONVOLUTION, _H.RAGGED_DOT, _H.SCALED_DOT})
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFigures:
+    """The device figures XLA's model reads beyond the roofline's (``Device.extra``
+    may override each; defaults are XLA's sm_90 values, cited at the field)."""
+
+    #: GpuTargetConfig ``fpus_per_core`` (../shared/gpu_specs/h100_sxm.txtpb: 128)
+    fpus_per_core: int = 128
+    #: DeviceDescription::memory_transactions_per_clock (hard-coded 32)
+    memory_transactions_per_clock: int = 32
+    #: DeviceDescription::l1_cache_size_per_SM (hard-coded 2 KiB)
+    l1_bytes_per_sm: int = 2 * 1024
+    #: threads_per_core_limit (h100_sxm.txtpb: 2048): the loop emitter unrolls only
+    #: when the output has at least SMs x this many elements
+    threads_per_sm: int = 2048
+
+    @classmethod
+    def of(cls, device: Device) -> "GpuFigures":
+        e = device.extra or {}
+        d = cls()
+        return cls(int(e.get("fpus_per_core", d.fpus_per_core)),
+                   int(e.get("memory_transactions_per_clock", d.memory_transactions_per_clock)),
+                   int(e.get("l1_bytes_per_sm", d.l1_bytes_per_sm)),
+                   int(e.get("threads_per_sm", d.threads_per_sm)))
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    blocks: int
+    threads_per_block: int
+
+
+@dataclass(frozen=True, slots=True)
+class OperandRead:
+    """One operand's traffic: ``total`` bytes accessed (re-reads counted), ``net``
+    distinct bytes (at most its size), element bytes and whether reads coalesce."""
+
+    total: float
+    net: float
+    element_bytes: int
+    coalesced: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GpuKernelCost:
+    """XLA's three times for one kernel (seconds, no launch) and what they came from."""
+
+    compute_s: float
+    memory_s: float
+    exec_s: float
+    flops: float
+    launch: Launch
+    read_s: float
+    write_s: float
+
+
+# -- the formulas ------------------------------------------------------------------------
+
+
+def combine(compute_s: float, memory_s: float) -> float:
+    """CombineComputeAndMemoryAccessTime: ``C + M - 0.95 min(C, M)``."""
+    return compute_s + memory_s - MEMORY_COMPUTE_PARALLELISM * min(compute_s, memory_s)
+
+
+def compute_seconds(flops: float, launch: Launch, device: Device, fig: GpuFigures | None = None) -> float:
+    """ComputeTime: each active FPU (threads per block up to ``fpus_per_core``, on up
+to one block per SM) does one FMA (2 flops) per clock."""
+    fig = fig or GpuFigures.of(device)
+    fpus = min(launch.threads_per_block, fig.fpus_per_core) * min(launch.blocks, device.sms)
+    per_ns = device.clock_ghz * 2 * fpus
+    return flops / per_ns * 1e-9 if per_ns > 0 else 0.0
+
+
+def adjust_bandwidth(bandwidth: float, blocks: int, device: Device, fig: GpuFigures | None = None) -> float:
+    """AdjustBandwidth: a block moves at most ``memory_transactions_per_clock`` bytes per clock."""
+    fig = fig or GpuFigures.of(device)
+    return min(bandwidth, max(blocks, 1) * device.clock_ghz * 1e9 * fig.memory_transactions_per_clock)
+
+
+def read_seconds(op: OperandRead, blocks: int, device: Device, fig: GpuFigures | None = None) -> float:
+    """ReadTimeWithDRAMHeuristic: the first read from DRAM (slowed by uncoalescing),
+    re-reads from L2 (x2.5), from L1 as well (x8) when the distinct bytes fit 2 KiB
+    per SM, from DRAM again when they do not fit L2."""
+    fig = fig or GpuFigures.of(device)
+    util = 1.0 if op.coalesced else op.element_bytes / DRAM_TO_L2_TRANSACTION_BYTES
+    bw = device.memory_bandwidth
+    dram = bw * util
+    rest = bw
+    if op.net < device.l2_bytes:
+        rest *= L2_CACHE_SPEEDUP
+        if op.net < fig.l1_bytes_per_sm * device.sms:
+            rest *= L1_CACHE_SPEEDUP
+    else:
+        rest *= util
+    dram = adjust_bandwidth(dram, blocks, device, fig)
+    rest = adjust_bandwidth(rest, blocks, device, fig)
+    first = min(op.net, op.total)
+    return first / dram + (op.total - first) / rest
+
+
+def write_seconds(bytes_written: float, device: Device) -> float:
+    """WriteTime: output bytes at the DRAM bandwidth (no block cap)."""
+    return bytes_written / device.memory_bandwidth
+
+
+# -- flops -------------------------------------------------------------------------------
+
+
+def _elements(shape: Shape) -> int:
+    return shape.num_elements if shape.is_array else sum(s.num_elements for _, s in shape.leaves() if s.is_array)
+
+
+def _bytes(shape: Shape) -> int:
+    if shape.is_array:
+        return shape.byte_size if all(d >= 0 for d in shape.dims) else 0
+    return sum(s.byte_size for _, s in shape.leaves() if s.is_array)
+
+
+def elementwise_flops_per_element(op: HloOpcode, element_type: PrimitiveType) -> int:
+    return OP_PROFILE_SM90.get((op, element_type), DEFAULT_FLOPS_PER_ELEMENT)
+
+
+def _computation_flops(comp: Computation | None) -> float:
+    """Flops of a scalar computation (a reducer), every instruction once."""
+    if comp is None:
+        return 0.0
+    return sum(instruction_flops(i) for i in comp)
+
+
+def _dot_flops(dot: Instruction) -> float:
+    lhs = dot.operands[0].shape
+    raw = dot.attribute("lhs_contracting_dims") or "{}"
+    k = math.prod(lhs.dims[int(x)] for x in raw.strip("{}").split(",") if x.strip())
+    return 2.0 * _elements(dot.shape) * k
+
+
+def instruction_flops(instr: Instruction) -> float:
+    """GpuHloCostAnalysis's flops of one instruction (clock cycles, HloOpProfiles)."""
+    op = instr.opcode
+    if op in _ELEMENTWISE:
+        if not instr.shape.is_array:
+            return 0.0
+        return float(_elements(instr.shape) * elementwise_flops_per_element(op, instr.shape.element_type))
+    if op is _H.REDUCE:
+        out0 = instr.shape if instr.shape.is_array else instr.shape.tuple_shapes[0]
+        count = _elements(instr.operands[0].shape) - _elements(out0)
+        return _computation_flops(instr.to_apply) * max(count, 0)
+    if op is _H.CONCATENATE:
+        dims = instr.dimensions or (0,)
+        dim = dims[0]
+        per = 400 if dim > 0 and instr.operands[0].shape.dims[dim] % 32 else 6
+        return float(per * _elements(instr.shape))
+    if op in _DOTS and op is not _H.CONVOLUTION:
+        return _dot_flops(instr)
+    if op is _H.FUSION and instr.fused_computation is not None:
+        return fusion_utilization(instr).flops
+    return 0.0
+
+
+# -- utilization (GpuHloCostAnalysis::FusionCalculateUtilizations) -----------------------
+
+
+def _operand_utilization(instr: Instruction, index: int) -> float:
+    """How many times ``instr`` reads each element of operand ``index``, on average:
+    1, less for what a slice keeps, and output / operand elements for a broadcast
+    (XLA's fused emitter recomputes a broadcast's operand, a reduce included, for
+    every output element: measured on XLA's estimates, e.g. a softmax loop fusion
+    whose param is priced 33 times its size for 32-wide rows)."""
+    op = instr.opcode
+    src = instr.operands[index].shape
+    n_src = _elements(src) if src.is_array else 0
+    if not n_src:
+        return 1.0
+    if op is _H.BROADCAST:
+        return _elements(instr.shape) / n_src
+    if op in (_H.SLICE, _H.DYNAMIC_SLICE) and index == 0:
+        return _elements(instr.shape) / n_src
+    if op is _H.GATHER and index == 0:
+        return min(1.0, _elements(instr.shape) / n_src)
+    if op is _H.DYNAMIC_UPDATE_SLICE and index == 0:
+        return 0.0  # updated in place: the operand is not read
+    return 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Utilization:
+    flops: float
+    parameter: dict  # fused parameter number -> utilization
+
+
+def fusion_utilization(fusion: Instruction) -> Utilization:
+    """Utilization-weighted flops of a fusion and the utilization of each parameter:
+    an instruction's utilization is the sum over its non-elementwise users of the
+    fraction of it they read (elementwise users pass theirs through)."""
+    comp = fusion.fused_computation
+    order = list(comp)  # post order (operands first)
+    root = comp.root
+    root_util: dict[int, float] = {id(root): 1.0}
+    use_roots: dict[int, set[int]] = {id(root): {id(root)}}
+    util: dict[int, float] = {}
+    flops = 0.0
+    params: dict[int, float] = {}
+    for instr in reversed(order):
+        u = sum(root_util.get(r, 0.0) for r in use_roots.get(id(instr), ()))
+        util[id(instr)] = u
+        if instr.opcode is _H.FUSION and instr.fused_computation is not None:
+            flops += u * fusion_utilization(instr).flops
+        else:
+            flops += u * instruction_flops(instr)
+        if instr.opcode is _H.PARAMETER:
+            params[instr.parameter_number] = u
+        for idx, operand in enumerate(instr.operands):
+            if instr.opcode in _ELEMENTWISE or instr.opcode in _PASS_THROUGH:
+                use_roots.setdefault(id(operand), set()).update(use_roots.get(id(instr), ()))
+            else:
+                use_roots.setdefault(id(operand), set()).add(id(operand))
+                ou = u * _operand_utilization(instr, idx)
+                n = _elements(operand.shape)
+                ou = math.ceil(ou * n) / n if n else 0.0
+                root_util[id(operand)] = root_util.get(id(operand), 0.0) + ou
+    return Utilization(flops, params)
+
+
+# -- launch dimensions -------------------------------------------------------------------
+
+
+def _triton_launch(config: dict) -> Launch | None:
+    fbc = config.get("fusion_backend_config") or {}
+    blc = fbc.get("block_level_fusion_config")
+    if not blc:
+        return None
+    return Launch(0, int(blc.get("num_warps", 4)) * 32)
+
+
+def _loop_launch(elements: int, unroll: int, device: Device) -> Launch:
+    """CalculateLaunchDimensions: one thread per ``unroll`` elements, 128 a block."""
+    if elements <= 1:
+        return Launch(1, 1)
+    n = math.ceil(elements / unroll)
+    threads = min(LOOP_THREADS_PER_BLOCK, n)
+    return Launch(math.ceil(n / threads), threads)
+
+
+def _loop_unroll(fusion: Instruction, shape: Shape, device: Device, fig: GpuFigures) -> int:
+    """ComputeLoopFusionConfig: unroll 4 (or 2) when the output fills the GPU, and
+    enough that a thread writes whole bytes."""
+    n = _elements(shape)
+    unroll = 1
+    if n >= fig.threads_per_sm * device.sms:
+        unroll = next((u for u in (4, 2) if n % u == 0), 1)
+    bits = min((s.element_type.bit_width for _, s in fusion.shape.leaves() if s.is_array), default=8) or 8
+    return max(unroll, math.ceil(8 / bits))
+
+
+def _physical_dims(shape: Shape) -> list[tuple[int, int]]:
+    """(logical dim, size) from major to minor."""
+    m2m = shape.layout.minor_to_major if shape.layout and shape.layout.minor_to_major else tuple(range(shape.rank - 1, -1, -1))
+    return [(d, shape.dims[d]) for d in reversed(m2m)]
+
+
+def _reduction_launch(reduce: Instruction, device: Device) -> Launch:
+    """The reduction emitters' launch, approximately: a row reduction (minor dim
+    reduced) gives each row up to 512 threads, 16 elements each (rows share a block
+    up to 256 threads); a column reduction tiles 32 x 32."""
+    src = reduce.operands[0].shape
+    reduced = set(reduce.dimensions or ())
+    phys = _physical_dims(src)
+    minor_reduced = 1
+    i = len(phys) - 1
+    while i >= 0 and phys[i][0] in reduced:
+        minor_reduced *= phys[i][1]
+        i -= 1
+    kept = math.prod(s for d, s in phys if d not in reduced)
+    if minor_reduced > 1 or not phys:
+        threads_reduced = min(512, _round_up(math.ceil(minor_reduced / 16), 32))
+        if minor_reduced <= 16 and kept > 1:  # several rows per warp
+            rows_per_warp = max(1, 32 // max(minor_reduced, 1))
+            threads = 256 if kept * 32 // rows_per_warp >= 256 else max(32, _round_up(kept * 32 // rows_per_warp, 32))
+            rows_per_block = threads // 32 * rows_per_warp
+            return Launch(max(1, math.ceil(kept / rows_per_block)), threads)
+        threads_kept = 1
+        if threads_reduced * 2 <= 256:
+            threads_kept = kept if kept * threads_reduced <= 256 else 256 // threads_reduced
+        return Launch(max(1, math.ceil(kept / threads_kept)), threads_kept * threads_reduced)
+    # column reduction: the kept minor dimension in tiles of 32, 32 x 32 threads
+    minor_kept = 1
+    while i >= 0 and phys[i][0] not in reduced:
+        minor_kept *= phys[i][1]
+        i -= 1
+    major_kept = max(1, kept // max(minor_kept, 1))
+    return Launch(major_kept * max(1, math.ceil(minor_kept / 32)), 32 * 32)
+
+
+def _round_up(x: int, m: int) -> int:
+    return max(m, math.ceil(x / m) * m)
+
+
+def launch_dimensions(kernel: Instruction, device: Device, fig: GpuFigures | None = None) -> Launch:
+    """The launch XLA's emitter would choose for ``kernel`` (see the module docstring)."""
+    fig = fig or GpuFigures.of(device)
+    config = kernel.backend_config if "backend_config" in kernel.attributes else None
+    if isinstance(config, dict):
+        tl = _triton_launch(config)
+        if tl is not None:
+            blc = config["fusion_backend_config"]["block_level_fusion_config"]
+            tiles = blc.get("output_tiles") or []
+            shape = kernel.shape if kernel.shape.is_array else kernel.shape.tuple_shapes[0]
+            blocks = 1
+            if tiles:
+                sizes = [int(s) for s in tiles[0].get("sizes", [])]
+                root = _first_root(kernel)
+                dims = root.shape.dims if root is not None and root.shape.is_array else shape.dims
+                if len(sizes) == len(dims):
+                    blocks = math.prod(math.ceil(d / t) for d, t in zip(dims, sizes) if t > 0)
+                else:
+                    blocks = math.ceil(_elements(shape) / max(1, math.prod(sizes)))
+            return Launch(max(1, blocks), tl.threads_per_block)
+    body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
+    if body is None:
+        shape = kernel.shape if kernel.shape.is_array else (kernel.shape.tuple_shapes[0] if kernel.shape.tuple_shapes else kernel.shape)
+        if kernel.opcode is _H.REDUCE:
+            return _reduction_launch(kernel, device)
+        return _loop_launch(_elements(shape), _loop_unroll(kernel, shape, device, fig), device)
+    roots = _roots(body)
+    reduces = [r for r in roots if r.opcode is _H.REDUCE]
+    if reduces:
+        return _reduction_launch(reduces[0], device)
+    root = roots[0]
+    if root.opcode is _H.DYNAMIC_UPDATE_SLICE:
+        return _loop_launch(_elements(root.operands[1].shape), 1, device)
+    if root.opcode is _H.SCATTER:
+        n = (len(root.operands) - 1) // 2
+        return _loop_launch(_elements(root.operands[n + 1].shape), 1, device)
+    transposes = [i for i in body if _transposes_minor(i)]
+    if transposes and kernel.fusion_kind == "kInput":
+        shape = transposes[0].shape
+        phys = _physical_dims(shape)
+        minor = phys[-1][1] if phys else 1
+        rest = math.prod(s for _, s in phys[:-1]) if len(phys) > 1 else 1
+        return Launch(max(1, math.ceil(minor / 32) * math.ceil(rest / 32)), 128)
+    shape = root.shape
+    hero = root
+    while hero.opcode in _ELEMENTWISE and len(hero.operands) == 1:
+        hero = hero.operands[0]
+    if hero.opcode is _H.CONCATENATE:  # the concatenate emitter: one thread per element of the largest operand
+        shape = max((o.shape for o in hero.operands), key=_elements)
+    return _loop_launch(_elements(shape), _loop_unroll(kernel, shape, device, fig), device)
+
+
+def _roots(body: Computation) -> list[Instruction]:
+    root = body.root
+    return list(root.operands) if root.opcode is _H.TUPLE else [root]
+
+
+def _first_root(kernel: Instruction) -> Instruction | None:
+    body = kernel.fused_computation
+    return _roots(body)[0] if body is not None else None
+
+
+# -- coalescing --------------------------------------------------------------------------
+
+
+def _transposes_minor(instr: Instruction) -> bool:
+    """TransposesMinorDimension: a transpose or a layout-changing copy that moves the
+    physically minor dimension."""
+    if instr.opcode not in (_H.TRANSPOSE, _H.COPY) or not instr.shape.is_array or not instr.operands:
+        return False
+    src, dst = instr.operands[0].shape, instr.shape
+    if not src.is_array or src.rank < 2:
+        return False
+    src_phys = [d for d, s in _physical_dims(src) if s > 1]
+    dst_phys = [d for d, s in _physical_dims(dst) if s > 1]
+    if instr.opcode is _H.TRANSPOSE:
+        perm = instr.dimensions or ()
+        dst_phys = [perm[d] for d in dst_phys] if perm else dst_phys
+    return bool(src_phys) and bool(dst_phys) and src_phys[-1] != dst_phys[-1]
+
+
+def coalesced(kernel: Instruction) -> bool:
+    """IsReadCoalescedHeuristic: a fusion that is not a transpose emitter and holds a
+    transpose of the minor dimension (not of a broadcast) reads uncoalesced."""
+    body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
+    if body is None:
+        return not _transposes_minor(kernel)
+    if kernel.fusion_kind == "kInput" and not any(r.opcode is _H.REDUCE for r in _roots(body)):
+        return True  # the transpose emitter tiles through shared memory
+    for i in body:
+        if _transposes_minor(i) and i.operands[0].opcode is not _H.BROADCAST:
+            return False
+    return True
+
+
+# -- operands ----------------------------------------------------------------------------
+
+
+def operand_reads(kernel: Instruction) -> list[OperandRead]:
+    """Each operand's bytes: for a fusion, its parameter's utilization times its size
+    (a parameter read by two broadcasts is read twice; a slice reads what it keeps)."""
+    co = coalesced(kernel)
+    out = []
+    body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
+    util = fusion_utilization(kernel).parameter if body is not None else {}
+    for idx, operand in enumerate(kernel.operands):
+        size = _bytes(operand.shape)
+        if body is not None:
+            total = round(size * util.get(idx, 0.0))
+        else:
+            total = size * _operand_utilization(kernel, idx)
+        et = operand.shape.element_type if operand.shape.is_array else None
+        eb = et.byte_width if et is not None and et.bit_width else 4
+        out.append(OperandRead(float(total), float(min(size, total)), max(eb, 1), co))
+    return out
+
+
+def output_bytes(kernel: Instruction) -> float:
+    """Bytes written: the outputs, a dynamic-update-slice root only its update."""
+    body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
+    if body is None:
+        if kernel.opcode is _H.DYNAMIC_UPDATE_SLICE:
+            return float(_bytes(kernel.operands[1].shape))
+        return float(_bytes(kernel.shape))
+    total = 0.0
+    for r, leaf in zip(_roots(body), kernel.shape.tuple_shapes if kernel.shape.is_tuple else [kernel.shape]):
+        total += _bytes(r.operands[1].shape) if r.opcode is _H.DYNAMIC_UPDATE_SLICE else _bytes(leaf)
+    return total
+
+
+def kernel_cost(kernel: Instruction, device: Device, *, flops: float | None = None,
+                reads: Iterable[OperandRead] | None = None, written: float | None = None,
+                compute_s: float | None = None) -> GpuKernelCost:
+    """XLA:GPU's model of one kernel on ``device``. ``compute_s`` replaces the
+    CUDA-core compute time (the roofline passes a dot's tensor-core time)."""
+    fig = GpuFigures.of(device)
+    launch = launch_dimensions(kernel, device, fig)
+    f = instruction_flops(kernel) if flops is None else flops
+    c = compute_seconds(f, launch, device, fig) if compute_s is None else compute_s
+    rs = list(operand_reads(kernel) if reads is None else reads)
+    read = sum(read_seconds(r, launch.blocks, device, fig) for r in rs)
+    write = write_seconds(output_bytes(kernel) if written is None else written, device)
+    m = read + write
+    return GpuKernelCost(c, m, combine(c, m), f, launch, read, write)

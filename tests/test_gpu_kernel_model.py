@@ -1,0 +1,127 @@
+"""Our GPU kernel model (fusion_analysis.gpu_kernel_model) against XLA:GPU's own
+GpuPerformanceModel: the formulas one by one, and the per-kernel agreement on a
+real deviceless XLA:GPU compile of a corpus module."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import corpus
+import hlo_tools
+from fusion_analysis import devices, roofline, xla_gpu_model
+from fusion_analysis import gpu_kernel_model as g
+from fusion_analysis.cost import KernelTime, analyze
+from fusion_analysis.rank_stats import spearman
+from xla_bridge import xla
+
+H100 = devices.load("h100")
+PER_BLOCK = 1.98e9 * 32  # bytes/s one block can move: clock x memory_transactions_per_clock
+
+
+def test_adjust_bandwidth_caps_few_blocks():
+    assert g.adjust_bandwidth(3.35e12, 1, H100) == pytest.approx(PER_BLOCK)
+    assert g.adjust_bandwidth(3.35e12, 10, H100) == pytest.approx(10 * PER_BLOCK)
+    assert g.adjust_bandwidth(3.35e12, 1000, H100) == 3.35e12  # many blocks: DRAM-bound
+
+
+def test_read_time_tiers():
+    blocks = 10_000  # no block cap
+    mib = 2**20
+    # first read from DRAM; re-reads of a buffer that fits L1 (2 KiB x 132 SMs) at 2.5 x 8
+    small = g.OperandRead(total=3 * 100_000, net=100_000, element_bytes=4)
+    assert g.read_seconds(small, blocks, H100) == pytest.approx(1e5 / 3.35e12 + 2e5 / (3.35e12 * 20))
+    # fits L2 (50 MiB) but not L1: re-reads at 2.5x
+    mid = g.OperandRead(total=2 * 10 * mib, net=10 * mib, element_bytes=4)
+    assert g.read_seconds(mid, blocks, H100) == pytest.approx(10 * mib / 3.35e12 + 10 * mib / (3.35e12 * 2.5))
+    # does not fit L2, uncoalesced bf16: every read wastes 62 of 64 bytes
+    big = g.OperandRead(total=2 * 100 * mib, net=100 * mib, element_bytes=2, coalesced=False)
+    assert g.read_seconds(big, blocks, H100) == pytest.approx(2 * 100 * mib / (3.35e12 * 2 / 64))
+    # one block: everything at 63 GB/s
+    assert g.read_seconds(small, 1, H100) == pytest.approx(3e5 / PER_BLOCK)
+
+
+def test_compute_write_and_overlap():
+    # a block of 2 threads does 2 x 3.96 flops per ns; 128 threads cap at fpus_per_core
+    assert g.compute_seconds(20, g.Launch(1, 2), H100) == pytest.approx(20 / (3.96 * 2) * 1e-9)
+    assert g.compute_seconds(1e6, g.Launch(500, 256), H100) == pytest.approx(1e6 / (3.96 * 128 * 132) * 1e-9)
+    assert g.write_seconds(3.35e6, H100) == pytest.approx(1e-6)
+    assert g.combine(1.0, 3.0) == pytest.approx(3.05)
+
+
+def _module(body: str) -> hlo_tools.Module:
+    return hlo_tools.parse("HloModule m\n\n" + body)
+
+
+def test_flops_profile_launch_and_broadcast_reuse():
+    m = _module(
+        "%f (p: f32[64,32]) -> f32[64,32] {\n  %p = f32[64,32]{1,0} parameter(0)\n  %z = f32[] constant(0)\n"
+        "  %r = f32[64]{0} reduce(%p, %z), dimensions={1}, to_apply=%add\n"
+        "  %b = f32[64,32]{1,0} broadcast(%r), dimensions={0}\n  %s = f32[64,32]{1,0} subtract(%p, %b)\n"
+        "  ROOT %e = f32[64,32]{1,0} exponential(%s)\n}\n\n"
+        "%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
+        "  ROOT %a = f32[] add(%x, %y)\n}\n\n"
+        "ENTRY %e {\n  %a = f32[64,32]{1,0} parameter(0)\n"
+        "  ROOT %fu = f32[64,32]{1,0} fusion(%a), kind=kLoop, calls=%f\n}\n")
+    fu = m.entry.root
+    n = 64 * 32
+    # exp 79 + subtract 7 per element; the reduce (add: 7 per reduced element) is
+    # recomputed for each of the 32 elements its broadcast feeds
+    assert g.instruction_flops(fu) == pytest.approx(n * (79 + 7) + 32 * (n - 64) * 7)
+    assert g.launch_dimensions(fu, H100) == g.Launch(16, 128)  # 2048 elements, 128 a block, no unroll
+    (read,) = g.operand_reads(fu)
+    assert (read.net, read.total) == (n * 4, 33 * n * 4)  # once by the subtract, 32 times by the reduce
+
+
+def test_triton_launch_from_the_tile_config():
+    m = _module(
+        "%f (p: f32[8,512]) -> f32[8,512] {\n  %p = f32[8,512]{1,0} parameter(0)\n"
+        "  ROOT %n = f32[8,512]{1,0} negate(%p)\n}\n\n"
+        "ENTRY %e {\n  %a = f32[8,512]{1,0} parameter(0)\n"
+        "  ROOT %fu = f32[8,512]{1,0} fusion(%a), kind=kCustom, calls=%f, backend_config={\"fusion_backend_config\":"
+        "{\"kind\":\"__triton\",\"block_level_fusion_config\":{\"num_warps\":\"2\",\"output_tiles\":[{\"sizes\":[\"1\",\"128\"]}]}}}\n}\n")
+    assert g.launch_dimensions(m.entry.root, H100) == g.Launch(8 * 4, 64)
+
+
+def test_host_path_is_unchanged():
+    """A CPU device keeps the plain roofline: max(compute, memory) + launch."""
+    host = devices.Device(name="cpu-test", kind="cpu", peak_flops={"f32": 1e11}, vector_flops=1e10,
+                          transcendentals_per_s=1e9, memory_bandwidth=2e10, launch_overhead_s=5e-7)
+    m = _module("ENTRY %e {\n  %a = f32[1024]{0} parameter(0)\n  %x = f32[1024]{0} exponential(%a)\n"
+                "  ROOT %y = f32[1024]{0} add(%x, %a)\n}\n")
+    costs = analyze(m).by_name()
+    for k in roofline.roofline(m, host).kernels:
+        c = costs[k.name]
+        want = KernelTime(c.flops / 1e10 + c.transcendentals / 1e9, c.bytes_accessed / 2e10, 5e-7)
+        assert (k.compute_s, k.memory_s, k.time_s) == (want.compute_s, want.memory_s, want.time_s)
+
+
+# -- against XLA -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def priced_decode():
+    if not xla.cuda_plugin_available():
+        pytest.skip("jax's CUDA plugin is not installed: XLA:GPU cannot compile, even deviceless")
+    (entry,) = list(corpus.load("llama3-tiny-decode-f32"))
+    text = xla_gpu_model.compile_priced(entry.text("before_optimizations"), "h100").optimized_text
+    return hlo_tools.parse(text)
+
+
+def test_agrees_with_xla_per_kernel(priced_decode):
+    ours = {(k.computation, k.name): k for k in roofline.roofline(priced_decode, H100).kernels}
+    pairs = []
+    for instr, est in xla_gpu_model.priced(priced_decode):
+        if any(i.opcode.value == "dot" for i in instr.fused_computation):
+            continue  # GEMMs: our tensor-core peak, XLA's CUDA-core rate (bench/gpu_cost_vs_xla.py)
+        k = ours[(instr.parent.name, instr.name)]
+        assert k.launch_s == 1e-6
+        pairs.append((k.time_s - k.launch_s, est.exec_s))
+    assert len(pairs) >= 15
+    ratios = [a / b for a, b in pairs]
+    assert spearman([a for a, _ in pairs], [b for _, b in pairs]) >= 0.95
+    assert 0.9 <= float(np.median(ratios)) <= 1.1
+    assert sum(0.5 <= r <= 2 for r in ratios) >= 0.9 * len(ratios)
+    assert all(math.isfinite(r) for r in ratios)
