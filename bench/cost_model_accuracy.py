@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import corpus  # noqa: E402
 import hlo_tools  # noqa: E402
 from fusion_analysis import cost, devices, kernels, roofline, xla_fusion_log  # noqa: E402
+from fusion_analysis.rank_stats import spearman  # noqa: E402
 from xla_bridge import xla  # noqa: E402
 from xla_bridge.measure import Measurement  # noqa: E402
 from xla_bridge.xla_bench import harness_overhead, time_compiled  # noqa: E402
@@ -276,27 +277,10 @@ def _stats(recs: list[dict], key: str = "trace_us", floor: float = BIG_US) -> tu
     ok = [r for r in recs if key in r]
     pred = np.array([r["predicted_us"] for r in ok])
     meas = np.array([r[key] for r in ok])
-    rho = _spearman(pred, meas) if len(ok) >= 3 else float("nan")
+    rho = spearman(pred, meas) if len(ok) >= 3 else float("nan")
     big = meas > floor
     mape = float(np.median(np.abs(pred[big] - meas[big]) / meas[big])) if big.any() else float("nan")
     return rho, mape, int(big.sum())
-
-
-def _spearman(a, b) -> float:
-    try:
-        from scipy.stats import spearmanr
-
-        return float(spearmanr(a, b).statistic)
-    except ImportError:
-        import numpy as np
-
-        def ranks(x):
-            order = np.argsort(x, kind="stable")
-            r = np.empty(len(x))
-            r[order] = np.arange(len(x))
-            return r
-
-        return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
 
 
 def kernel_timing(only: str | None, reps: int, stored: bool, json_out: str | None, pin: int | None = None,

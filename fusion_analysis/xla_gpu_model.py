@@ -24,6 +24,9 @@ from hlo_tools.opcode import HloOpcode
 from xla_bridge.measure import STOCK, Measurement, Pipeline
 from xla_bridge.xla_compile import CompileResult
 
+from .devices import Device
+from .roofline import roofline
+
 #: the XLA debug option that makes XLA:GPU write its estimates into backend configs
 COLLECT_FLAG = "xla_gpu_collect_cost_model_stats"
 
@@ -64,3 +67,29 @@ def compile_priced(module: Module | str, target: str, pipeline: Pipeline = STOCK
     """``module`` compiled by XLA:GPU for ``target`` without a GPU, with XLA's
     estimate written into each fusion it decided (see the module docstring)."""
     return Measurement("gpu", target=target, flags={COLLECT_FLAG: True}, contained=contained).compile(module, pipeline)
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleTime:
+    """A module's time under XLA's model where it priced the kernels: XLA's
+    estimate for each ``priced`` kernel, our roofline for the others, and one
+    launch per kernel (XLA's 1 us, ``kKernelLaunchOverhead``)."""
+
+    seconds: float
+    priced: int
+    kernels: int
+
+
+def module_time(module: Module, device: Device) -> ModuleTime:
+    """``module``'s time on ``device`` under XLA's model, completed by our roofline."""
+    xla = {(i.parent.name, i.name): est for i, est in priced(module)}
+    total, n_priced = 0.0, 0
+    kernels = roofline(module, device).kernels
+    for k in kernels:
+        est = xla.get((k.computation, k.name))
+        if est is None:
+            total += k.time_s
+        else:
+            total += est.exec_s + k.launch_s
+            n_priced += 1
+    return ModuleTime(total, n_priced, len(kernels))

@@ -11,10 +11,12 @@ interleaved timings, outputs compared, and whether XLA compiled exactly the
 fusions we wrote.
 
 GPU (compiled, no GPU needed): stock XLA:GPU compiled here for a target
-(deviceless) vs XLA:GPU "as-written" with our pipeline at its post-scheduler
-hook, kernels and bytes from XLA's HloCostAnalysis of both optimized modules,
-time predicted by our roofline for that device, and whether XLA:GPU compiled
-every fusion we wrote.
+(deviceless) vs our pipeline run in one of the three ``FUSION_MODES``
+(replace, on-top, as-written; docs/xla_gpu_modes.md), at XLA:GPU's
+post-scheduler hook: kernels, bytes and flops from our cost model on both
+optimized modules, time predicted by our roofline and by XLA's own GPU model
+(its per-fusion estimates, collected in the same compiles), and whether XLA:GPU
+compiled every fusion we wrote.
 
 Both run in the XLA worker by default (``contained=True``): an XLA abort on one
 module raises ``XlaAbortError`` (an ``XlaCompileError``) for that module, and a
@@ -27,15 +29,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from fusion_analysis import devices
+from fusion_analysis import cost, devices, xla_gpu_model
 from fusion_analysis.roofline import roofline
 from hlo_tools import HloOpcode, Module
 from hlo_tools.opcode import NO_KERNEL
 from passes import PassManager
 from passes.fusion.pipeline import passes_of
-from xla_bridge import xla, xla_worker
+from xla_bridge import xla_worker
 from xla_bridge.errors import XlaCompileError
-from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import STOCK, Measurement, Pipeline
 from xla_bridge.xla_compile import CompileResult
 
@@ -57,10 +58,10 @@ def _fusion_names(module: Module | None) -> frozenset[str]:
     return frozenset(i.name for i in module.entry if i.opcode is HloOpcode.FUSION) if module is not None else frozenset()
 
 
-def ours(spec: str | Sequence, backend: str) -> Pipeline:
-    """XLA as written, with the passes of ``spec`` (names or ``Pass`` objects) deciding every fusion at the
-    stage where XLA keeps what they write (``HookStage.for_fusion``)."""
-    return Pipeline.as_written().hooked(PassManager(passes_of(spec)), HookStage.for_fusion(backend))
+def ours(spec: str | Sequence, backend: str, mode: str = "as-written") -> Pipeline:
+    """The passes of ``spec`` (names or ``Pass`` objects) run inside XLA in ``mode``
+    (``Pipeline.fusion``: by default XLA as written, ours deciding every fusion)."""
+    return Pipeline.fusion(PassManager(passes_of(spec)), backend, mode)
 
 
 def _stock_and_ours(measurement: Measurement, text: str, spec: str | Sequence) -> tuple[CompileResult, CompileResult, frozenset[str]]:
@@ -136,24 +137,52 @@ def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 
 
 
 @dataclass
+class GpuSide:
+    """One side of a GPU study, every figure from one model for both sides: kernels,
+    bytes and flops from our cost model, time from our roofline and from XLA's own
+    GPU model (``xla_gpu_model.module_time``: XLA's estimate for the kernels it
+    priced, ``xla_priced`` of them, our roofline for the rest)."""
+
+    kernels: int
+    bytes: float
+    flops: float
+    predicted_us: float
+    xla_model_us: float
+    xla_priced: int
+
+    @classmethod
+    def of(cls, module: Module, device: devices.Device) -> "GpuSide":
+        c = cost.analyze(module)
+        t = xla_gpu_model.module_time(module, device)
+        return cls(kernels=kernels(module), bytes=c.bytes_accessed, flops=c.flops,
+                   predicted_us=roofline(module, device).time_s * 1e6, xla_model_us=t.seconds * 1e6,
+                   xla_priced=t.priced)
+
+
+@dataclass
 class GpuRow:
+    """Stock XLA:GPU against our pipeline in one ``FUSION_MODES`` mode, compiled
+    for ``target`` without a GPU."""
+
     module: str
     target: str
-    kernels_stock: int
-    kernels_ours: int
-    bytes_stock: float
-    bytes_ours: float
-    predicted_us_stock: float
-    predicted_us_ours: float
+    mode: str
+    stock: GpuSide
+    ours: GpuSide
     fusions_written: int
     kept: bool
 
     @property
     def predicted_speedup(self) -> float:
-        return self.predicted_us_stock / self.predicted_us_ours if self.predicted_us_ours else float("inf")
+        return self.stock.predicted_us / self.ours.predicted_us if self.ours.predicted_us else float("inf")
+
+    @property
+    def xla_model_speedup(self) -> float:
+        return self.stock.xla_model_us / self.ours.xla_model_us if self.ours.xla_model_us else float("inf")
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "predicted_speedup": self.predicted_speedup}
+        return {**asdict(self), "predicted_speedup": self.predicted_speedup,
+                "xla_model_speedup": self.xla_model_speedup}
 
 
 def gpu_pipeline(spec: str) -> str:
@@ -161,23 +190,34 @@ def gpu_pipeline(spec: str) -> str:
     return ",".join(p for p in spec.split(",") if p.strip() and p.strip() not in CPU_ONLY)
 
 
-def gpu_study(name: str, text: str, spec: str, target: str = "h100", *, contained: bool = True) -> GpuRow:
-    """Stock XLA:GPU vs XLA:GPU as written with our pipeline at its post-scheduler
-    hook, both compiled here for ``target`` without a GPU: kernels and bytes from
-    XLA's optimized modules (HloCostAnalysis), time from our roofline.
-    ``contained``: in the XLA worker."""
+def gpu_study(name: str, text: str, spec: str, target: str = "h100", *, mode: str = "on-top",
+              contained: bool = True) -> GpuRow:
+    """Stock XLA:GPU vs our pipeline in ``mode`` (``Pipeline.fusion``), both compiled
+    here for ``target`` without a GPU and with XLA's per-fusion estimates collected:
+    ``GpuSide`` figures of both optimized modules, and whether XLA:GPU compiled
+    every fusion we wrote.  ``contained``: in the XLA worker."""
+    return gpu_study_modes(name, text, spec, target, modes=(mode,), contained=contained)[0]
+
+
+def gpu_study_modes(name: str, text: str, spec: str, target: str = "h100", *,
+                    modes: Sequence[str] = ("replace", "on-top", "as-written"), contained: bool = True) -> list[GpuRow]:
+    """``gpu_study`` in each of ``modes``, stock compiled once."""
     if contained and not xla_worker.in_worker():
-        return xla_worker.contained(gpu_study, (name, text, spec, target), phase="compiling", module=name,
-                                    backend="gpu")
+        return xla_worker.contained(gpu_study_modes, (name, text, spec, target), dict(modes=tuple(modes)),
+                                    phase="compiling", module=name, backend="gpu")
 
     device = devices.load(target)
-    stock, mine, written = _stock_and_ours(Measurement("gpu", target=target), text, gpu_pipeline(spec))
-    a, b = stock.optimized_module, mine.optimized_module
-    return GpuRow(module=name, target=target, kernels_stock=kernels(a), kernels_ours=kernels(b),
-                  bytes_stock=xla.cost_analysis_of_text(stock.optimized_text).get("bytes accessed", float("nan")),
-                  bytes_ours=xla.cost_analysis_of_text(mine.optimized_text).get("bytes accessed", float("nan")),
-                  predicted_us_stock=roofline(a, device).time_s * 1e6, predicted_us_ours=roofline(b, device).time_s * 1e6,
-                  fusions_written=len(written) if mine.hook.after is not None else -1, kept=_kept(written, b))
+    measurement = Measurement("gpu", target=target, flags={xla_gpu_model.COLLECT_FLAG: True})
+    stock = GpuSide.of(measurement.compile(text, STOCK).optimized_module, device)
+    rows = []
+    for mode in modes:
+        mine = measurement.compile(text, ours(gpu_pipeline(spec) if isinstance(spec, str) else spec, "gpu", mode))
+        written = _fusion_names(mine.hook.after)
+        rows.append(GpuRow(module=name, target=target, mode=mode, stock=stock,
+                           ours=GpuSide.of(mine.optimized_module, device),
+                           fusions_written=len(written) if mine.hook.after is not None else -1,
+                           kept=_kept(written, mine.optimized_module)))
+    return rows
 
 
 @dataclass
@@ -192,14 +232,14 @@ class StudyError:
 
 
 def studies(modules, spec: str, *, reps: int = 30, warmup: int = 5, backend: str = "cpu",
-            target: str | None = None) -> list[CpuRow | GpuRow | StudyError]:
+            target: str | None = None, mode: str = "on-top") -> list[CpuRow | GpuRow | StudyError]:
     """``cpu_study`` (or ``gpu_study`` for ``target``) of each ``(name, text)``, in
     order; a module XLA refuses or aborts on becomes a ``StudyError`` row and the
     others go on."""
     rows: list[CpuRow | GpuRow | StudyError] = []
     for name, text in modules:
         try:
-            rows.append(gpu_study(name, text, spec, target) if target else
+            rows.append(gpu_study(name, text, spec, target, mode=mode) if target else
                         cpu_study(name, text, spec, reps=reps, warmup=warmup, backend=backend))
         except XlaCompileError as e:
             rows.append(StudyError(name, str(e)))

@@ -14,7 +14,7 @@ from .dce import DeadCodeElimination
 from .fusion.call_inliner import CallInliner
 from .fusion.horizontal import HorizontalFusion
 from .fusion.library_dot import LibraryDotFusion
-from .fusion.multi_output import MultiOutputFusion
+from .fusion.multi_output import GpuMultiOutputFusion, MultiOutputFusion
 from .fusion.outline import InlineFusions
 from .fusion.priority import PriorityFusion
 from .fusion.producer_consumer import ProducerConsumerFusion
@@ -29,6 +29,7 @@ PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
     CommonSubexpressionElimination,
     DeadCodeElimination,
     EntryLayoutAssignment,
+    GpuMultiOutputFusion,
     HorizontalFusion,
     InlineFusions,
     LatencyHidingScheduler,

@@ -20,17 +20,17 @@ it), ``xla_proto``
 
 from .errors import XlaAbortError, XlaCompileError
 from .hook_stage import HookStage
-from .measure import AS_WRITTEN, STOCK, Measurement, Pipeline
+from .measure import AS_WRITTEN, FUSION_MODES, STOCK, Measurement, Pipeline
 from .stablehlo import from_jax
 from .xla_bench import BenchResult, benchmark
-from .xla_compile import AS_WRITTEN_DISABLED_PASSES, CompileResult, Hook, compile
+from .xla_compile import AS_WRITTEN_DISABLED_PASSES, REPLACE_DISABLED_PASSES, CompileResult, Hook, compile
 from .xla_inputs import make_inputs
 from .xla_proto import load, read_text
 from .xla_run import Comparison, compare, compare_outputs, run, run_module
 from .xla_worker import contained
 
 __all__ = [
-    "AS_WRITTEN", "AS_WRITTEN_DISABLED_PASSES", "BenchResult", "CompileResult", "Comparison", "Hook", "HookStage",
+    "AS_WRITTEN", "AS_WRITTEN_DISABLED_PASSES", "FUSION_MODES", "REPLACE_DISABLED_PASSES", "BenchResult", "CompileResult", "Comparison", "Hook", "HookStage",
     "Measurement", "Pipeline", "STOCK", "XlaAbortError",
     "XlaCompileError", "benchmark", "compare", "compare_outputs", "compile", "contained", "from_jax", "load",
     "make_inputs", "read_text", "run", "run_module",

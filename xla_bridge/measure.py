@@ -29,8 +29,9 @@ from .xla_compile import PIPELINES, CompileResult, Hook, compile
 
 @dataclass(frozen=True)
 class Pipeline:
-    """What XLA runs on a module: ``base`` "stock" (its whole pipeline) or
-    "as-written" (its fusion passes off, so the module's fusions are what runs),
+    """What XLA runs on a module: ``base`` "stock" (its whole pipeline),
+    "replace" (its generic fusion deciders off, the library rewriters kept) or
+    "as-written" (every fusion pass off, so the module's fusions are what runs),
     with ``pass_`` run inside it at ``stage`` when given.  ``reprint``: hand the
     module back to XLA even when the pass changed nothing."""
 
@@ -55,6 +56,17 @@ class Pipeline:
     def as_written(cls) -> "Pipeline":
         return cls("as-written")
 
+    @classmethod
+    def fusion(cls, pass_: Any, backend: str, mode: str = "as-written") -> "Pipeline":
+        """A Python fusion pipeline run inside XLA in one of ``FUSION_MODES``:
+        "replace" (XLA's generic fusion deciders off, ours in their place, the rest of
+        XLA around them), "on-top" (stock XLA, then ours over its fusions) or
+        "as-written" (ours decide every fusion).  Ours run where XLA keeps what they
+        write (``HookStage.for_fusion``); docs/xla_gpu_modes.md has the table."""
+        if mode not in FUSION_MODES:
+            raise ValueError(f"unknown fusion mode {mode!r}: use one of {', '.join(FUSION_MODES)}")
+        return cls(FUSION_MODES[mode]).hooked(pass_, HookStage.for_fusion(backend))
+
     def hooked(self, pass_: Any, stage: HookStage | str, *, reprint: bool = False) -> "Pipeline":
         """This pipeline with ``pass_`` run inside it at ``stage``."""
         return dataclasses.replace(self, pass_=pass_, stage=HookStage(stage), reprint=reprint)
@@ -69,6 +81,9 @@ class Pipeline:
         name = getattr(self.pass_, "name", None) or type(self.pass_).__name__
         return f"{self.base} + {name} at {self.stage}"
 
+
+#: How a Python fusion pipeline can run inside XLA: mode -> the base pipeline.
+FUSION_MODES: dict[str, str] = {"replace": "replace", "on-top": "stock", "as-written": "as-written"}
 
 #: XLA's own pipeline.
 STOCK = Pipeline()

@@ -29,7 +29,7 @@ from .errors import XlaCompileError
 from .hook_stage import HookStage
 from .xla_targets import device_description, target_config
 
-PIPELINES = ("stock", "as-written")
+PIPELINES = ("stock", "replace", "as-written")
 
 #: The passes "as-written" disables, per backend: every XLA pass that decides what
 #: is fused.  A module's own ``fusion`` instructions then reach codegen as written.
@@ -56,11 +56,23 @@ AS_WRITTEN_DISABLED_PASSES: dict[str, tuple[str, ...]] = {
     ),
 }
 
+#: The passes "replace" disables, per backend: only the generic fusion deciders a
+#: Python fusion pipeline stands in for (a priority-fusion prototype), so that XLA
+#: still does what sits around them: on GPU the Triton GEMM and softmax rewriters,
+#: cuBLAS rewriting and its epilogue fusion, sort-iota and copy fusion; on CPU the
+#: library rewriter's dot fusions.  docs/xla_gpu_modes.md has the table.
+REPLACE_DISABLED_PASSES: dict[str, tuple[str, ...]] = {
+    "cpu": ("fusion", "multi_output_fusion"),
+    "gpu": ("priority-fusion", "multi_output_fusion", "horizontal-loop-fusion", "horizontal-input-fusion"),
+}
+
 
 def disabled_passes(backend: str, pipeline: str) -> tuple[str, ...]:
+    """The XLA passes ``pipeline`` turns off on ``backend`` (none for "stock")."""
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
-    return AS_WRITTEN_DISABLED_PASSES[_backend_key(backend)] if pipeline == "as-written" else ()
+    table = {"as-written": AS_WRITTEN_DISABLED_PASSES, "replace": REPLACE_DISABLED_PASSES}.get(pipeline)
+    return table[_backend_key(backend)] if table else ()
 
 
 def _backend_key(backend: str) -> str:
@@ -288,7 +300,8 @@ def compile(  # noqa: A001 - the name users expect
 ) -> CompileResult:
     """Compiles ``module`` with XLA.
 
-    ``pipeline``: "stock" (XLA's full pipeline) or "as-written" (XLA's fusion passes
+    ``pipeline``: "stock" (XLA's full pipeline), "replace" (only XLA's generic fusion
+    deciders off: ``REPLACE_DISABLED_PASSES``) or "as-written" (every fusion decider
     off: ``AS_WRITTEN_DISABLED_PASSES``).  ``flags``: any XLA debug options, as a dict
     or ``--xla_x=y`` strings; ``xla_disable_hlo_passes`` adds to the as-written list.
     ``target``: a GPU name (``h100``...) to compile XLA:GPU without a GPU (implies
@@ -362,8 +375,8 @@ def compile(  # noqa: A001 - the name users expect
         if xla.hook_supported():
             substitute = _Substitute(xla.proto_from_text(text, name))
             hooks.insert(0, substitute)
-        elif pipeline == "as-written":
-            raise XlaCompileError("'as-written' on GPU for a module with fusion instructions needs the pipeline "
+        elif pipeline != "stock":
+            raise XlaCompileError(f"'{pipeline}' on GPU for a module with fusion instructions needs the pipeline "
                                   f"hook (jax.extend.xla, jax >= 0.12); this is jax {xla.jax_versions()['jax']}",
                                   module_name=name, backend=bkey, stage="hook")
 

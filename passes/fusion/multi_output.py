@@ -8,10 +8,12 @@ greedily when every rule holds:
 - both are loop-fusible (no dots, side effects, non-loop fusions);
 - neither uses the other (that is producer-consumer fusion's job) and no path
   runs from one to the other through a third cluster (a cycle after merging);
-- the outputs are loop-emittable together: XLA:CPU's loop emitter walks one index
+- the outputs are emittable together: XLA:CPU's loop emitter walks one index
   space, so every output must have the same dimensions and layout (``shape_key``) (measured: a kLoop
   fusion with an [N,M] and an [N] output crashes XLA:CPU; two equal-shaped
-  outputs compile and run exactly);
+  outputs compile and run exactly); XLA:GPU's emitters follow the heroes
+  (``gpu-multi-output-fusion``: ``gpu_legality.gpu_outputs_compatible``, so
+  reductions over one input share a kernel);
 - no in-place ``dynamic-update-slice`` is involved (merged, it would no longer
   be its fusion's root and would copy its whole buffer);
 - the pluggable ``profitable(shared, a, b)`` agrees (default: the shared value's
@@ -29,7 +31,8 @@ from typing import Callable
 from hlo_tools import HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import loop_kind
+from fusion_analysis.fusion_kind import fusion_kind, loop_kind
+from fusion_analysis.gpu_legality import gpu_outputs_compatible
 from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
 from passes.base import Pass
@@ -75,15 +78,21 @@ def _output_keys(clusters: Clusters, c: Cluster) -> set[tuple]:
     return {shape_key(o) for o in clusters.outputs(c) if o.shape.is_array}
 
 
-def can_fuse_siblings(clusters: Clusters, a: Cluster, b: Cluster, *, same_output_dims: bool = True) -> Decision:
-    """The legality half: may clusters ``a`` and ``b`` become one multi-output fusion?"""
+def can_fuse_siblings(clusters: Clusters, a: Cluster, b: Cluster, *, backend: str = "cpu") -> Decision:
+    """The legality half: may clusters ``a`` and ``b`` become one multi-output fusion
+    on ``backend``? (XLA:CPU: outputs of one shape; XLA:GPU: heroes that agree,
+    ``gpu_legality.gpu_outputs_compatible``.)"""
     for side, c in (("first", a), ("second", b)):
         d = _members_fusible(c)
         if not d:
             return Decision.forbid(f"{side} sibling: {d.reason}")
     if b in clusters.users(a) or a in clusters.users(b):
         return Decision.forbid("one sibling uses the other (producer-consumer fusion decides that)")
-    if same_output_dims:
+    if backend == "gpu":
+        d = gpu_outputs_compatible(clusters.outputs(a) + clusters.outputs(b))
+        if not d:
+            return d
+    else:
         keys = _output_keys(clusters, a) | _output_keys(clusters, b)
         if len(keys) > 1:
             return Decision.forbid("outputs have different shapes: "
@@ -106,7 +115,7 @@ def _loop_users(clusters: Clusters, value: Instruction) -> list[Cluster]:
 
 
 def fuse_siblings(clusters: Clusters, profitable: SiblingProfitability = default_sibling_profitability,
-                  log: FusionLog | None = None, same_output_dims: bool = True) -> int:
+                  log: FusionLog | None = None, backend: str = "cpu") -> int:
     """Merges sibling clusters of ``clusters.comp`` in place; returns the merges done.
     Per shared value, the first consumer takes every sibling it may; the ones it
     refused try again among themselves."""
@@ -118,7 +127,7 @@ def fuse_siblings(clusters: Clusters, profitable: SiblingProfitability = default
         while len(pending) >= 2:
             base, refused = pending[0], []
             for other in pending[1:]:
-                d = can_fuse_siblings(clusters, base, other, same_output_dims=same_output_dims)
+                d = can_fuse_siblings(clusters, base, other, backend=backend)
                 if d:
                     d = profitable(value, base, other, clusters)
                 if log is not None:
@@ -144,12 +153,22 @@ class MultiOutputFusion(Pass):
     name = "multi-output-fusion"
     profitable: SiblingProfitability = default_sibling_profitability
     log: FusionLog | None = None
-    same_output_dims: bool = True  # XLA:CPU's loop emitter needs it; XLA:GPU's reduction emitter does not
+    backend: str = "cpu"  # whose emitter rules the outputs follow (see can_fuse_siblings)
 
     def run(self, module: Module) -> bool:
         rewriter = Rewriter()
         for comp in fusible_computations(module):
             clusters = Clusters(comp)
-            if fuse_siblings(clusters, self.profitable, self.log, self.same_output_dims):
-                clusters.apply(kind=loop_kind, name="multi_output_fusion", rewriter=rewriter)
+            if fuse_siblings(clusters, self.profitable, self.log, self.backend):
+                clusters.apply(kind=loop_kind if self.backend == "cpu" else fusion_kind, name="multi_output_fusion",
+                               rewriter=rewriter)
         return rewriter.changed
+
+
+@dataclass(frozen=True)
+class GpuMultiOutputFusion(MultiOutputFusion):
+    """Sibling fusion under XLA:GPU's rules: siblings whose heroes agree, reductions
+    included (a LayerNorm's two sums become one kernel)."""
+
+    name = "gpu-multi-output-fusion"
+    backend: str = "gpu"

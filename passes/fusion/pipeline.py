@@ -29,6 +29,12 @@ from passes.registry import parse_pipeline
 #: modules; timings in docs/fusion_passes.md.
 BEST = ("reduction-epilogue-fusion,producer-consumer-fusion,multi-output-fusion,producer-consumer-fusion,"
         "horizontal-fusion,library-dot-fusion,dce")
+#: The best pipeline for XLA:GPU (``hlo_lab.study.gpu_study``, on-top mode: over
+#: XLA's own fusions at the post-scheduler hook): BEST under XLA:GPU's emitter
+#: rules (siblings whose heroes agree, reductions included) and without the
+#: CPU-only library-dot fusion. Figures in docs/xla_gpu_modes.md.
+GPU_BEST = ("reduction-epilogue-fusion,producer-consumer-fusion,gpu-multi-output-fusion,producer-consumer-fusion,"
+            "horizontal-fusion,dce")
 #: The priority-queue alternative.
 PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
 #: Cleanups before fusing the pre-optimization module (text route).
