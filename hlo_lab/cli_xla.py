@@ -13,8 +13,8 @@ from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.hook_stage import HookStage
-from xla_bridge.measure import Measurement, Pipeline
-from xla_bridge.xla_compile import compile
+from xla_bridge.measure import FUSION_MODES, Measurement, Pipeline
+from xla_bridge.xla_compile import PIPELINES, compile
 from xla_bridge.xla_results import history, record
 from xla_bridge.xla_run import compare, run_module
 
@@ -97,10 +97,10 @@ def _cmd_compare(args) -> int:
 def _pipeline(spec: str) -> list:
     """The passes named in ``spec``; an unknown name is a ValueError naming the
     known ones, raised before anything is compiled."""
-    from passes import parse_pipeline  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
+    from passes.fusion.pipeline import passes_of  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
 
     try:
-        return parse_pipeline(spec)
+        return passes_of(spec)
     except KeyError as e:
         raise ValueError(e.args[0]) from None  # it lists the known names
 
@@ -120,6 +120,11 @@ def _cmd_bench(args) -> int:
     measured: they then see XLA's layout-assigned, unfused module).  All of it
     runs in the XLA worker, so the passes go there (by name, as pickled Pass
     objects) and the module they left comes back."""
+    if args.target:
+        return _bench_deviceless(args)
+    if args.mode:
+        print("hlo bench: --mode needs --target (the GPU study compiled without a GPU)", file=sys.stderr)
+        return 2
     try:
         if args.hook and not args.passes:
             raise ValueError("--hook needs --passes (the passes to run inside XLA's pipeline)")
@@ -147,12 +152,60 @@ def _cmd_bench(args) -> int:
     except (XlaCompileError, HloError, ValueError) as e:
         print(f"hlo bench: {e}", file=sys.stderr)
         return 2
-    print(res.table())
+    if args.json:
+        print(json.dumps({"a_median_us": res.a.median_us, "b_median_us": res.b.median_us if res.b else None,
+                          "speedup": res.speedup, "speedup_p10": res.speedup_p10, "speedup_p90": res.speedup_p90,
+                          "outputs": res.verdict, "backend": res.backend, "device": res.device,
+                          "pipeline_a": res.pipeline_a, "pipeline_b": res.pipeline_b, "reps": res.reps}, indent=2))
+    else:
+        print(res.table())
     if not args.no_record:
         row = record(res, module_text=original.to_text(), rewritten_text=rewritten.to_text(), passes=args.passes or "",
                      db=args.db)
         print(f"recorded as row {row} in {args.db or 'the default results db'}")
     return 0 if res.verdict in ("exact", "close", "unchecked") else 1
+
+
+def _bench_deviceless(args) -> int:
+    """``hlo bench --target``: no GPU runs here, so stock XLA:GPU and the passes in
+    ``--mode`` are compiled for the target and compared by model
+    (``hlo_lab.study.gpu_study``): kernels, bytes and flops from our cost model,
+    time from our roofline and from XLA's own GPU model."""
+    from .study import gpu_study  # lazy: the passes and analyses, ~90 ms on each hlo start (measured)
+
+    try:
+        if not args.passes:
+            raise ValueError("--target needs --passes (e.g. --passes gpu-best)")
+        _pipeline(args.passes)  # unknown names fail here, before anything is compiled
+        module = _load(args.file)
+        row = gpu_study(module.name, module.to_text(), args.passes, args.target, mode=args.mode or "on-top")
+    except HloParseError as e:
+        print(e.format(), file=sys.stderr)
+        return 2
+    except (XlaCompileError, HloError, ValueError) as e:
+        print(f"hlo bench: {e}", file=sys.stderr)
+        return 2
+    side = ("kernels", "bytes", "flops", "predicted_us", "xla_model_us", "xla_priced")
+    out = {"module": row.module, "target": row.target, "mode": row.mode, "passes": args.passes, "measured": False,
+           "stock": {k: getattr(row.stock, k) for k in side}, "ours": {k: getattr(row.ours, k) for k in side},
+           "predicted_speedup": row.predicted_speedup, "xla_model_speedup": row.xla_model_speedup,
+           "fusions_written": row.fusions_written, "fusions_kept": row.kept}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0 if row.kept else 1
+    print(f"{row.module}: XLA:GPU {row.target} compiled here without a GPU (nothing ran): stock vs {args.passes} "
+          f"({row.mode} mode). Bytes and flops: our cost model on both sides; time: our roofline, and XLA's GPU "
+          f"model for the kernels it priced (ours for the rest)")
+    print(f"{'':22}{'stock':>14}{'ours':>14}")
+    for label, key, fmt in (("kernels", "kernels", "{:.0f}"), ("MB", "bytes", "{:.3f}"), ("GFLOP", "flops", "{:.4f}"),
+                            ("predicted us", "predicted_us", "{:.1f}"), ("XLA-model us", "xla_model_us", "{:.1f}"),
+                            ("kernels XLA priced", "xla_priced", "{:.0f}")):
+        scale = 1e-6 if key == "bytes" else 1e-9 if key == "flops" else 1
+        a, b = getattr(row.stock, key) * scale, getattr(row.ours, key) * scale
+        print(f"{label:22}{fmt.format(a):>14}{fmt.format(b):>14}")
+    print(f"predicted speedup {row.predicted_speedup:.3f} (XLA's model {row.xla_model_speedup:.3f}); "
+          f"fusions kept by XLA:GPU: {'yes' if row.kept else 'no'}")
+    return 0 if row.kept else 1
 
 
 def _cmd_history(args) -> int:
@@ -180,7 +233,7 @@ def _cmd_history(args) -> int:
 def _common(p, *, pipeline: bool = True) -> None:
     p.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
     if pipeline:
-        p.add_argument("--pipeline", default="stock", choices=["stock", "as-written"])
+        p.add_argument("--pipeline", default="stock", choices=list(PIPELINES))
     p.add_argument("--xla-flag", action="append", metavar="--xla_name=value",
                    help="an XLA debug option (repeatable), e.g. --xla-flag=--xla_cpu_use_thunk_runtime=false")
 
@@ -205,8 +258,8 @@ def register(subparsers) -> None:
     k.add_argument("a")
     k.add_argument("b")
     _common(k, pipeline=False)
-    k.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])
-    k.add_argument("--pipeline-b", default="stock", choices=["stock", "as-written"])
+    k.add_argument("--pipeline-a", default="stock", choices=list(PIPELINES))
+    k.add_argument("--pipeline-b", default="stock", choices=list(PIPELINES))
     k.add_argument("--seed", type=int, default=0)
     k.set_defaults(func=_cmd_compare)
 
@@ -219,8 +272,13 @@ def register(subparsers) -> None:
     b.add_argument("--hook", choices=[s.value for s in HookStage],
                    help="run --passes inside XLA's pipeline at this stage instead of on the file "
                         "(fusion pipelines: --hook pre-scheduler)")
-    b.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])
-    b.add_argument("--pipeline-b", default="as-written", choices=["stock", "as-written"])
+    b.add_argument("--pipeline-a", default="stock", choices=list(PIPELINES))
+    b.add_argument("--pipeline-b", default="as-written", choices=list(PIPELINES))
+    b.add_argument("--target", help="no GPU here: compile XLA:GPU for this GPU (h100, h200...) and compare stock "
+                                    "with --passes by model, not by time")
+    b.add_argument("--mode", choices=list(FUSION_MODES),
+                   help="with --target: how the passes run inside XLA:GPU (default on-top; docs/xla_gpu_modes.md)")
+    b.add_argument("--json", action="store_true")
     b.add_argument("--reps", type=int, default=50)
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--db", help="results database (default ~/.cache/hlo-pass-lab/results.db)")

@@ -34,7 +34,7 @@ from fusion_analysis.roofline import roofline
 from hlo_tools import HloOpcode, Module
 from hlo_tools.opcode import NO_KERNEL
 from passes import PassManager
-from passes.fusion.pipeline import passes_of
+from passes.fusion.pipeline import expand, passes_of
 from xla_bridge import xla_worker
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.measure import STOCK, Measurement, Pipeline
@@ -187,7 +187,7 @@ class GpuRow:
 
 def gpu_pipeline(spec: str) -> str:
     """``spec`` without the CPU-only passes."""
-    return ",".join(p for p in spec.split(",") if p.strip() and p.strip() not in CPU_ONLY)
+    return ",".join(p for p in expand(spec).split(",") if p not in CPU_ONLY)
 
 
 def gpu_study(name: str, text: str, spec: str, target: str = "h100", *, mode: str = "on-top",

@@ -17,7 +17,7 @@ from .fusion.library_dot import LibraryDotFusion
 from .fusion.multi_output import GpuMultiOutputFusion, MultiOutputFusion
 from .fusion.outline import InlineFusions
 from .fusion.priority import PriorityFusion
-from .fusion.producer_consumer import ProducerConsumerFusion
+from .fusion.producer_consumer import GpuProducerConsumerFusion, ProducerConsumerFusion
 from .fusion.reduction_epilogue import ReductionEpilogueFusion
 from .layout import EntryLayoutAssignment, LayoutNormalization, TransposeFolding
 from .scheduling import LatencyHidingScheduler, MemoryScheduler
@@ -30,6 +30,7 @@ PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
     DeadCodeElimination,
     EntryLayoutAssignment,
     GpuMultiOutputFusion,
+    GpuProducerConsumerFusion,
     HorizontalFusion,
     InlineFusions,
     LatencyHidingScheduler,

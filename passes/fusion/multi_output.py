@@ -38,6 +38,7 @@ from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 from passes.base import Pass
 
 from .clusters import Cluster, Clusters, fusible_computations
+from .gpu_profile import FasterOn
 from .producer_consumer import FusionLog
 
 #: A sibling profitability: (shared value, cluster a, cluster b, clusters) -> Decision.
@@ -159,16 +160,32 @@ class MultiOutputFusion(Pass):
         rewriter = Rewriter()
         for comp in fusible_computations(module):
             clusters = Clusters(comp)
-            if fuse_siblings(clusters, self.profitable, self.log, self.backend):
+            if fuse_siblings(clusters, self.sibling_profitability(), self.log, self.backend):
                 clusters.apply(kind=loop_kind if self.backend == "cpu" else fusion_kind, name="multi_output_fusion",
                                rewriter=rewriter)
         return rewriter.changed
 
 
+    def sibling_profitability(self) -> SiblingProfitability:
+        """The profitability of one run (``profitable``; the GPU pass adds its model check)."""
+        return self.profitable
+
+
 @dataclass(frozen=True)
 class GpuMultiOutputFusion(MultiOutputFusion):
-    """Sibling fusion under XLA:GPU's rules: siblings whose heroes agree, reductions
-    included (a LayerNorm's two sums become one kernel)."""
+    """Sibling fusion under the XLA:GPU profile: siblings whose heroes agree,
+    reductions included (a LayerNorm's two sums become one kernel), merged only
+    when the GPU roofline of ``target`` predicts it faster (``gpu_profile``)."""
 
     name = "gpu-multi-output-fusion"
     backend: str = "gpu"
+    target: str = "h100"
+
+    def sibling_profitability(self) -> SiblingProfitability:
+        faster, base = FasterOn(self.target), self.profitable
+
+        def decide(shared: Instruction, a: Cluster, b: Cluster, clusters: Clusters) -> Decision:
+            d = base(shared, a, b, clusters)
+            return faster.siblings(shared, a, b, clusters) if d else d
+
+        return decide

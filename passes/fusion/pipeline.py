@@ -30,10 +30,13 @@ from passes.registry import parse_pipeline
 BEST = ("reduction-epilogue-fusion,producer-consumer-fusion,multi-output-fusion,producer-consumer-fusion,"
         "horizontal-fusion,library-dot-fusion,dce")
 #: The best pipeline for XLA:GPU (``hlo_lab.study.gpu_study``, on-top mode: over
-#: XLA's own fusions at the post-scheduler hook): BEST under XLA:GPU's emitter
-#: rules (siblings whose heroes agree, reductions included) and without the
-#: CPU-only library-dot fusion. Figures in docs/xla_gpu_modes.md.
-GPU_BEST = ("reduction-epilogue-fusion,producer-consumer-fusion,gpu-multi-output-fusion,producer-consumer-fusion,"
+#: XLA's own fusions at the post-scheduler hook): BEST's shape under the GPU
+#: profile (``gpu_profile``: every producer-consumer and sibling fusion priced by
+#: the GPU roofline, launches counted; siblings whose heroes agree, reductions
+#: included), without the CPU-only reduction-epilogue rule (a reduction under a
+#: broadcast is recomputed per element on a GPU) and library-dot fusion.
+#: Figures in docs/xla_gpu_modes.md.
+GPU_BEST = ("gpu-producer-consumer-fusion,gpu-multi-output-fusion,gpu-producer-consumer-fusion,"
             "horizontal-fusion,dce")
 #: The priority-queue alternative.
 PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
@@ -41,6 +44,21 @@ PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
 TEXT_PREFIX = "call-inliner,simplify,cse,dce"
 
 
+#: Pipelines by name: a spec may name one wherever it names a pass (``--passes gpu-best``).
+NAMED: dict[str, str] = {"best": BEST, "gpu-best": GPU_BEST, "priority": PRIORITY}
+
+
+def expand(spec: str) -> str:
+    """``spec`` with each pipeline name replaced by its passes."""
+    return ",".join(NAMED.get(n.strip(), n.strip()) for n in spec.split(",") if n.strip())
+
+
 def passes_of(spec: str | Sequence[Pass]) -> list[Pass]:
-    """A pipeline given by names (``"dce,cse"``) or as pass objects, as a list."""
-    return parse_pipeline(spec) if isinstance(spec, str) else list(spec)
+    """A pipeline given by names (``"dce,cse"``, pipeline names such as ``gpu-best``
+    included) or as pass objects, as a list.  KeyError for an unknown name."""
+    if not isinstance(spec, str):
+        return list(spec)
+    try:
+        return parse_pipeline(expand(spec))
+    except KeyError as e:
+        raise KeyError(f"{e.args[0]}; pipelines: {', '.join(NAMED)}") from None

@@ -19,13 +19,14 @@ from typing import Callable
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import loop_kind
+from fusion_analysis.fusion_kind import fusion_kind, loop_kind
 from fusion_analysis.legality import Decision, can_fuse, fusible, is_expensive_producer, reused_within
 
 from passes.base import Pass
 
 from .clusters import Cluster, Clusters, fusible_computations
-from .profitability import Profitability, default_profitability
+from .gpu_profile import FasterOn
+from .profitability import Profitability, default_profitability, gpu_profitability
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,15 @@ def check_producer(clusters: Clusters, cluster: Cluster, producer: Instruction) 
     return Decision(True, "")
 
 
+#: A profitability that sees the whole cluster: (clusters, cluster, producer, duplicate) -> Decision
+#: (``gpu_profile.FasterOn.producer`` prices the cluster with and without the producer).
+ClusterProfitability = Callable[[Clusters, Cluster, Instruction, bool], Decision]
+
+
 def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: FusionLog | None,
-         max_operands: int = 0) -> bool:
-    """Absorbs producers into ``cluster`` until none qualifies; True if it grew."""
+         max_operands: int = 0, priced: ClusterProfitability | None = None) -> bool:
+    """Absorbs producers into ``cluster`` until none qualifies; True if it grew.
+    ``priced``, when given, must agree too (after ``profitable``)."""
     grew = False
     refused: set[int] = set()
     while True:
@@ -80,6 +87,8 @@ def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: F
                 duplicate = bool(others) or producer is clusters.comp.root
                 users = tuple(m for m in cluster.members if producer in m.operands)
                 decision = profitable(producer, users, duplicate)
+                if decision and priced is not None:
+                    decision = priced(clusters, cluster, producer, duplicate)
             if log is not None:
                 log.record(producer, consumer, decision)
             if not decision:
@@ -104,7 +113,7 @@ def _alone(cluster: Cluster, instr: Instruction) -> bool:
 
 def fuse_producers_into_consumers(
     comp: Computation, profitable: Profitability = default_profitability, log: FusionLog | None = None,
-    max_operands: int = 0,
+    max_operands: int = 0, priced: ClusterProfitability | None = None,
 ) -> Clusters:
     """The planning half of the pass: clusters of ``comp`` after loop fusion."""
     clusters = Clusters(comp)
@@ -113,7 +122,7 @@ def fuse_producers_into_consumers(
             continue
         if consumer.opcode is HloOpcode.CONSTANT:
             continue
-        grow(clusters, clusters.of(consumer), profitable, log, max_operands)
+        grow(clusters, clusters.of(consumer), profitable, log, max_operands, priced)
     return clusters
 
 
@@ -129,7 +138,28 @@ class ProducerConsumerFusion(Pass):
 
     def run(self, module: Module) -> bool:
         rewriter = Rewriter()
+        priced = self.cluster_profitability()
         for comp in fusible_computations(module):
-            clusters = fuse_producers_into_consumers(comp, self.profitable, self.log, self.max_operands)
+            clusters = fuse_producers_into_consumers(comp, self.profitable, self.log, self.max_operands, priced)
             clusters.apply(kind=self.kind, name="loop_fusion", rewriter=rewriter)
         return rewriter.changed
+
+    def cluster_profitability(self) -> ClusterProfitability | None:
+        """A check of each decision against the whole cluster, made fresh per run (None: none)."""
+        return None
+
+
+@dataclass(frozen=True)
+class GpuProducerConsumerFusion(ProducerConsumerFusion):
+    """Producer-consumer fusion under the XLA:GPU profile (``gpu_profile``): a
+    producer joins its consumers only when the GPU roofline of ``target``
+    predicts the fusion faster than the kernels apart; fusions are kInput when a
+    reduction is their hero, as XLA:GPU writes them."""
+
+    name = "gpu-producer-consumer-fusion"
+    profitable: Callable = gpu_profitability
+    kind: Callable = fusion_kind
+    target: str = "h100"
+
+    def cluster_profitability(self) -> ClusterProfitability:
+        return FasterOn(self.target).producer

@@ -63,6 +63,19 @@ def default_profitability(producer: Instruction, consumers: Sequence[Instruction
     return ALLOW
 
 
+def gpu_profitability(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> Decision:
+    """XLA:GPU-like: like XLA:GPU's priority fusion, cheap arithmetic may be
+    duplicated into consumers (each GPU kernel recomputes it rather than read it
+    back); expensive producers and producers with too many users are not.  The
+    time check is the GPU profile's (``gpu_profile.FasterOn``)."""
+    if duplicate:
+        if is_expensive_producer(producer):
+            return Decision.forbid("cost: expensive producer would be duplicated")
+        if producer.user_count > MAX_DUPLICATED_USERS:
+            return Decision.forbid(f"cost: producer has {producer.user_count} users, duplication too high")
+    return ALLOW
+
+
 def never_duplicate(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> Decision:
     """Fuse only producers whose every user is in the fusion."""
     return Decision.forbid("cost: duplication disabled") if duplicate else ALLOW

@@ -1,0 +1,78 @@
+"""The XLA:GPU fusion profile: a fusion is done only when the GPU roofline predicts
+it faster, launches counted.
+
+XLA:CPU fuses whatever is legal; on a GPU a fusion can be slower than the kernels
+it replaces: a reduction fused under a broadcast is recomputed per output element,
+and a merged kernel can launch fewer blocks than its parts. XLA:GPU's priority
+fusion prices every decision with its GpuPerformanceModel (``us_fused`` against
+``us_unfused``, each kernel launch 1 us). Our GPU roofline
+(``fusion_analysis.gpu_kernel_model``) follows that model per kernel (rho 0.996
+against XLA's own estimates over the corpus, docs/fusion_analysis.md), so the
+same rule here: price the kernels apart and the would-be fusion
+(``kernels.fused_region``) on the target, and fuse when it saves time.
+
+``FasterOn(target)`` is that check, for producer-consumer (``ProducerConsumerFusion.priced``)
+and sibling fusion (``MultiOutputFusion.profitable``); the GPU passes use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from hlo_tools import Instruction
+
+from fusion_analysis import devices
+from fusion_analysis.cost import is_kernel
+from fusion_analysis.kernels import fused_region
+from fusion_analysis.legality import ALLOW, Decision
+from fusion_analysis.roofline import roofline
+
+from .clusters import Cluster, Clusters
+
+#: Relative slack within which a fusion predicted as fast as its parts is still done
+#: (a bitcast or a constant joining a kernel changes nothing but its text).
+TIE = 1e-9
+
+
+@dataclass(eq=False)
+class FasterOn:
+    """Fuse when the roofline of ``target`` predicts the fusion faster than its
+    parts apart (each kernel with its launch).  Remembers the regions it priced."""
+
+    target: str = "h100"
+    _times: dict[tuple[int, ...], float] = field(default_factory=dict, repr=False)
+
+    def time_s(self, members: Sequence[Instruction], root: Instruction | None = None) -> float:
+        """Predicted time of ``members`` run as one kernel (launch included); 0 for
+        a lone instruction that runs no kernel (a bitcast, a constant)."""
+        if len(members) == 1 and not is_kernel(members[0]):
+            return 0.0
+        key = tuple(sorted(id(m) for m in members)) + ((id(root),) if root is not None else ())
+        if key not in self._times:
+            region = fused_region(members, root=root)
+            self._times[key] = roofline(region, devices.load(self.target)).time_s
+        return self._times[key]
+
+    def saving(self, before: float, after: float, what: str) -> Decision:
+        if after <= before * (1 + TIE):
+            return ALLOW
+        return Decision.forbid(f"cost: {what} predicted {after * 1e6:.2f} us fused vs {before * 1e6:.2f} us apart "
+                               f"on {self.target}")
+
+    def producer(self, clusters: Clusters, cluster: Cluster, producer: Instruction, duplicate: bool) -> Decision:
+        """Absorbing ``producer`` into ``cluster``.  Duplicated, it still runs for its
+        other users, so only the cluster's own time counts; otherwise its kernel
+        (and launch) goes away."""
+        members = [m for m in cluster.members if m is not producer]
+        outputs = clusters.outputs(cluster)
+        root = outputs[0] if duplicate and len(outputs) == 1 else None
+        apart = self.time_s(members) + (0.0 if duplicate else self.time_s([producer]))
+        fused = self.time_s(members + [producer], root=root)
+        return self.saving(apart, fused, f"%{producer.name} into its consumers")
+
+    def siblings(self, shared: Instruction, a: Cluster, b: Cluster, clusters: Clusters) -> Decision:
+        """Merging sibling clusters ``a`` and ``b`` (both read ``shared``)."""
+        apart = self.time_s(a.members) + self.time_s(b.members)
+        fused = self.time_s(a.members + b.members)
+        return self.saving(apart, fused, f"siblings reading %{shared.name}")
