@@ -523,13 +523,55 @@ def output_bytes(kernel: Instruction) -> float:
     return total
 
 
+def triton_kind(kernel: Instruction) -> str | None:
+    """The backend kind of a Triton fusion (``__triton``, ``__triton_gemm``,
+    ``__triton_nested_gemm_fusion``...), None for any other kernel."""
+    if kernel.opcode is not _H.FUSION or "backend_config" not in kernel.attributes:
+        return None
+    config = kernel.backend_config
+    kind = ((config.get("fusion_backend_config") or {}).get("kind") if isinstance(config, dict) else None) or ""
+    return kind if kind.startswith("__triton") else None
+
+
+def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigures) -> GpuKernelCost:
+    """A Triton fusion (not a GEMM) as XLA's tiled model prices it
+    (``GpuPerformanceModelWithIndexingAnalysis::EstimateRunTimeForTiledFusion``,
+    the ``indexing-cost-model`` estimate): every instruction computed once per
+    element of its tile, tiles padded to their power-of-two sizes; each parameter
+    read once per tile that needs it (a parameter smaller than the output, such as
+    a broadcast weight, by every tile); the output written tile by tile.  Tile
+    shapes per parameter come from indexing maps in XLA; here, from the output
+    tile's padding, a documented approximation."""
+    body = kernel.fused_computation
+    out_elements = max(1, _elements(kernel.shape))
+    blc = kernel.backend_config["fusion_backend_config"]["block_level_fusion_config"]
+    sizes = [int(t) for t in (blc.get("output_tiles") or [{}])[0].get("sizes", [])]
+    pad = max(1.0, launch.blocks * math.prod(sizes) / out_elements) if sizes else 1.0
+    flops = pad * sum(instruction_flops(i) for i in body if i.opcode is not _H.PARAMETER)
+    reads = []
+    for operand in kernel.operands:
+        size = _bytes(operand.shape)
+        n = max(1, _elements(operand.shape))
+        copies = min(launch.blocks, max(1.0, out_elements / n)) if n < out_elements else 1.0
+        et = operand.shape.element_type if operand.shape.is_array else None
+        eb = et.byte_width if et is not None and et.bit_width else 4
+        reads.append(OperandRead(float(size * pad * copies), float(size), max(eb, 1), True))
+    c = compute_seconds(flops, launch, device, fig)
+    read = sum(read_seconds(r, launch.blocks, device, fig) for r in reads)
+    write = write_seconds(output_bytes(kernel) * pad, device)
+    return GpuKernelCost(c, read + write, combine(c, read + write), flops, launch, read, write)
+
+
 def kernel_cost(kernel: Instruction, device: Device, *, flops: float | None = None,
                 reads: Iterable[OperandRead] | None = None, written: float | None = None,
                 compute_s: float | None = None) -> GpuKernelCost:
     """XLA:GPU's model of one kernel on ``device``. ``compute_s`` replaces the
-    CUDA-core compute time (the roofline passes a dot's tensor-core time)."""
+    CUDA-core compute time (the roofline passes a dot's tensor-core time).  A
+    Triton fusion that is not a GEMM is priced by the tiled model (``tiled_cost``)."""
     fig = GpuFigures.of(device)
     launch = launch_dimensions(kernel, device, fig)
+    if compute_s is None and flops is None and reads is None and triton_kind(kernel) == "__triton":
+        return tiled_cost(kernel, device, launch, fig)
     f = instruction_flops(kernel) if flops is None else flops
     c = compute_seconds(f, launch, device, fig) if compute_s is None else compute_s
     rs = list(operand_reads(kernel) if reads is None else reads)

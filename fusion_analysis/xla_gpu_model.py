@@ -5,7 +5,8 @@ With ``--xla_gpu_collect_cost_model_stats`` XLA:GPU runs
 present gets its ``GpuPerformanceModel`` estimate in its backend config, as
 ``reification_cost`` entries (``exec_time_us``, ``compute_time_us``,
 ``memory_access_time_us``; a second entry named ``sol`` is the speed-of-light
-variant). The estimate is the kernel's body alone: no launch overhead. It
+variant; Triton fusions also get ``indexing-cost-model``, XLA's tiled model,
+which is the one read for them: the unnamed entry does not know the tiling). The estimate is the kernel's body alone: no launch overhead. It
 survives to the optimized module on the fusions that XLA does not rebuild later
 (Triton GEMMs that the autotuner turns into cuBLAS calls, and the one-op fusions
 that ``fusion-wrapper`` adds after scheduling, carry none).
@@ -47,11 +48,17 @@ def estimate_of(instr: Instruction) -> XlaEstimate | None:
     config = instr.backend_config
     if not isinstance(config, dict):
         return None
-    for entry in config.get("reification_cost") or ():
-        if entry.get("name", "") != "sol" and "exec_time_us" in entry:
-            return XlaEstimate(float(entry["exec_time_us"]) * 1e-6, float(entry.get("compute_time_us", 0.0)) * 1e-6,
-                               float(entry.get("memory_access_time_us", 0.0)) * 1e-6)
-    return None
+    entries = {e.get("name", ""): e for e in config.get("reification_cost") or () if "exec_time_us" in e}
+    kind = (config.get("fusion_backend_config") or {}).get("kind", "")
+    # a Triton fusion other than a GEMM is priced by XLA with its tiled model (the
+    # indexing-cost-model entry); GpuPerformanceModel's own entry does not know the
+    # tiling and re-reads every broadcast per element (seconds for a softmax)
+    entry = entries.get("indexing-cost-model") if kind == "__triton" else None
+    entry = entry or entries.get("")
+    if entry is None:
+        return None
+    return XlaEstimate(float(entry["exec_time_us"]) * 1e-6, float(entry.get("compute_time_us", 0.0)) * 1e-6,
+                       float(entry.get("memory_access_time_us", 0.0)) * 1e-6)
 
 
 def priced(module: Module) -> Iterator[tuple[Instruction, XlaEstimate]]:
