@@ -1,0 +1,147 @@
+"""The three ways to run a Python fusion pass on XLA:GPU (replace, on-top,
+as-written), the GPU fusion profile and gpu-best, XLA's own GPU model read back
+(docs/xla_gpu_modes.md).  XLA:GPU is compiled here without a GPU (the CUDA
+plugin's deviceless compile); those tests skip, saying so, where the plugin is
+missing.  The passes of gpu-best are also run on XLA:CPU with outputs compared."""
+
+from __future__ import annotations
+
+import pytest
+
+import corpus
+from fusion_analysis import devices
+from fusion_analysis.gpu_legality import gpu_outputs_compatible
+from fusion_analysis.roofline import roofline
+from hlo_lab.study import cpu_study, gpu_study_modes, kernels
+from hlo_tools import parse
+from passes.fusion.gpu_profile import FasterOn
+from passes.fusion.multi_output import GpuMultiOutputFusion
+from passes.fusion.pipeline import GPU_BEST, expand, passes_of
+from passes.fusion.producer_consumer import FusionLog, GpuProducerConsumerFusion, ProducerConsumerFusion
+from xla_bridge import xla
+from xla_bridge.measure import FUSION_MODES, Measurement, Pipeline
+from xla_bridge.xla_compile import disabled_passes
+
+needs_xla_gpu = pytest.mark.skipif(not xla.cuda_plugin_available(),
+                                   reason="no XLA:GPU compiler here: the CUDA plugin is not installed")
+
+DECODE = "llama3-tiny-decode-f32"
+
+
+def _text(name: str) -> str:
+    return next(corpus.load(name)).text("before_optimizations")
+
+
+def test_modes_disable_only_what_they_replace():
+    replace, as_written = disabled_passes("gpu", "replace"), disabled_passes("gpu", "as-written")
+    assert "priority-fusion" in replace and "multi_output_fusion" in replace
+    for kept in ("triton-gemm-rewriter", "triton-softmax-rewriter", "copy_fusion", "sort-iota-fusion"):
+        assert kept not in replace and kept in as_written
+    assert disabled_passes("gpu", "stock") == ()
+    assert [Pipeline.fusion(lambda m: False, "gpu", mode).base for mode in FUSION_MODES] == \
+        ["replace", "stock", "as-written"]
+    with pytest.raises(ValueError, match="unknown fusion mode"):
+        Pipeline.fusion(lambda m: False, "gpu", "sideways")
+
+
+@needs_xla_gpu
+def test_replace_keeps_xla_triton_gemms_as_written_does_not():
+    m = Measurement("gpu", target="h100")
+    replace = m.compile(_text(DECODE), Pipeline("replace")).optimized_text
+    as_written = m.compile(_text(DECODE), Pipeline("as-written")).optimized_text
+    assert "__triton_nested_gemm_fusion" in replace and "__cublas" not in replace
+    assert "__triton" not in as_written and "__cublas$lt$matmul" in as_written
+
+
+def test_gpu_outputs_compatible_follows_the_heroes():
+    m = parse("""
+HloModule m
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[8,64] parameter(0)
+  z = f32[] constant(0)
+  sq = f32[8,64] multiply(x, x)
+  r1 = f32[8] reduce(x, z), dimensions={1}, to_apply=add
+  r2 = f32[8] reduce(sq, z), dimensions={1}, to_apply=add
+  c0 = f32[64] reduce(x, z), dimensions={0}, to_apply=add
+  n = f32[8,64] negate(x)
+  ROOT t = (f32[8], f32[8], f32[64], f32[8,64], f32[8,64]) tuple(r1, r2, c0, n, sq)
+}""")
+    get = m.entry.get_instruction
+    assert gpu_outputs_compatible([get("r1"), get("r2")])  # a LayerNorm's two sums
+    assert not gpu_outputs_compatible([get("r1"), get("c0")])  # rows vs columns
+    assert not gpu_outputs_compatible([get("r1"), get("n")])  # a reduction and a loop output
+    assert gpu_outputs_compatible([get("n"), get("sq")])
+
+
+def test_gpu_profile_prices_each_fusion_and_refuses_slower_ones():
+    """Fused, a row sum under a broadcast is recomputed for every element of its
+    row: the GPU roofline prices that slower than two kernels.  On a real module
+    the GPU pass refuses, with the model's reason, fusions the XLA:CPU-like pass
+    makes (a power prologue into a tiny row reduction launches too few threads)."""
+    m = parse("""
+HloModule m
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = f32[4096,4096] parameter(0)
+  z = f32[] constant(0)
+  r = f32[4096] reduce(x, z), dimensions={1}, to_apply=add
+  b = f32[4096,4096] broadcast(r), dimensions={0}
+  ROOT d = f32[4096,4096] divide(x, b)
+}""")
+    get = m.entry.get_instruction
+    faster = FasterOn("h100")
+    assert faster.time_s([get("r"), get("b"), get("d")]) > faster.time_s([get("r")]) + faster.time_s([get("b"), get("d")])
+
+    text = _text(DECODE)
+    gpu, cpu = FusionLog(), FusionLog()
+    GpuProducerConsumerFusion(log=gpu).run(parse(text))
+    ProducerConsumerFusion(log=cpu).run(parse(text))
+    priced_out = {pair for pair, reason in gpu.refused().items() if reason.startswith("cost:") and "predicted" in reason}
+    assert priced_out & set(cpu.fused()), "the GPU profile refused nothing the CPU pass fuses"
+
+
+def test_gpu_best_names_the_gpu_passes():
+    names = [p.name for p in passes_of("gpu-best")]
+    assert names == expand(GPU_BEST).split(",")
+    assert "library-dot-fusion" not in names and "gpu-producer-consumer-fusion" in names
+
+
+@needs_xla_gpu
+def test_gpu_study_in_each_mode_on_top_beats_stock():
+    rows = {r.mode: r for r in gpu_study_modes(DECODE, _text(DECODE), GPU_BEST, "h100")}
+    assert set(rows) == set(FUSION_MODES)
+    for r in rows.values():
+        assert r.kept, r.mode  # XLA:GPU compiled every fusion we wrote
+        assert r.stock.xla_priced > 0 and r.stock.kernels > 0
+    top = rows["on-top"]
+    # one cost model on both sides: every figure comes from our analyses of both optimized modules
+    assert top.ours.kernels < top.stock.kernels
+    assert top.ours.bytes <= top.stock.bytes
+    assert top.predicted_speedup > 1.0 and top.xla_model_speedup > 1.0
+
+
+@needs_xla_gpu
+def test_calibrated_roofline_agrees_with_xla_on_stock():
+    """The same stock module priced by our roofline and by XLA's estimates (where
+    XLA priced every kernel but the GEMMs) is within a few percent."""
+    row = gpu_study_modes(DECODE, _text(DECODE), GPU_BEST, "h100", modes=("on-top",))[0]
+    assert row.stock.xla_model_us == pytest.approx(row.stock.predicted_us, rel=0.05)
+
+
+@pytest.mark.parametrize("spec", expand(GPU_BEST).split(",") + ["gpu-best"])
+def test_gpu_best_passes_keep_outputs_equal_on_xla_cpu(spec):
+    """Backend-neutral rewrites: each pass of gpu-best (and all of it) run on
+    XLA:CPU's module at its hook, outputs compared with stock XLA:CPU."""
+    row = cpu_study(DECODE, _text(DECODE), spec, reps=2, warmup=1)
+    assert row.outputs in ("exact", "close"), (spec, row.outputs)
+    assert row.kept
+
+
+def test_gpu_pass_under_the_cpu_study_still_prices_on_the_gpu():
+    # a GPU pass is a plain pass: it runs on any module (here with no XLA at all)
+    m = parse(_text(DECODE))
+    before = kernels(m)
+    GpuMultiOutputFusion().run(m)
+    assert kernels(m) <= before
+    assert roofline(m, devices.load("h100")).time_s > 0
