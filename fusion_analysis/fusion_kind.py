@@ -14,6 +14,8 @@ from typing import Sequence
 from hlo_tools.ir import Instruction
 from hlo_tools.opcode import HloOpcode
 
+from .gpu_kernel_model import transposes_minor
+
 LOOP, INPUT, OUTPUT, CUSTOM = "kLoop", "kInput", "kOutput", "kCustom"
 KINDS = frozenset({LOOP, INPUT, OUTPUT, CUSTOM})
 
@@ -40,3 +42,22 @@ def fusion_kind(region: Sequence[Instruction], outputs: Sequence[Instruction], *
 def loop_kind(region: Sequence[Instruction], outputs: Sequence[Instruction]) -> str:
     """XLA:CPU's kind: it emits every fusion it forms as kLoop (reductions included)."""
     return fusion_kind(region, outputs, input_fusion=False, output_fusion=False)
+
+
+def gpu_fusion_kind(region: Sequence[Instruction], outputs: Sequence[Instruction]) -> str:
+    """XLA:GPU's label: kInput for its input-fusion emitters (a reduction output,
+    or a transpose of the physically minor dimension inside: the transpose
+    emitter tiles it through shared memory, as XLA labels such fusions), else
+    kLoop. Dots stay in XLA's Triton GEMM fusions, never in ours."""
+    def inner(i: Instruction) -> list[Instruction]:  # a member fusion counts by its body
+        body = i.fused_computation
+        return list(body) if body is not None else [i]
+
+    def reduces(o: Instruction) -> bool:
+        body = o.fused_computation
+        return o.opcode in _REDUCTIONS or (body is not None and reduces(body.root)) or (
+            o.opcode is HloOpcode.TUPLE and any(reduces(x) for x in o.operands))
+
+    if any(reduces(o) for o in outputs) or any(transposes_minor(x) for i in region for x in inner(i)):
+        return INPUT
+    return LOOP

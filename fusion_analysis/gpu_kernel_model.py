@@ -424,7 +424,7 @@ def launch_dimensions(kernel: Instruction, device: Device, fig: GpuFigures | Non
     if root.opcode is _H.SCATTER:
         n = (len(root.operands) - 1) // 2
         return _loop_launch(_elements(root.operands[n + 1].shape), 1, device)
-    transposes = [i for i in body if _transposes_minor(i)]
+    transposes = [i for i in body if transposes_minor(i)]
     if transposes and kernel.fusion_kind == "kInput":
         shape = transposes[0].shape
         phys = _physical_dims(shape)
@@ -458,7 +458,7 @@ def _first_root(kernel: Instruction) -> Instruction | None:
 # -- coalescing --------------------------------------------------------------------------
 
 
-def _transposes_minor(instr: Instruction) -> bool:
+def transposes_minor(instr: Instruction) -> bool:
     """TransposesMinorDimension: a transpose or a layout-changing copy that moves the
     physically minor dimension."""
     if instr.opcode not in (_H.TRANSPOSE, _H.COPY) or not instr.shape.is_array or not instr.operands:
@@ -479,11 +479,11 @@ def coalesced(kernel: Instruction) -> bool:
     transpose of the minor dimension (not of a broadcast) reads uncoalesced."""
     body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
     if body is None:
-        return not _transposes_minor(kernel)
+        return not transposes_minor(kernel)
     if kernel.fusion_kind == "kInput" and not any(_hero(r).opcode is _H.REDUCE for r in _roots(body)):
         return True  # the transpose emitter tiles through shared memory
     for i in body:
-        if _transposes_minor(i) and i.operands[0].opcode is not _H.BROADCAST:
+        if transposes_minor(i) and i.operands[0].opcode is not _H.BROADCAST:
             return False
     return True
 

@@ -87,9 +87,22 @@ class ModuleTime:
     kernels: int
 
 
+#: Triton GEMM fusions: XLA's GpuPerformanceModel entry prices their dot at the
+#: CUDA-core FMA rate (no tensor cores), so ``module_time`` takes our roofline's
+#: tensor-core time for them (bench/gpu_cost_vs_xla.py reports them apart).
+GEMM_KINDS = frozenset({"__triton_gemm", "__triton_nested_gemm_fusion", "__cublas"})
+
+
+def is_gemm_fusion(instr: Instruction) -> bool:
+    config = instr.backend_config if "backend_config" in instr.attributes else None
+    kind = (config.get("fusion_backend_config") or {}).get("kind", "") if isinstance(config, dict) else ""
+    return kind in GEMM_KINDS
+
+
 def module_time(module: Module, device: Device) -> ModuleTime:
-    """``module``'s time on ``device`` under XLA's model, completed by our roofline."""
-    xla = {(i.parent.name, i.name): est for i, est in priced(module)}
+    """``module``'s time on ``device`` under XLA's model, completed by our roofline
+    (for the kernels XLA did not price, and for GEMMs: see ``GEMM_KINDS``)."""
+    xla = {(i.parent.name, i.name): est for i, est in priced(module) if not is_gemm_fusion(i)}
     total, n_priced = 0.0, 0
     kernels = roofline(module, device).kernels
     for k in kernels:

@@ -174,3 +174,19 @@ def device_kernel_us(compiled, input_sets: list[list[np.ndarray]], *, reps: int 
         raise TraceUnavailable(f"{compiled.module_name}: the device trace holds {what} "
                                "(is CUPTI available? jaxlib loads libcupti from the CUDA install)")
     return sum(t1 - t0 for _, t0, t1 in work) / reps / 1e3
+
+
+def device_kernel_times(compiled, input_sets: list[list[np.ndarray]], *, reps: int = 20,
+                        warmup: int = 3) -> dict[str, float]:
+    """Mean GPU time per run of each device kernel, by the kernel's name in the
+    trace (XLA:GPU names a kernel after its instruction, ``.`` spelled ``_``; host
+    transfers left out).  Raises ``TraceUnavailable`` when the trace holds none."""
+    run = _runs(compiled, input_sets, reps, warmup)
+    total: dict[str, float] = defaultdict(float)
+    for n, t0, t1 in device_events(run):
+        if not _is_host_transfer(n):
+            total[n] += t1 - t0
+    if not total:
+        raise TraceUnavailable(f"{compiled.module_name}: the device trace holds no kernels "
+                               "(is CUPTI available? jaxlib loads libcupti from the CUDA install)")
+    return {n: t / reps / 1e3 for n, t in total.items()}

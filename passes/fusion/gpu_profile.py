@@ -24,6 +24,7 @@ from hlo_tools import Instruction
 
 from fusion_analysis import devices
 from fusion_analysis.cost import is_kernel
+from fusion_analysis.fusion_kind import gpu_fusion_kind
 from fusion_analysis.kernels import fused_region
 from fusion_analysis.legality import ALLOW, Decision
 from fusion_analysis.roofline import roofline
@@ -50,7 +51,7 @@ class FasterOn:
             return 0.0
         key = tuple(sorted(id(m) for m in members)) + ((id(root),) if root is not None else ())
         if key not in self._times:
-            region = fused_region(members, root=root)
+            region = fused_region(members, root=root, kind=gpu_fusion_kind)
             self._times[key] = roofline(region, devices.load(self.target)).time_s
         return self._times[key]
 

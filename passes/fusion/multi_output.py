@@ -31,7 +31,7 @@ from typing import Callable
 from hlo_tools import HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import fusion_kind, loop_kind
+from fusion_analysis.fusion_kind import gpu_fusion_kind, loop_kind
 from fusion_analysis.gpu_legality import gpu_outputs_compatible
 from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
@@ -161,7 +161,7 @@ class MultiOutputFusion(Pass):
         for comp in fusible_computations(module):
             clusters = Clusters(comp)
             if fuse_siblings(clusters, self.sibling_profitability(), self.log, self.backend):
-                clusters.apply(kind=loop_kind if self.backend == "cpu" else fusion_kind, name="multi_output_fusion",
+                clusters.apply(kind=loop_kind if self.backend == "cpu" else gpu_fusion_kind, name="multi_output_fusion",
                                rewriter=rewriter)
         return rewriter.changed
 

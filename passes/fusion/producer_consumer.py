@@ -19,7 +19,7 @@ from typing import Callable
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import fusion_kind, loop_kind
+from fusion_analysis.fusion_kind import gpu_fusion_kind, loop_kind
 from fusion_analysis.legality import Decision, can_fuse, fusible, is_expensive_producer, reused_within
 
 from passes.base import Pass
@@ -158,7 +158,7 @@ class GpuProducerConsumerFusion(ProducerConsumerFusion):
 
     name = "gpu-producer-consumer-fusion"
     profitable: Callable = gpu_profitability
-    kind: Callable = fusion_kind
+    kind: Callable = gpu_fusion_kind
     target: str = "h100"
 
     def cluster_profitability(self) -> ClusterProfitability:
