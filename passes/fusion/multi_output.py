@@ -155,13 +155,14 @@ class MultiOutputFusion(Pass):
     profitable: SiblingProfitability = default_sibling_profitability
     log: FusionLog | None = None
     backend: str = "cpu"  # whose emitter rules the outputs follow (see can_fuse_siblings)
+    kind: Callable | None = None  # the fusions' label rule; None: the backend's (loop_kind, gpu_fusion_kind)
 
     def run(self, module: Module) -> bool:
         rewriter = Rewriter()
         for comp in fusible_computations(module):
             clusters = Clusters(comp)
             if fuse_siblings(clusters, self.sibling_profitability(), self.log, self.backend):
-                clusters.apply(kind=loop_kind if self.backend == "cpu" else gpu_fusion_kind, name="multi_output_fusion",
+                clusters.apply(kind=self.kind or (loop_kind if self.backend == "cpu" else gpu_fusion_kind), name="multi_output_fusion",
                                rewriter=rewriter)
         return rewriter.changed
 
