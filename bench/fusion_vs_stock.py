@@ -75,12 +75,14 @@ def ours_text_route(text: str, spec: str):
 def cpu_table(args) -> int:
     """The measured XLA:CPU table; returns how many modules it measured."""
     rows, ratios, t0 = [], [], time.time()
-    print(f"pipeline: {args.passes} (route {args.route}); XLA:{args.backend.upper()}, {args.reps} ABBA reps per module")
+    print(f"pipeline: {args.passes} (route {args.route}, {args.measure_mode} mode); XLA:{args.backend.upper()}, "
+          f"{args.reps} ABBA reps per module")
     print("  ".join(("module", "kernels s/o", "MB s/o", "ms stock", "ms ours", "speedup (p10-p90)", "outputs", "kept")))
-    for name, text in corpus_modules(args.only):
+    for name, text in corpus_modules(args.only, runnable=not args.measure_full, sizes="all"):
         try:
             if args.route == "hooked":
-                r = cpu_study(name, text, args.passes, reps=args.reps, backend=args.backend)
+                r = cpu_study(name, text, args.passes, reps=args.reps, backend=args.backend, mode=args.measure_mode,
+                              input_sets=args.input_sets)
                 kept = "yes" if r.kept else f"no ({r.fusions_written} written, {r.fusions_compiled} compiled)"
                 row = (name, f"{r.kernels_stock}/{r.kernels_ours}", f"{r.bytes_stock / 1e6:.2f}/{r.bytes_ours / 1e6:.2f}",
                        f"{r.ms_stock:.3f}", f"{r.ms_ours:.3f}", f"{r.speedup:.3f} ({r.speedup_p10:.2f}-{r.speedup_p90:.2f})",
@@ -182,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the measured table runs (gpu: a real GPU; hooked route only)")
     ap.add_argument("--only", default=None, help="fnmatch pattern of module names")
     ap.add_argument("--reps", type=int, default=60)
+    ap.add_argument("--measure-mode", choices=list(FUSION_MODES), default="as-written",
+                    help="how the measured table runs the passes inside XLA (default as-written)")
+    ap.add_argument("--measure-full", action="store_true",
+                    help="measure full-size modules too (a GPU with the memory for their random weights)")
+    ap.add_argument("--input-sets", type=int, default=3, help="input sets of the measured table")
     ap.add_argument("--gpu", metavar="TARGET", nargs="?", const="h100", default=None,
                     help="add the XLA:GPU study for TARGET (default h100), compiled without a GPU")
     ap.add_argument("--gpu-only", action="store_true", help="the XLA:GPU study alone (no measured CPU table)")

@@ -64,10 +64,11 @@ def ours(spec: str | Sequence, backend: str, mode: str = "as-written") -> Pipeli
     return Pipeline.fusion(PassManager(passes_of(spec)), backend, mode)
 
 
-def _stock_and_ours(measurement: Measurement, text: str, spec: str | Sequence) -> tuple[CompileResult, CompileResult, frozenset[str]]:
-    """The module compiled stock and under ``ours``, and the names of the fusions
-    our passes wrote (empty when the hook never ran)."""
-    res = measurement.compile_each(text, {"stock": STOCK, "ours": ours(spec, measurement.backend)})
+def _stock_and_ours(measurement: Measurement, text: str, spec: str | Sequence,
+                    mode: str = "as-written") -> tuple[CompileResult, CompileResult, frozenset[str]]:
+    """The module compiled stock and under ``ours`` in ``mode``, and the names of
+    the fusions our passes wrote (empty when the hook never ran)."""
+    res = measurement.compile_each(text, {"stock": STOCK, "ours": ours(spec, measurement.backend, mode)})
     return res["stock"], res["ours"], _fusion_names(res["ours"].hook.after)
 
 
@@ -108,21 +109,23 @@ class CpuRow:
 
 
 def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 5, backend: str = "cpu",
-              contained: bool = True) -> CpuRow:
-    """Stock XLA vs our pipeline at the pre-scheduler hook, outputs compared.
-    ``backend="gpu"`` does the same on a real GPU (CPU-only passes dropped); with
-    this jax it fails at compile time (see the module docstring).  ``contained``:
-    all of it in the XLA worker (``spec`` goes there as names or Pass objects)."""
+              mode: str = "as-written", input_sets: int = 3, contained: bool = True) -> CpuRow:
+    """Stock XLA vs our pipeline run in ``mode`` (``Pipeline.fusion``; on XLA:CPU
+    at its pre-scheduler hook), timed interleaved on ``input_sets`` input sets,
+    outputs compared.  ``backend="gpu"`` does the same on a real GPU (CPU-only
+    passes dropped).  ``contained``: all of it in the XLA worker (``spec`` goes
+    there as names or Pass objects)."""
     if contained and not xla_worker.in_worker():
-        return xla_worker.contained(cpu_study, (name, text, spec), dict(reps=reps, warmup=warmup, backend=backend),
+        return xla_worker.contained(cpu_study, (name, text, spec),
+                                    dict(reps=reps, warmup=warmup, backend=backend, mode=mode, input_sets=input_sets),
                                     phase="compiling", module=name, backend=backend)
 
     t0 = time.perf_counter()
     if backend != "cpu":
         spec = gpu_pipeline(spec)
     measurement = Measurement(backend)
-    stock, mine, written = _stock_and_ours(measurement, text, spec)
-    b = measurement.benchmark(stock, mine, reps=reps, warmup=warmup)
+    stock, mine, written = _stock_and_ours(measurement, text, spec, mode)
+    b = measurement.benchmark(stock, mine, reps=reps, warmup=warmup, input_sets=input_sets)
     hook = mine.hook
     n_written = len(written) if hook.after is not None else -1
     return CpuRow(
