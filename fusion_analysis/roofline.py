@@ -21,6 +21,7 @@ matmul has only its launch as headroom.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_s
 from .devices import Device
 from .gpu_kernel_model import combine as gpu_combine
 from .gpu_kernel_model import kernel_cost as gpu_kernel_cost
+from .gpu_kernel_model import operand_reads as gpu_operand_reads
 from .op_profile import compute_seconds as profiled_compute_seconds
 
 _H = HloOpcode
@@ -194,8 +196,14 @@ def _gpu_estimate(instr: Instruction, cost: InstructionCost, device: Device, cat
     """XLA:GPU's kernel model (``gpu_kernel_model``): launch-dimension-aware compute
     and memory times, overlapped 95%, plus the launch. A matmul keeps its
     tensor-core compute time and the full overlap of the roofline (its headroom
-    stays its launch when compute-bound)."""
-    k = gpu_kernel_cost(instr, device, compute_s=compute if dtype else None)
+    stays its launch when compute-bound), and reads each operand once: XLA's
+    model counts a dot's re-reads of its operands per output element, which a
+    tiled GEMM serves from shared memory (it priced a decode's GEMMs at several
+    times their weight bytes)."""
+    reads = None
+    if dtype:  # a GEMM tiles its operands through shared memory: each read from DRAM once, coalesced
+        reads = [dataclasses.replace(r, total=r.net, coalesced=True) for r in gpu_operand_reads(instr)]
+    k = gpu_kernel_cost(instr, device, compute_s=compute if dtype else None, reads=reads)
     launch = device.launch_overhead_s
     body = max(k.compute_s, k.memory_s) if dtype else gpu_combine(k.compute_s, k.memory_s)
     bound = "launch" if launch > body else ("compute" if k.compute_s >= k.memory_s else "memory")
