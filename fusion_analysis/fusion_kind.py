@@ -58,6 +58,22 @@ def gpu_fusion_kind(region: Sequence[Instruction], outputs: Sequence[Instruction
         return o.opcode in _REDUCTIONS or (body is not None and reduces(body.root)) or (
             o.opcode is HloOpcode.TUPLE and any(reduces(x) for x in o.operands))
 
-    if any(reduces(o) for o in outputs) or any(transposes_minor(x) for i in region for x in inner(i)):
+    if any(reduces(o) for o in outputs) or any(_tiled_transpose(x) for i in region for x in inner(i)):
         return INPUT
     return LOOP
+
+
+#: XLA:GPU's transpose emitter takes a transpose only when both swapped dimensions
+#: reach kMinDimensionToTransposeTiled (16) and together kMinTotalDimensionsToTransposeTiled
+#: (64 * 128) elements (xla/service/gpu/ir_emission_utils.cc); smaller ones stay loops.
+MIN_TILED_DIM, MIN_TILED_TOTAL = 16, 64 * 128
+
+
+def _tiled_transpose(instr: Instruction) -> bool:
+    """A transpose of the physically minor dimension big enough for the transpose emitter."""
+    if not transposes_minor(instr):
+        return False
+    src, dst = instr.operand(0).shape, instr.shape
+    a = src.dims[src.layout.minor_to_major[0]] if src.layout and src.layout.minor_to_major else src.dims[-1]
+    b = dst.dims[dst.layout.minor_to_major[0]] if dst.layout and dst.layout.minor_to_major else dst.dims[-1]
+    return a >= MIN_TILED_DIM and b >= MIN_TILED_DIM and a * b >= MIN_TILED_TOTAL

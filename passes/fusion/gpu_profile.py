@@ -51,7 +51,9 @@ class FasterOn:
             return 0.0
         key = tuple(sorted(id(m) for m in members)) + ((id(root),) if root is not None else ())
         if key not in self._times:
-            region = fused_region(members, root=root, kind=gpu_fusion_kind)
+            alone = members[0] if len(members) == 1 and members[0].fused_computation is not None else None
+            # a kernel XLA already made is priced with its own label, a would-be one with XLA:GPU's rule
+            region = fused_region(members, root=root, kind=alone.fusion_kind if alone is not None else gpu_fusion_kind)
             self._times[key] = roofline(region, devices.load(self.target)).time_s
         return self._times[key]
 
