@@ -18,6 +18,9 @@ BEFORE = {
     "cse": "passes.cse.CommonSubexpressionElimination",
     "dce": "passes.dce.DeadCodeElimination",
     "entry-layout-assignment": "passes.layout.EntryLayoutAssignment",
+    # the XLA:GPU fusion profile (issue 17), registered like the others
+    "gpu-multi-output-fusion": "passes.fusion.multi_output.GpuMultiOutputFusion",
+    "gpu-producer-consumer-fusion": "passes.fusion.producer_consumer.GpuProducerConsumerFusion",
     "horizontal-fusion": "passes.fusion.horizontal.HorizontalFusion",
     "inline-fusions": "passes.fusion.outline.InlineFusions",
     "latency-hiding-scheduler": "passes.scheduling.LatencyHidingScheduler",

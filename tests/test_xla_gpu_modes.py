@@ -7,6 +7,7 @@ missing.  The passes of gpu-best are also run on XLA:CPU with outputs compared."
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -15,6 +16,7 @@ from fusion_analysis import devices
 from fusion_analysis.fusion_kind import fusion_kind
 from fusion_analysis.gpu_legality import gpu_outputs_compatible
 from fusion_analysis.roofline import roofline
+from hlo_lab.cli import main
 from hlo_lab.study import cpu_study, gpu_study_modes, kernels
 from hlo_tools import parse
 from passes.fusion.gpu_profile import FasterOn
@@ -157,3 +159,28 @@ def test_gpu_pass_under_the_cpu_study_still_prices_on_the_gpu():
     GpuMultiOutputFusion().run(m)
     assert kernels(m) <= before
     assert roofline(m, devices.load("h100")).time_s > 0
+
+
+@needs_xla_gpu
+def test_hlo_bench_target_json(tmp_path, capsys):
+    """``hlo bench --target``: no GPU, so both sides are compared by model, one JSON
+    object with the sides' figures and whether XLA kept our fusions."""
+    path = tmp_path / "decode.hlo"
+    path.write_text(_text(DECODE))
+    assert main(["bench", str(path), "--target", "h100", "--passes", "gpu-best", "--mode", "on-top", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for side in ("stock", "ours"):
+        assert {"kernels", "bytes", "flops", "predicted_us", "xla_model_us"} <= set(out[side])
+    assert out["fusions_kept"] is True and out["measured"] is False and out["mode"] == "on-top"
+    assert out["ours"]["kernels"] < out["stock"]["kernels"]
+
+
+def test_hlo_bench_target_refuses_what_it_cannot_do(tmp_path, capsys):
+    path = tmp_path / "decode.hlo"
+    path.write_text(_text(DECODE))
+    assert main(["bench", str(path), "--target", "h999", "--passes", "gpu-best"]) == 2
+    assert "--target: unknown device 'h999'" in capsys.readouterr().err
+    assert main(["bench", str(path), "--mode", "on-top", "--passes", "gpu-best"]) == 2
+    assert "--mode needs --target" in capsys.readouterr().err
+    assert main(["bench", str(path), "--target", "h100"]) == 2
+    assert "--target needs --passes" in capsys.readouterr().err
