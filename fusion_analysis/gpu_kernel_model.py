@@ -570,7 +570,8 @@ def kernel_cost(kernel: Instruction, device: Device, *, flops: float | None = No
     Triton fusion that is not a GEMM is priced by the tiled model (``tiled_cost``)."""
     fig = GpuFigures.of(device)
     launch = launch_dimensions(kernel, device, fig)
-    if compute_s is None and flops is None and reads is None and triton_kind(kernel) == "__triton":
+    if (compute_s is None and flops is None and reads is None and triton_kind(kernel) == "__triton"
+            and _triton_launch(kernel.backend_config) is not None):  # tiled: a pass dump before the autotuner has no tiles
         return tiled_cost(kernel, device, launch, fig)
     f = instruction_flops(kernel) if flops is None else flops
     c = compute_seconds(f, launch, device, fig) if compute_s is None else compute_s

@@ -185,8 +185,11 @@ def _is_matrix_vector(instr: Instruction) -> bool:
 
 
 def _matmul_dtype(instr: Instruction) -> str | None:
+    """The element type a matmul kernel multiplies (a dot, a fusion around one, a
+    cuBLAS call), None for any other kernel."""
     for i in [instr, *_wrapped_body(instr)]:
-        if i.opcode in _MATMUL_OPS:
+        if i.opcode in _MATMUL_OPS or (i.opcode is _H.CUSTOM_CALL and (i.custom_call_target or "").startswith("__cublas$")
+                                       and i.operands and i.operands[0].shape.is_array):
             return i.operands[0].shape.element_type.value
     return None
 
@@ -203,7 +206,8 @@ def _gpu_estimate(instr: Instruction, cost: InstructionCost, device: Device, cat
     reads = None
     if dtype:  # a GEMM tiles its operands through shared memory: each read from DRAM once, coalesced
         reads = [dataclasses.replace(r, total=r.net, coalesced=True) for r in gpu_operand_reads(instr)]
-    k = gpu_kernel_cost(instr, device, compute_s=compute if dtype else None, reads=reads)
+    k = gpu_kernel_cost(instr, device, compute_s=compute if dtype else None, reads=reads,
+                        written=cost.bytes_written if dtype else None)  # a cuBLAS call's result, not its workspace
     launch = device.launch_overhead_s
     body = max(k.compute_s, k.memory_s) if dtype else gpu_combine(k.compute_s, k.memory_s)
     bound = "launch" if launch > body else ("compute" if k.compute_s >= k.memory_s else "memory")

@@ -25,6 +25,7 @@ caller looping over modules records it and goes on (``studies`` does).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
@@ -193,6 +194,15 @@ def gpu_pipeline(spec: str) -> str:
     return ",".join(p for p in expand(spec).split(",") if p not in CPU_ONLY)
 
 
+def gpu_passes(spec: str | Sequence, target: str) -> list:
+    """The passes of ``spec`` for XLA:GPU ``target``: CPU-only ones dropped, and
+    those that price their decisions on a GPU (``target`` fields, the GPU
+    profile's) pricing on this one."""
+    passes = passes_of(gpu_pipeline(spec)) if isinstance(spec, str) else list(spec)
+    return [dataclasses.replace(p, target=target) if "target" in getattr(p, "__dataclass_fields__", {}) else p
+            for p in passes]
+
+
 def gpu_study(name: str, text: str, spec: str, target: str = "h100", *, mode: str = "on-top",
               contained: bool = True) -> GpuRow:
     """Stock XLA:GPU vs our pipeline in ``mode`` (``Pipeline.fusion``), both compiled
@@ -214,12 +224,12 @@ def gpu_study_modes(name: str, text: str, spec: str, target: str = "h100", *,
     stock = GpuSide.of(measurement.compile(text, STOCK).optimized_module, device)
     rows = []
     for mode in modes:
-        mine = measurement.compile(text, ours(gpu_pipeline(spec) if isinstance(spec, str) else spec, "gpu", mode))
+        mine = measurement.compile(text, ours(gpu_passes(spec, target), "gpu", mode))
         written = _fusion_names(mine.hook.after)
         rows.append(GpuRow(module=name, target=target, mode=mode, stock=stock,
                            ours=GpuSide.of(mine.optimized_module, device),
                            fusions_written=len(written) if mine.hook.after is not None else -1,
-                           kept=_kept(written, mine.optimized_module)))
+                           kept=mine.hook.after is not None and _kept(written, mine.optimized_module)))
     return rows
 
 
