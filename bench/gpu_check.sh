@@ -47,7 +47,7 @@ fi
 status=0
 echo "== 1. GPU tests"
 if "$PY" -c "import pytest" 2>/dev/null; then
-  timeout "${TEST_TIMEOUT:-60}" "$PY" -m pytest -q -p no:cacheprovider tests/test_xla_gpu.py 2>&1 | tail -n 3 || status=1
+  timeout "${TEST_TIMEOUT:-60}" "$PY" -m pytest -q -p no:cacheprovider tests/test_xla_gpu.py tests/test_xla_hook.py 2>&1 | tail -n 3 || status=1
 else
   echo "pytest not installed: tests skipped"
 fi

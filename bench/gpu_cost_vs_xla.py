@@ -27,11 +27,13 @@ two lines are ``median_ratio_vs_xla_model=...`` and ``rho_vs_xla_model=...``
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,6 +44,7 @@ from fusion_analysis import devices, xla_gpu_model  # noqa: E402
 from fusion_analysis.rank_stats import spearman  # noqa: E402
 from fusion_analysis.roofline import roofline  # noqa: E402
 from hlo_tools import parse  # noqa: E402
+from hlo_tools.fileio import write_output  # noqa: E402
 from hlo_tools.formats import is_module_file  # noqa: E402
 from hlo_tools.ir import Instruction, Module  # noqa: E402
 from hlo_tools.opcode import HloOpcode  # noqa: E402
@@ -111,16 +114,17 @@ def _files(paths: list[str]) -> list[Path]:
 def _priced_text(text: str, target: str, cache: Path | None, label: str) -> str:
     if "reification_cost" in text:
         return text  # already optimized by XLA:GPU with the estimates in
-    if cache is not None and (cache / f"{label}.hlo.txt").is_file():
-        return (cache / f"{label}.hlo.txt").read_text()
+    # keyed by target and by the text itself: another target or another file never hits
+    key = f"{label}.{target}.{hashlib.sha256(text.encode()).hexdigest()[:12]}.hlo.txt"
+    if cache is not None and (cache / key).is_file():
+        return (cache / key).read_text()
     priced = xla_gpu_model.compile_priced(text, target).optimized_text
     if cache is not None:
-        cache.mkdir(parents=True, exist_ok=True)
-        (cache / f"{label}.hlo.txt").write_text(priced)
+        write_output(cache / key, priced)
     return priced
 
 
-def sources(args) -> list[tuple[str, callable]]:
+def sources(args) -> list[tuple[str, Callable[[], str]]]:
     if args.paths:
         from xla_bridge import read_text
         return [(f.name.split(".")[0] if not f.name.startswith("module_") else f.name, lambda f=f: read_text(f))

@@ -53,13 +53,16 @@ def _roots(instr: Instruction) -> list[Instruction]:
     return list(root.operands) if root.opcode is HloOpcode.TUPLE else [root]
 
 
-def hero_key(value: Instruction) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-    """(hero dimensions, reduced dimensions or None) of one output value."""
+def hero_key(value: Instruction) -> tuple[tuple, tuple[int, ...] | None]:
+    """((hero dimensions, layout), reduced dimensions or None) of one output value:
+    what must agree for outputs to walk one index space (layout included, as the
+    post-scheduler module has them)."""
     hero = _reduction_hero(value)
-    if hero is not None:
-        return tuple(hero.operand(0).shape.dims), tuple(hero.dimensions)
-    shape = value.shape
-    return (tuple(shape.dims) if shape.is_array else ()), None
+    shape = hero.operand(0).shape if hero is not None else value.shape
+    if not shape.is_array:
+        return (), None
+    layout = tuple(shape.layout.minor_to_major) if shape.layout is not None and shape.layout.minor_to_major else None
+    return (tuple(shape.dims), layout), (tuple(hero.dimensions) if hero is not None else None)
 
 
 def gpu_outputs_compatible(outputs: Iterable[Instruction]) -> Decision:
@@ -70,7 +73,8 @@ def gpu_outputs_compatible(outputs: Iterable[Instruction]) -> Decision:
     dims = {d for d, _ in keys}
     if len(dims) > 1:
         return Decision.forbid("heroes walk different index spaces: "
-                               + ", ".join(sorted("[" + ",".join(map(str, d)) + "]" for d in dims)))
+                               + ", ".join(sorted("[" + ",".join(map(str, d[0])) + "]" + (str(list(d[1])) if d[1] else "")
+                                                  for d in dims if d)))
     reduced = {r for _, r in keys if r is not None}
     if len(reduced) > 1:
         return Decision.forbid("reductions over different dimensions")

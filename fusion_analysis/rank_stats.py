@@ -1,5 +1,5 @@
 """Rank agreement between two lists of figures (a model against another model or
-against measurement): Spearman's rho, with numpy alone when scipy is absent."""
+against measurement): Spearman's rho with average ranks for ties, in numpy."""
 
 from __future__ import annotations
 

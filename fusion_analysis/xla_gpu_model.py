@@ -94,6 +94,7 @@ GEMM_KINDS = frozenset({"__triton_gemm", "__triton_nested_gemm_fusion", "__cubla
 
 
 def is_gemm_fusion(instr: Instruction) -> bool:
+    """A Triton GEMM fusion (``GEMM_KINDS``), by its backend config."""
     config = instr.backend_config if "backend_config" in instr.attributes else None
     kind = (config.get("fusion_backend_config") or {}).get("kind", "") if isinstance(config, dict) else ""
     return kind in GEMM_KINDS

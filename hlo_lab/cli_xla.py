@@ -185,25 +185,27 @@ def _bench_deviceless(args) -> int:
         return 2
     module = _load(args.file)  # a parse or XLA error is reported by the command line's handler
     row = gpu_study(module.name, module.to_text(), args.passes, args.target, mode=args.mode or "on-top")
-    side = ("kernels", "bytes", "flops", "predicted_us", "xla_model_us", "xla_priced")
+    side = ("kernels", "bytes", "flops", "predicted_us", "xla_where_priced_us", "xla_priced")
     out = {"module": row.module, "target": row.target, "mode": row.mode, "passes": args.passes, "measured": False,
            "stock": {k: getattr(row.stock, k) for k in side}, "ours": {k: getattr(row.ours, k) for k in side},
-           "predicted_speedup": row.predicted_speedup, "xla_model_speedup": row.xla_model_speedup,
+           "predicted_speedup": row.predicted_speedup, "xla_where_priced_speedup": row.xla_where_priced_speedup,
            "fusions_written": row.fusions_written, "fusions_kept": row.kept}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0 if row.kept else 1
     print(f"{row.module}: XLA:GPU {row.target} compiled here without a GPU (nothing ran): stock vs {args.passes} "
-          f"({row.mode} mode). Bytes and flops: our cost model on both sides; time: our roofline, and XLA's GPU "
-          f"model for the kernels it priced (ours for the rest)")
+          f"({row.mode} mode). Bytes and flops: our cost model on both sides; time: our roofline, and XLA's own "
+          f"estimates for the kernels it priced, ours for the rest (XLA prices before our passes run: "
+          f"the fusions we wrote are ours)")
     print(f"{'':22}{'stock':>14}{'ours':>14}")
     for label, key, fmt in (("kernels", "kernels", "{:.0f}"), ("MB", "bytes", "{:.3f}"), ("GFLOP", "flops", "{:.4f}"),
-                            ("predicted us", "predicted_us", "{:.1f}"), ("XLA-model us", "xla_model_us", "{:.1f}"),
+                            ("predicted us", "predicted_us", "{:.1f}"), ("XLA-where-priced us", "xla_where_priced_us", "{:.1f}"),
                             ("kernels XLA priced", "xla_priced", "{:.0f}")):
         scale = 1e-6 if key == "bytes" else 1e-9 if key == "flops" else 1
         a, b = getattr(row.stock, key) * scale, getattr(row.ours, key) * scale
         print(f"{label:22}{fmt.format(a):>14}{fmt.format(b):>14}")
-    print(f"predicted speedup {row.predicted_speedup:.3f} (XLA's model {row.xla_model_speedup:.3f}); "
+    print(f"predicted speedup {row.predicted_speedup:.3f} (XLA's estimates where it priced: "
+          f"{row.xla_where_priced_speedup:.3f}); "
           f"fusions kept by XLA:GPU: {'yes' if row.kept else 'no'}")
     return 0 if row.kept else 1
 

@@ -142,13 +142,13 @@ def fusion_step(pages: Path, lines: list[str], reps: int) -> tuple[list, list, i
         lines += ["", f"XLA:GPU H100 compiled here without a GPU: stock vs `{GPU_BEST}` on top of XLA's fusions "
                   "(post-scheduler hook; docs/xla_gpu_modes.md). Bytes: our cost model on both sides; time: our GPU "
                   "roofline and XLA's own GPU model (its estimates for the kernels it priced).", "",
-                  "| module | kernels stock/ours | MB stock/ours | predicted us stock/ours | XLA-model us stock/ours "
+                  "| module | kernels stock/ours | MB stock/ours | predicted us stock/ours | XLA-where-priced us stock/ours "
                   "| predicted speedup | fusions kept |",
                   "|---|---|---|---|---|---|---|"]
         for g in gpu_rows:
             lines.append(f"| {g.module} | {g.stock.kernels}/{g.ours.kernels} | {g.stock.bytes / 1e6:.2f}/{g.ours.bytes / 1e6:.2f} "
                          f"| {g.stock.predicted_us:.1f}/{g.ours.predicted_us:.1f} "
-                         f"| {g.stock.xla_model_us:.1f}/{g.ours.xla_model_us:.1f} | {g.predicted_speedup:.3f} "
+                         f"| {g.stock.xla_where_priced_us:.1f}/{g.ours.xla_where_priced_us:.1f} | {g.predicted_speedup:.3f} "
                          f"| {'yes' if g.kept else 'no'} |")
     else:
         lines += ["", "XLA:GPU columns skipped: the CUDA plugin is not installed."]

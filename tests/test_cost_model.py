@@ -111,7 +111,7 @@ def test_kernel_time_is_the_roofline():
     assert KernelTime(1.0, 2.0, 3.0).bound == "launch"
 
 
-def test_roofline_and_opportunities_price_with_the_same_time(module):
+def test_opportunities_price_with_the_vector_roofline(module):
     # opportunities price a would-be kernel with the vector roofline (no kernel
     # structure yet); a device without XLA:GPU's launch figures gets the same
     # (with them, the roofline prices kernels by gpu_kernel_model: see test_gpu_kernel_model)

@@ -166,14 +166,7 @@ def device_kernel_us(compiled, input_sets: list[list[np.ndarray]], *, reps: int 
     """Mean GPU time per run of the executable's device work (kernels, memsets and
     device-to-device copies; host transfers left out), from the device trace.
     Raises ``TraceUnavailable`` when the trace holds none."""
-    run = _runs(compiled, input_sets, reps, warmup)
-    events = device_events(run)
-    work = [(n, t0, t1) for n, t0, t1 in events if not _is_host_transfer(n)]
-    if not work:
-        what = "only host transfers" if events else "no GPU stream events"
-        raise TraceUnavailable(f"{compiled.module_name}: the device trace holds {what} "
-                               "(is CUPTI available? jaxlib loads libcupti from the CUDA install)")
-    return sum(t1 - t0 for _, t0, t1 in work) / reps / 1e3
+    return sum(device_kernel_times(compiled, input_sets, reps=reps, warmup=warmup).values())
 
 
 def device_kernel_times(compiled, input_sets: list[list[np.ndarray]], *, reps: int = 20,

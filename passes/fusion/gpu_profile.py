@@ -11,8 +11,9 @@ against XLA's own estimates over the corpus, docs/fusion_analysis.md), so the
 same rule here: price the kernels apart and the would-be fusion
 (``kernels.fused_region``) on the target, and fuse when it saves time.
 
-``FasterOn(target)`` is that check, for producer-consumer (``ProducerConsumerFusion.priced``)
-and sibling fusion (``MultiOutputFusion.profitable``); the GPU passes use it.
+``FasterOn(target)`` is that check, for producer-consumer fusion
+(``GpuProducerConsumerFusion.cluster_profitability``) and sibling fusion
+(``GpuMultiOutputFusion.sibling_profitability``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class FasterOn:
         return self._times[key]
 
     def saving(self, before: float, after: float, what: str) -> Decision:
+        """Allow when ``after`` (fused) is predicted no slower than ``before`` (apart)."""
         if after <= before * (1 + TIE):
             return ALLOW
         return Decision.forbid(f"cost: {what} predicted {after * 1e6:.2f} us fused vs {before * 1e6:.2f} us apart "
