@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from fusion_analysis import cost, devices, xla_gpu_model
 from fusion_analysis.roofline import roofline
-from hlo_tools import HloOpcode, Module
+from hlo_tools import HloOpcode, Module, parse
 from hlo_tools.opcode import NO_KERNEL
 from passes import PassManager
 from passes.fusion.pipeline import expand, passes_of
@@ -75,8 +75,22 @@ def _stock_and_ours(measurement: Measurement, text: str, spec: str | Sequence,
 
 def _kept(written: frozenset[str], optimized: Module) -> bool:
     """Did XLA compile every fusion we wrote, under its name? (XLA:GPU's
-    fusion-wrapper may add one-op fusions around what we left alone.)"""
-    return written <= _fusion_names(optimized)
+    fusion-wrapper may add one-op fusions around what we left alone; its
+    rematerialization, when the module does not fit the device, recomputes a
+    fusion as a clone named ``NAME.remat...``, which counts as kept.)"""
+    names = _fusion_names(optimized)
+    missing = written - names
+    return not missing or all(any(n.startswith(m + ".remat") for n in names) for m in missing)
+
+
+def _written(hook) -> frozenset[str]:
+    """The fusions a hooked pass wrote at its last call: those in the module it
+    left that were not in the module XLA handed it (on top of XLA, its own
+    fusions are XLA's)."""
+    if hook.after is None:
+        return frozenset()
+    before = parse(hook.seen[-1], source="<hook input>") if hook.seen else None
+    return _fusion_names(hook.after) - _fusion_names(before)
 
 
 @dataclass
@@ -230,7 +244,7 @@ def gpu_study_modes(name: str, text: str, spec: str, target: str = "h100", *,
     rows = []
     for mode in modes:
         mine = measurement.compile(text, ours(gpu_passes(spec, target), "gpu", mode))
-        written = _fusion_names(mine.hook.after)
+        written = _written(mine.hook)
         rows.append(GpuRow(module=name, target=target, mode=mode, stock=stock,
                            ours=GpuSide.of(mine.optimized_module, device),
                            fusions_written=len(written) if mine.hook.after is not None else -1,
