@@ -53,6 +53,8 @@ else
 fi
 
 # 2. Each mode timed against stock on the tiny modules (docs/xla_gpu_modes.md).
+#    (Rehearsed on XLA:CPU, rows with a kInput transpose fail to compile: XLA:CPU
+#    has no transpose emitter; the GPU labels are XLA:GPU's. Expected there.)
 for mode in on-top replace as-written; do
   echo "== 2. stock XLA:${BACKEND^^} vs gpu-best, $mode mode, timed (tiny modules)"
   timeout "${MODE_TIMEOUT:-60}" "$PY" bench/fusion_vs_stock.py --backend "$BACKEND" --passes gpu-best \
