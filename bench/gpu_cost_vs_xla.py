@@ -40,6 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
+import corpus  # noqa: E402
+
 from fusion_analysis import devices, xla_gpu_model  # noqa: E402
 from fusion_analysis.rank_stats import spearman  # noqa: E402
 from fusion_analysis.roofline import roofline  # noqa: E402
@@ -105,7 +107,11 @@ def _files(paths: list[str]) -> list[Path]:
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(f for f in p.rglob("*") if f.is_file() and is_module_file(f))
+            # an XLA dump folder: each module's pre-optimization stage (its optimized
+            # stages are XLA:CPU's or another target's, not what we compile); any
+            # other folder: every module file in it
+            dumped = [m.before_optimizations for m in corpus.from_dump_dir(p) if m.before_optimizations]
+            out += dumped or sorted(f for f in p.rglob("*") if f.is_file() and is_module_file(f))
         else:
             out.append(p)
     return out
@@ -129,7 +135,6 @@ def sources(args) -> list[tuple[str, Callable[[], str]]]:
         from xla_bridge import read_text
         return [(f.name.split(".")[0] if not f.name.startswith("module_") else f.name, lambda f=f: read_text(f))
                 for f in _files(args.paths)]
-    import corpus
     return [(e.name, lambda e=e: e.text("before_optimizations")) for e in corpus.load() if not e.sharded]
 
 
