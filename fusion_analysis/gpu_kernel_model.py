@@ -414,7 +414,7 @@ def launch_dimensions(kernel: Instruction, device: Device, fig: GpuFigures | Non
         if kernel.opcode is _H.REDUCE:
             return _reduction_launch(kernel, device)
         return _loop_launch(_elements(shape), _loop_unroll(kernel, shape, device, fig), device)
-    roots = _roots(body)
+    roots = output_roots(body)
     reduces = [h for h in map(_hero, roots) if h.opcode is _H.REDUCE]
     if reduces:
         return _reduction_launch(reduces[0], device)
@@ -445,14 +445,15 @@ def _hero(root: Instruction) -> Instruction:
     return root
 
 
-def _roots(body: Computation) -> list[Instruction]:
+def output_roots(body: Computation) -> list[Instruction]:
+    """The values a fused computation writes: its root, or each element of a tuple root."""
     root = body.root
     return list(root.operands) if root.opcode is _H.TUPLE else [root]
 
 
 def _first_root(kernel: Instruction) -> Instruction | None:
     body = kernel.fused_computation
-    return _roots(body)[0] if body is not None else None
+    return output_roots(body)[0] if body is not None else None
 
 
 # -- coalescing --------------------------------------------------------------------------
@@ -480,7 +481,7 @@ def coalesced(kernel: Instruction) -> bool:
     body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
     if body is None:
         return not transposes_minor(kernel)
-    if kernel.fusion_kind == "kInput" and not any(_hero(r).opcode is _H.REDUCE for r in _roots(body)):
+    if kernel.fusion_kind == "kInput" and not any(_hero(r).opcode is _H.REDUCE for r in output_roots(body)):
         return True  # the transpose emitter tiles through shared memory
     for i in body:
         if transposes_minor(i) and i.operands[0].opcode is not _H.BROADCAST:
@@ -518,7 +519,7 @@ def output_bytes(kernel: Instruction) -> float:
             return float(_bytes(kernel.operands[1].shape))
         return float(_bytes(kernel.shape))
     total = 0.0
-    for r, leaf in zip(_roots(body), kernel.shape.tuple_shapes if kernel.shape.is_tuple else [kernel.shape]):
+    for r, leaf in zip(output_roots(body), kernel.shape.tuple_shapes if kernel.shape.is_tuple else [kernel.shape]):
         total += _bytes(r.operands[1].shape) if r.opcode is _H.DYNAMIC_UPDATE_SLICE else _bytes(leaf)
     return total
 

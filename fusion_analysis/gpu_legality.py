@@ -23,6 +23,7 @@ from typing import Iterable
 from hlo_tools.ir import Instruction
 from hlo_tools.opcode import ELEMENTWISE, HloOpcode
 
+from .gpu_kernel_model import output_roots
 from .legality import ALLOW, Decision
 
 _PASS_THROUGH = ELEMENTWISE | frozenset({HloOpcode.BITCAST, HloOpcode.CONVERT})
@@ -47,10 +48,7 @@ def _roots(instr: Instruction) -> list[Instruction]:
     """The values a kernel writes: a fusion's root (each element of a tuple root),
     or the instruction itself."""
     body = instr.fused_computation
-    if body is None:
-        return [instr]
-    root = body.root
-    return list(root.operands) if root.opcode is HloOpcode.TUPLE else [root]
+    return [instr] if body is None else output_roots(body)
 
 
 def hero_key(value: Instruction) -> tuple[tuple, tuple[int, ...] | None]:
