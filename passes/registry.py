@@ -50,8 +50,23 @@ def available_passes() -> list[str]:
     return sorted(PASSES)
 
 
+#: ``replay:FILE`` names a decisions file written by ``hlo tune`` (``DecisionFusion``).
+REPLAY = "replay:"
+
+
 def get_pass(name: str, **options) -> Pass:
-    """A new ``name`` pass built with ``options``; KeyError listing the known names."""
+    """A new ``name`` pass built with ``options`` (``replay:FILE``: the decision set
+    in FILE); KeyError listing the known names, or saying what is wrong with FILE."""
+    if name.startswith(REPLAY):
+        from .fusion.decisions import DecisionFusion  # it imports the fusion passes listed here
+
+        path = name[len(REPLAY):]
+        try:
+            return DecisionFusion.load(path)
+        except OSError as e:
+            raise KeyError(f"{name}: cannot read {path}: {e.strerror or e}") from None
+        except (ValueError, KeyError, TypeError) as e:
+            raise KeyError(f"{name}: {path} is not a decisions file written by hlo tune: {e}") from None
     try:
         cls = PASSES[name]
     except KeyError:

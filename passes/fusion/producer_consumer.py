@@ -26,7 +26,7 @@ from passes.base import Pass
 
 from .clusters import Cluster, Clusters, fusible_computations
 from .gpu_profile import FasterOn
-from .profitability import Profitability, default_profitability, gpu_profitability
+from .profitability import ForcedEdges, Profitability, default_profitability, gpu_profitability
 
 
 @dataclass(frozen=True)
@@ -135,18 +135,39 @@ class ProducerConsumerFusion(Pass):
     kind: Callable = loop_kind
     log: FusionLog | None = None
     max_operands: int = 0  # 0: unbounded
+    decided: ForcedEdges | None = None  # edges whose decision is fixed (a replayed decision set)
 
     def run(self, module: Module) -> bool:
         rewriter = Rewriter()
-        priced = self.cluster_profitability()
+        profitable, priced = self.profitable, self.cluster_profitability()
+        if self.decided is not None:
+            profitable, priced = _forced(self.decided, profitable, priced)
         for comp in fusible_computations(module):
-            clusters = fuse_producers_into_consumers(comp, self.profitable, self.log, self.max_operands, priced)
+            clusters = fuse_producers_into_consumers(comp, profitable, self.log, self.max_operands, priced)
             clusters.apply(kind=self.kind, name="loop_fusion", rewriter=rewriter)
         return rewriter.changed
 
     def cluster_profitability(self) -> ClusterProfitability | None:
         """A check of each decision against the whole cluster, made fresh per run (None: none)."""
         return None
+
+
+def _forced(decided: ForcedEdges, profitable: Profitability,
+            priced: ClusterProfitability | None) -> tuple[Profitability, ClusterProfitability | None]:
+    """``profitable`` and ``priced`` with ``decided``'s edges answered first: a
+    forced fusion skips both, a forced "apart" refuses in the first."""
+
+    def first(producer: Instruction, users, duplicate: bool) -> Decision:
+        d = decided.decide(producer, users)
+        return d if d is not None else profitable(producer, users, duplicate)
+
+    def then(clusters: Clusters, cluster: Cluster, producer: Instruction, duplicate: bool) -> Decision:
+        users = [m for m in cluster.members if producer in m.operands]
+        if decided.decide(producer, users) is not None:
+            return Decision(True, "")
+        return priced(clusters, cluster, producer, duplicate)
+
+    return first, (then if priced is not None else None)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ duplicated producer re-reads its own operands.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol, Sequence
 
 from hlo_tools import HloOpcode, Instruction
 
@@ -92,3 +93,27 @@ def min_bytes_saved(threshold: int) -> Callable[[Instruction, Sequence[Instructi
         return ALLOW if saved >= threshold else Decision.forbid(f"cost: saves {saved} bytes < {threshold}")
 
     return decide
+
+
+#: The reason a forced "keep apart" gives (``ForcedEdges``); a search flips it back.
+KEPT_APART = "decided: kept apart by the decision set"
+
+
+@dataclass(frozen=True)
+class ForcedEdges:
+    """Fusion decisions fixed per edge, ``(producer name, consumer name) -> fuse?``,
+    in front of a pass's own profitability: how a tuned decision set
+    (``passes.fusion.decisions``) is replayed.  Legality is still checked first,
+    so forcing an illegal fusion does nothing; an edge not listed falls through
+    to the pass's rule."""
+
+    edges: Mapping[tuple[str, str], bool]
+
+    def decide(self, producer: Instruction, consumers: Sequence[Instruction]) -> Decision | None:
+        """The forced decision for fusing ``producer`` into ``consumers`` (the
+        first listed edge wins), or None when none of its edges is listed."""
+        for c in consumers:
+            fuse = self.edges.get((producer.name, c.name))
+            if fuse is not None:
+                return ALLOW if fuse else Decision.forbid(KEPT_APART)
+        return None

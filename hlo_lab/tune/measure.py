@@ -1,0 +1,117 @@
+"""What an ``hlo tune`` worker process does with one candidate: compile it with
+real XLA (its decision set replayed at the fusion hook), check its outputs
+against stock's, and time both interleaved; or, for a GPU target compiled
+without a GPU, price both optimized modules with the GPU roofline.
+
+Each worker is an ``xla_worker.Worker`` process (an XLA abort loses only that
+candidate) and keeps, per module, stock's compile and its last few candidates'
+compiles, so a candidate measured again (a win is, before it is kept) is not
+compiled again.  Several workers compile at once; only timing is serialised,
+by a lock file, so no two timed loops share the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import time
+from collections import OrderedDict
+from typing import Any, Iterator
+
+from fusion_analysis import devices
+from passes.fusion.decisions import DecisionFusion, FusionDecisions
+from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.xla_bench import benchmark
+from xla_bridge.xla_compile import CompileResult
+
+from .space import text_hash
+from .store import Measured
+
+#: How a decision set runs inside XLA: on XLA:CPU ours decide every fusion; on
+#: XLA:GPU ours go on top of stock's (docs/xla_gpu_modes.md: the best mode).
+MODE = {"cpu": "as-written", "gpu": "on-top"}
+
+_STOCK: dict[tuple, tuple[CompileResult, str, float | None]] = {}
+_CANDIDATES: "OrderedDict[tuple, CompileResult]" = OrderedDict()
+_KEEP = 6
+
+
+def _see(module) -> None:
+    """A hooked pass that changes nothing: the hook records what XLA hands it."""
+    return None
+
+
+def _measurement(backend: str, target: str | None) -> Measurement:
+    return Measurement("gpu" if target else backend, target=target)
+
+
+def _predicted(cr: CompileResult, target: str) -> float:
+    from hlo_lab.study import GpuSide
+
+    return GpuSide.of(cr.optimized_module, devices.load(target)).predicted_us
+
+
+def _stock(text: str, backend: str, target: str | None) -> tuple[CompileResult, str, float | None]:
+    key = (text_hash(text), backend, target)
+    if key not in _STOCK:
+        m = _measurement(backend, target)
+        stock = m.compile(text, STOCK)
+        seen = m.compile(text, Pipeline.fusion(_see, m.backend, MODE[m.backend]))
+        _STOCK[key] = (stock, seen.hook.seen[-1], _predicted(stock, target) if target else None)
+    return _STOCK[key]
+
+
+def prepare(text: str, backend: str, target: str | None) -> dict[str, Any]:
+    """Stock's compile and the module our passes are handed at the hook (``seen``),
+    with stock's optimized module (to read its decisions back) and, for a GPU
+    target, stock's predicted time."""
+    stock, seen, predicted = _stock(text, backend, target)
+    return {"seen": seen, "stock_optimized": stock.optimized_module.to_text(), "stock_predicted_us": predicted,
+            "stock_compile_s": stock.compile_seconds}
+
+
+@contextlib.contextmanager
+def _timing_lock(path: str | None) -> Iterator[None]:
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _candidate(text: str, decisions: FusionDecisions, backend: str, target: str | None) -> tuple[CompileResult, float]:
+    key = (text_hash(text), backend, target, decisions.key())
+    if key in _CANDIDATES:
+        _CANDIDATES.move_to_end(key)
+        return _CANDIDATES[key], 0.0
+    m = _measurement(backend, target)
+    t0 = time.perf_counter()
+    cr = m.compile(text, Pipeline.fusion(DecisionFusion(decisions, target), m.backend, MODE[m.backend]))
+    _CANDIDATES[key] = cr
+    while len(_CANDIDATES) > _KEEP:
+        _CANDIDATES.popitem(last=False)
+    return cr, time.perf_counter() - t0
+
+
+def evaluate(text: str, decisions: dict, fused_hash: str, *, backend: str = "cpu", target: str | None = None,
+             reps: int = 20, warmup: int = 3, input_sets: int = 2, lock: str | None = None) -> Measured:
+    """One candidate against stock: measured (paired ABBA ratios stock/candidate,
+    outputs compared first) or, for ``target``, predicted by the GPU roofline."""
+    stock, _, stock_pred = _stock(text, backend, target)
+    cr, compile_s = _candidate(text, FusionDecisions.from_dict(decisions), backend, target)
+    hook_hash = text_hash(cr.hook.after.to_text()) if cr.hook is not None and cr.hook.after is not None else None
+    kernels = sum(1 for i in cr.optimized_module.entry if i.opcode.name in ("FUSION", "DOT", "CUSTOM_CALL", "COPY"))
+    if target:
+        pred = _predicted(cr, target)
+        s = stock_pred / pred if pred else None
+        return Measured(fused_hash, "ok", s, s, s, stock_pred, pred, compile_s, "unchecked", kernels=kernels,
+                        reps=0, hook_hash=hook_hash)
+    with _timing_lock(lock):
+        b = benchmark(stock, cr, reps=reps, warmup=warmup, input_sets=input_sets, check=True)
+    status = "ok" if b.verdict in ("exact", "close") else "unequal"
+    return Measured(fused_hash, status, b.speedup, b.speedup_p10, b.speedup_p90, b.a.median_us, b.b.median_us,
+                    compile_s, b.verdict, kernels=kernels, reps=reps, hook_hash=hook_hash)

@@ -1,0 +1,173 @@
+"""``hlo tune``'s candidates in the results database (``xla_results``), one row
+each, written in its own transaction as soon as it is measured: a search killed
+half-way keeps every candidate it measured, and the same search run again
+finds them (by the hash of the fused module it would compile) instead of
+compiling them again.
+
+A row is keyed by what it measured: the module (hash), backend, GPU target, the
+jax/jaxlib versions and the fused module's hash; ``kind`` says whether it is a
+first measurement ("candidate"), a win measured again before it was kept
+("remeasure"), or the end-of-search comparison ("final").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from xla_bridge.xla import jax_versions
+from xla_bridge.xla_results import connect
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tune_candidates (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created TEXT NOT NULL,
+    search TEXT NOT NULL,
+    module TEXT NOT NULL,
+    module_hash TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    target TEXT NOT NULL DEFAULT '',
+    jax TEXT, jaxlib TEXT,
+    objective TEXT NOT NULL,
+    strategy TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    decisions TEXT NOT NULL,
+    decisions_key TEXT NOT NULL,
+    fused_hash TEXT NOT NULL,
+    predicted_us REAL,
+    kernels INTEGER,
+    compile_s REAL,
+    reps INTEGER,
+    stock_us REAL, cand_us REAL,
+    speedup REAL, speedup_p10 REAL, speedup_p90 REAL,
+    verdict TEXT,
+    status TEXT NOT NULL,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS tune_module ON tune_candidates(module_hash, backend, target, fused_hash);
+"""
+
+
+@dataclass
+class Measured:
+    """What one candidate measured (or why it could not be): ``status`` "ok",
+    "unequal" (outputs differ from stock's: never kept) or "error" (XLA refused
+    or aborted; ``error`` says what XLA said)."""
+
+    fused_hash: str
+    status: str
+    speedup: float | None = None
+    speedup_p10: float | None = None
+    speedup_p90: float | None = None
+    stock_us: float | None = None
+    cand_us: float | None = None
+    compile_s: float | None = None
+    verdict: str = ""
+    error: str = ""
+    kernels: int | None = None
+    reps: int | None = None
+    hook_hash: str | None = field(default=None, repr=False)  # the fused module the worker's hook made
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.speedup is not None
+
+    @classmethod
+    def of_row(cls, row: dict) -> "Measured":
+        return cls(fused_hash=row["fused_hash"], status=row["status"], speedup=row["speedup"],
+                   speedup_p10=row["speedup_p10"], speedup_p90=row["speedup_p90"], stock_us=row["stock_us"],
+                   cand_us=row["cand_us"], compile_s=row["compile_s"], verdict=row["verdict"] or "",
+                   error=row["error"] or "", kernels=row["kernels"], reps=row["reps"])
+
+
+@dataclass(frozen=True)
+class Where:
+    """What every row of one search shares."""
+
+    module: str
+    module_hash: str
+    backend: str
+    target: str
+    objective: str
+    strategy: str
+    search: str
+
+
+class TuneStore:
+    """The candidates of one module on one backend/target/jax, in ``db``
+    (None: the default results database)."""
+
+    def __init__(self, db: str | os.PathLike | None, where: Where):
+        self.db = db
+        self.where = where
+        self.versions = jax_versions()
+        conn = self._conn()
+        conn.close()
+
+    def _conn(self):
+        conn = connect(self.db)
+        conn.executescript(SCHEMA)
+        return conn
+
+    def _rows(self, kind: str, extra: str = "", args: tuple = ()) -> list[dict]:
+        w = self.where
+        conn = self._conn()
+        try:
+            q = ("SELECT * FROM tune_candidates WHERE module_hash=? AND backend=? AND target=? AND jax IS ? "
+                 "AND jaxlib IS ? AND kind=? " + extra + " ORDER BY id")
+            return [dict(r) for r in conn.execute(q, (w.module_hash, w.backend, w.target, self.versions["jax"],
+                                                      self.versions["jaxlib"], kind, *args))]
+        finally:
+            conn.close()
+
+    def measured(self, kind: str = "candidate") -> dict[str, Measured]:
+        """Every fused module measured before on this module/backend/target/jax: hash -> its first measurement."""
+        out: dict[str, Measured] = {}
+        for r in self._rows(kind):
+            out.setdefault(r["fused_hash"], Measured.of_row(r))
+        return out
+
+    def best_elsewhere(self) -> dict | None:
+        """The decisions of the best candidate another search kept (a remeasured
+        win), so a new search can start from it."""
+        rows = self._rows("remeasure", "AND search != ? AND status='ok'", (self.where.search,))
+        if not rows:
+            return None
+        return json.loads(max(rows, key=lambda r: r["speedup"])["decisions"])
+
+    def add(self, kind: str, decisions: dict, decisions_key: str, predicted_us: float | None, m: Measured) -> None:
+        """One row, in its own transaction."""
+        w = self.where
+        row = dict(created=time.strftime("%Y-%m-%dT%H:%M:%S"), search=w.search, module=w.module,
+                   module_hash=w.module_hash, backend=w.backend, target=w.target, jax=self.versions["jax"],
+                   jaxlib=self.versions["jaxlib"], objective=w.objective, strategy=w.strategy, kind=kind,
+                   decisions=json.dumps(decisions, sort_keys=True), decisions_key=decisions_key,
+                   fused_hash=m.fused_hash, predicted_us=predicted_us, kernels=m.kernels, compile_s=m.compile_s,
+                   reps=m.reps, stock_us=m.stock_us, cand_us=m.cand_us, speedup=m.speedup,
+                   speedup_p10=m.speedup_p10, speedup_p90=m.speedup_p90, verdict=m.verdict, status=m.status,
+                   error=m.error[:2000])
+        conn = self._conn()
+        try:
+            with conn:
+                conn.execute(f"INSERT INTO tune_candidates ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                             list(row.values()))
+        finally:
+            conn.close()
+
+    def count(self, search: str | None = None) -> int:
+        """Candidate rows of ``search`` (None: this one)."""
+        conn = self._conn()
+        try:
+            return conn.execute("SELECT COUNT(*) FROM tune_candidates WHERE search=? AND kind='candidate'",
+                                (search or self.where.search,)).fetchone()[0]
+        finally:
+            conn.close()
+
+
+def as_json(m: Measured) -> dict[str, Any]:
+    d = {k: getattr(m, k) for k in ("status", "speedup", "speedup_p10", "speedup_p90", "stock_us", "cand_us",
+                                    "compile_s", "verdict", "error", "kernels")}
+    return d
