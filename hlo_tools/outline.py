@@ -223,10 +223,13 @@ def restore_topological_order(comp: Computation, rewriter: Rewriter | None = Non
     return True
 
 
-def inline_fusion(fusion: Instruction, rewriter: Rewriter | None = None) -> list[Instruction]:
+def inline_fusion(fusion: Instruction, rewriter: Rewriter | None = None, *,
+                  remove_body: bool = True) -> list[Instruction]:
     """Copies a fusion's body back into its computation in place of the fusion
     (get-tuple-elements of a multi-output fusion are replaced by the values they
-    select).  The fused computation is removed when nothing else calls it.
+    select).  The fused computation is removed when nothing else calls it
+    (``remove_body=False``: left for the caller, who inlines many fusions and
+    removes their bodies with one scan of the module, ``remove_uncalled``).
     Returns the inlined instructions."""
     if fusion.opcode is not HloOpcode.FUSION or fusion.fused_computation is None:
         raise FusionError(f"%{fusion.name} is not a fusion")
@@ -254,10 +257,20 @@ def inline_fusion(fusion: Instruction, rewriter: Rewriter | None = None) -> list
     else:
         rw.replace_all_uses_with(fusion, mapping[id(root)])
     rw.erase(fusion)
-    module = comp.parent
-    if module is not None and not any(fused in i.called_computations for i in module.instructions()):
-        rw.remove_computation(module, fused)
+    if remove_body and comp.parent is not None:
+        remove_uncalled(comp.parent, [fused], rw)
     return out
+
+
+def remove_uncalled(module: Module, comps: Iterable[Computation], rewriter: Rewriter | None = None) -> None:
+    """Removes those of ``comps`` that no instruction of ``module`` calls (one scan)."""
+    comps = [c for c in comps if c.parent is module]
+    if not comps:
+        return
+    called = {id(c) for i in module.instructions() for c in i.called_computations}
+    dead = [c for c in comps if id(c) not in called]
+    if dead:
+        (rewriter or Rewriter()).remove_computations(module, dead)
 
 
 def region_module(instructions: Iterable[Instruction], *, kind: Kind, root: Instruction | None = None,

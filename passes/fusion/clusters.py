@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator
 import heapq
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
-from hlo_tools.outline import inline_fusion, outline_fusion, restore_topological_order
+from hlo_tools.outline import inline_fusion, outline_fusion, remove_uncalled, restore_topological_order
 from hlo_tools.rewriter import Rewriter
 
 from fusion_analysis.fusion_kind import fusion_kind
@@ -246,11 +246,13 @@ class Clusters:
                     self._tentative.replace_all_uses_with(m, original)
                     self._tentative.erase(m)
         fusions: list[Instruction] = []
+        bodies: list[Computation] = []  # of the fusions inlined: removed at the end, in one scan
         for c in chosen:
             region: list[Instruction] = []
             for m in c.members:
                 if m.opcode is HloOpcode.FUSION:
-                    region.extend(inline_fusion(m, rw))
+                    bodies.append(m.fused_computation)
+                    region.extend(inline_fusion(m, rw, remove_body=False))
                 elif m.parent is self.comp:
                     region.append(m)
             region = [r for r in region if r.parent is self.comp]
@@ -261,6 +263,8 @@ class Clusters:
         for original, _ in self.clones:
             if original.parent is self.comp and not original.users and original is not self.comp.root:
                 rw.erase(original)
+        if bodies and self.comp.parent is not None:
+            remove_uncalled(self.comp.parent, bodies, rw)
         if fusions:
             restore_topological_order(self.comp, rw)
         return fusions
