@@ -6,8 +6,9 @@ without a GPU, price both optimized modules with the GPU roofline.
 Each worker is an ``xla_worker.Worker`` process (an XLA abort loses only that
 candidate) and keeps, per module, stock's compile and its last few candidates'
 compiles, so a candidate measured again (a win is, before it is kept) is not
-compiled again.  Several workers compile at once; only timing is serialised,
-by a lock file, so no two timed loops share the CPU.
+compiled again.  Several workers compile at once, but nothing compiles while
+one times: compiles hold a lock file shared, timing holds it exclusively
+(on a 2-core machine a compile beside a timed loop takes a core from it).
 """
 
 from __future__ import annotations
@@ -71,12 +72,13 @@ def prepare(text: str, backend: str, target: str | None) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _timing_lock(path: str | None) -> Iterator[None]:
+def _lock(path: str | None, exclusive: bool) -> Iterator[None]:
+    """The timing lock: shared for a compile, exclusive for a timed loop."""
     if not path:
         yield
         return
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
         finally:
@@ -101,8 +103,9 @@ def evaluate(text: str, decisions: dict, fused_hash: str, *, backend: str = "cpu
              reps: int = 20, warmup: int = 3, input_sets: int = 2, lock: str | None = None) -> Measured:
     """One candidate against stock: measured (paired ABBA ratios stock/candidate,
     outputs compared first) or, for ``target``, predicted by the GPU roofline."""
-    stock, _, stock_pred = _stock(text, backend, target)
-    cr, compile_s = _candidate(text, FusionDecisions.from_dict(decisions), backend, target)
+    with _lock(lock, exclusive=False):
+        stock, _, stock_pred = _stock(text, backend, target)
+        cr, compile_s = _candidate(text, FusionDecisions.from_dict(decisions), backend, target)
     hook_hash = text_hash(cr.hook.after.to_text()) if cr.hook is not None and cr.hook.after is not None else None
     kernels = sum(1 for i in cr.optimized_module.entry if i.opcode.name in ("FUSION", "DOT", "CUSTOM_CALL", "COPY"))
     if target:
@@ -110,7 +113,7 @@ def evaluate(text: str, decisions: dict, fused_hash: str, *, backend: str = "cpu
         s = stock_pred / pred if pred else None
         return Measured(fused_hash, "ok", s, s, s, stock_pred, pred, compile_s, "unchecked", kernels=kernels,
                         reps=0, hook_hash=hook_hash)
-    with _timing_lock(lock):
+    with _lock(lock, exclusive=True):
         b = benchmark(stock, cr, reps=reps, warmup=warmup, input_sets=input_sets, check=True)
     status = "ok" if b.verdict in ("exact", "close") else "unequal"
     return Measured(fused_hash, status, b.speedup, b.speedup_p10, b.speedup_p90, b.a.median_us, b.b.median_us,

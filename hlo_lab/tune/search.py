@@ -291,7 +291,7 @@ class Tuner:
                     break
             return list(fresh.values())
         start = current.proposal if current is not None else base
-        for _ in range(n * 6):
+        for _ in range(n * 3):
             p = self.space.price(mutate(start, rng, self.target))
             if p.fused_hash not in seen:
                 fresh.setdefault(p.fused_hash, p)
