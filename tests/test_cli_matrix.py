@@ -53,6 +53,8 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
     "diff": {"input": [["diff", "{IN}", "{GOOD}"], ["diff", "{GOOD}", "{IN}"]]},
     "passes-dump": {"input": [["passes-dump", "{IN}"]]},
     "fusion-log": {"input": [["fusion-log", "{IN}"]]},
+    "tune": {"input": [["tune", "{IN}", "-q", "-o", "{OUT}/t.json"]],
+             "output": [["tune", "{GOOD}", "-q", "-o", "{BAD}/t.json"]]},
 }
 
 #: (command, case) pairs that do not apply, and why: they are not cases of the

@@ -25,6 +25,8 @@ from xla_bridge.measure import STOCK, Measurement, Pipeline
 from xla_bridge.xla_bench import benchmark
 from xla_bridge.xla_compile import CompileResult
 
+from hlo_lab.study import GpuSide
+
 from .space import text_hash
 from .store import Measured
 
@@ -47,8 +49,6 @@ def _measurement(backend: str, target: str | None) -> Measurement:
 
 
 def _predicted(cr: CompileResult, target: str) -> float:
-    from hlo_lab.study import GpuSide
-
     return GpuSide.of(cr.optimized_module, devices.load(target)).predicted_us
 
 
