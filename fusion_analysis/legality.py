@@ -302,6 +302,68 @@ def can_fuse(producer: Instruction, consumer: Instruction, *, check_cycle: bool 
     return ALLOW
 
 
+def _loop_state_writers(comp) -> dict[int, Instruction]:
+    """For a while body: tuple index -> the instruction the root writes there, for
+    every element of the loop state the body updates (not passed through as its
+    own get-tuple-element); empty for any other computation."""
+    module, root = comp.parent, comp.root
+    if module is None or root is None or root.opcode is not HloOpcode.TUPLE or len(comp.parameters) != 1:
+        return {}
+    if not any(i.opcode is HloOpcode.WHILE and i.called_computation("body") is comp for i in module.instructions()):
+        return {}
+    param = comp.parameters[0]
+    return {k: w for k, w in enumerate(root.operands)
+            if not (w.opcode is HloOpcode.GET_TUPLE_ELEMENT and w.operand(0) is param and w.tuple_index == k)}
+
+
+def _reaches(sources: Iterable[Instruction], target: Instruction) -> bool:
+    """Is ``target`` one of ``sources`` or used, directly or not, by one of them?"""
+    seen: set[int] = set()
+    stack = list(sources)
+    while stack:
+        i = stack.pop()
+        if i is target:
+            return True
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        stack.extend(i.users)
+        stack.extend(i.control_successors)
+    return False
+
+
+def keeps_loop_state_order(producer: Instruction, consumers: Iterable[Instruction], *, moved: bool) -> Decision:
+    """May ``producer`` be moved (``moved``) or copied into a fusion with
+    ``consumers`` without reading the loop state after the body updated it in place?
+
+    Fusions made inside XLA's pipeline after copy insertion (the hooked route)
+    must keep its guarantee: in a while body, every read of an element of the
+    loop state happens before the instruction that writes that element's new
+    value (which shares its buffer).  A producer that reads such an element
+    reads it, once fused, where the fusion runs; that is safe only if the
+    writer depends on the fusion, or is the producer itself, moved into it.  Measured on a dumped train step: a loop
+    counter's increment duplicated into a later fusion read the incremented
+    counter, and the RNG key the loop computed came out different."""
+    reads = []
+    for o in producer.operands:
+        while o.opcode is HloOpcode.BITCAST:  # a view of the same buffer
+            o = o.operand(0)
+        if o.opcode is HloOpcode.GET_TUPLE_ELEMENT and o.operand(0).opcode is HloOpcode.PARAMETER:
+            reads.append(o)
+    if not reads or producer.parent is None:
+        return ALLOW
+    writers = _loop_state_writers(producer.parent)
+    consumers = list(consumers)
+    for r in reads:
+        w = writers.get(r.tuple_index)
+        if w is None or r.operand(0) is not producer.parent.parameters[0] or (moved and w is producer):
+            continue
+        if not _reaches(consumers, w):
+            return Decision.forbid(f"would read loop state element {r.tuple_index} (%{r.name}) after %{w.name} "
+                                   "updated it in place")
+    return ALLOW
+
+
 def is_expensive_producer(instr: Instruction) -> bool:
     """``is_expensive`` extended to fusions: a fusion is expensive if anything in it is."""
     body = instr.fused_computation

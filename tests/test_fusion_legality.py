@@ -91,3 +91,55 @@ def test_clusters_check_cycles_on_the_contracted_graph():
     nk = cl.merge(cl.of(g("n")), cl.of(g("k")))
     assert not cl.would_cycle(cl.of(g("m")), nk)   # m feeds {n, k} directly
     assert cl.would_cycle(cl.of(g("m")), cl.of(g("d")))  # m -> {n, k} -> d
+
+
+LOOP = """HloModule loop
+
+body {
+  s = (s32[], f32[4]{0}) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  x = f32[4]{0} get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  next = s32[] add(i, one)
+  c = f32[] convert(next)
+  bc = f32[4]{0} broadcast(c), dimensions={}
+  y = f32[4]{0} add(x, bc)
+  ROOT t = (s32[], f32[4]{0}) tuple(next, y)
+}
+
+cond {
+  s.1 = (s32[], f32[4]{0}) parameter(0)
+  i.1 = s32[] get-tuple-element(s.1), index=0
+  n = s32[] constant(3)
+  ROOT lt = pred[] compare(i.1, n), direction=LT
+}
+
+ENTRY e {
+  x.1 = f32[4]{0} parameter(0)
+  z = s32[] constant(0)
+  init = (s32[], f32[4]{0}) tuple(z, x.1)
+  ROOT w = (s32[], f32[4]{0}) while(init), condition=cond, body=body
+}
+"""
+
+
+def test_a_loop_state_read_is_not_moved_past_its_in_place_update():
+    """After copy insertion (the hooked route), ``next`` writes the counter's new
+    value into the counter's buffer: copied into the fusion of ``c``, ``bc`` and
+    ``y`` (which ``next`` does not depend on) it would read the counter after
+    that write.  ``y`` reads ``x``, which only ``y`` itself updates: fine."""
+    from fusion_analysis.legality import keeps_loop_state_order
+    from passes.fusion.producer_consumer import FusionLog, ProducerConsumerFusion
+    from passes.fusion.profitability import ForcedEdges
+
+    m = hlo_tools.parse(LOOP)
+    body = m.get_computation("body")
+    get = {i.name: i for i in body}
+    d = keeps_loop_state_order(get["next"], [get["c"], get["bc"], get["y"]], moved=False)
+    assert not d and "loop state element 0" in d.reason
+    # moved (had it no other user), the increment would itself be the fusion that writes the counter
+    assert keeps_loop_state_order(get["next"], [get["c"]], moved=True)
+    log = FusionLog()
+    ProducerConsumerFusion(log=log, decided=ForcedEdges({("next", "c"): True})).run(m)
+    assert ("next", "c") in log.refused() and "loop state" in log.refused()[("next", "c")]
+    assert m.get_computation("body").root.operand(0).opcode.value == "add"  # the increment stays where it was

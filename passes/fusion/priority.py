@@ -46,7 +46,8 @@ from hlo_tools.rewriter import Rewriter
 
 from fusion_analysis.cost import bytes_saved, result_bytes, reread_bytes
 from fusion_analysis.fusion_kind import loop_kind
-from fusion_analysis.legality import ALLOW, Decision, can_fuse, fusible, is_expensive_producer, reused_within, shape_key
+from fusion_analysis.legality import (ALLOW, Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
+                                     reused_within, shape_key)
 from passes.base import Pass
 from .clusters import Cluster, Clusters, fusible_computations
 from .producer_consumer import FusionLog
@@ -164,6 +165,12 @@ class PriorityQueueFusion:
         keeps = blocked or prod is self.comp.root
         duplicate = keeps or len(groups) > 1
         consumers = tuple(m for g in groups for m in g)
+        for g in groups:
+            d = keeps_loop_state_order(prod, clusters.of(g[0]).members, moved=not duplicate)
+            if not d:
+                for m in consumers:
+                    self._refuse(prod, m, d.reason)
+                return None
         if duplicate:
             if grown:
                 d = Decision.forbid("producer cluster has several users: only single instructions are duplicated")

@@ -20,7 +20,8 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
 from fusion_analysis.fusion_kind import gpu_fusion_kind, loop_kind
-from fusion_analysis.legality import Decision, can_fuse, fusible, is_expensive_producer, reused_within
+from fusion_analysis.legality import (Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
+                                     reused_within)
 
 from passes.base import Pass
 
@@ -86,7 +87,9 @@ def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: F
                 others = [u for u in producer.users if clusters.of(u) is not cluster]
                 duplicate = bool(others) or producer is clusters.comp.root
                 users = tuple(m for m in cluster.members if producer in m.operands)
-                decision = profitable(producer, users, duplicate)
+                decision = keeps_loop_state_order(producer, cluster.members, moved=not duplicate)
+                if decision:
+                    decision = profitable(producer, users, duplicate)
                 if decision and priced is not None:
                     decision = priced(clusters, cluster, producer, duplicate)
             if log is not None:
