@@ -113,8 +113,8 @@ def register(subparsers) -> None:
     t.add_argument("--strategy", default="hill", choices=["hill", "anneal", "random"])
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--workers", type=int, default=2, help="XLA worker processes compiling candidates in parallel")
-    t.add_argument("--reps", type=int, default=50, help="timed repetitions per candidate (ABBA with stock)")
-    t.add_argument("--final-reps", type=int, default=200, help="repetitions of the final comparisons")
+    t.add_argument("--reps", type=int, default=100, help="timed repetitions per candidate (ABBA with stock)")
+    t.add_argument("--final-reps", type=int, default=400, help="repetitions of the final comparisons")
     t.add_argument("--no-baseline", action="store_true", help="skip random search at the same budget")
     t.add_argument("--db", help="results database (default ~/.cache/hlo-pass-lab/results.db); a search run again "
                                 "with the same options resumes from it")

@@ -5,12 +5,15 @@ stock (or, for a GPU target compiled without a GPU, priced by the GPU roofline).
 The loop, per strategy:
 
 1. Start points (hill-climbing and annealing): ``BEST`` as it stands, stock
-   XLA's own decisions read back from its optimized module, and the best
-   decision set another search on this module kept.  Random search has none.
+   XLA's own decisions read back from its optimized module, every other
+   pipeline shape with its default knobs (a coarse sweep: the shape is the
+   biggest lever), and the best decision set another search on this module
+   kept.  Random search has none.
 2. Each step proposes candidates: mutations of the current point (one to three
    decided edges flipped, or one knob changed), priced by the cost model on the
    module XLA hands the hook (``space.Space``); the ones whose fused module was
-   measured before are skipped, and the model's cheapest few are compiled, one
+   measured before are skipped, and the model's cheapest (with two workers or
+   more, half the batch; the other half drawn from the rest) are compiled, one
    per worker, in parallel.  Random search draws random points and compiles them
    as drawn: it is the baseline that shows what the model's guidance is worth.
 3. A candidate whose first measurement beats the best is measured again (the
@@ -27,6 +30,7 @@ on from there.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -41,7 +45,7 @@ from typing import Any, Callable
 from fusion_analysis.rank_stats import kendall_tau
 from hlo_tools import parse
 from hlo_tools.errors import HloError
-from passes.fusion.decisions import FusionDecisions
+from passes.fusion.decisions import FusionDecisions, pipelines
 from xla_bridge import xla_worker
 from xla_bridge.xla import jax_versions
 
@@ -169,7 +173,7 @@ class Tuner:
 
     def __init__(self, name: str, text: str, *, budget: int = 60, seconds: float | None = None,
                  backend: str = "cpu", target: str | None = None, strategy: str = "hill", seed: int = 0,
-                 workers: int = 2, db: str | os.PathLike | None = None, reps: int = 20, final_reps: int = 60,
+                 workers: int = 2, db: str | os.PathLike | None = None, reps: int = 100, final_reps: int = 400,
                  baseline: bool = True, progress: Callable[[str, int, int], None] | None = None):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
@@ -241,8 +245,9 @@ class Tuner:
         while len(out.candidates) < self.budget and stalls < 40:
             if t_end is not None and time.perf_counter() > t_end:
                 break
-            n = min(self.workers, self.budget - len(out.candidates))
-            batch = self._propose(strategy, pending, current, base, rng, n, seen)
+            left = self.budget - len(out.candidates)
+            n = min(self.workers, left)
+            batch = self._propose(strategy, pending[:left], current, base, rng, n, seen)
             pending = []
             if not batch:
                 stalls += 1
@@ -281,7 +286,7 @@ class Tuner:
                 p = self.space.price(d)
                 if p.fused_hash not in seen:
                     fresh.setdefault(p.fused_hash, p)
-            return list(fresh.values())[:max(n, len(pending))]
+            return list(fresh.values())
         if strategy == "random":
             for _ in range(n * 4):
                 p = self.space.price(random_point(base, rng, self.target))
@@ -295,7 +300,12 @@ class Tuner:
             p = self.space.price(mutate(start, rng, self.target))
             if p.fused_hash not in seen:
                 fresh.setdefault(p.fused_hash, p)
-        return sorted(fresh.values(), key=lambda p: (p.predicted_us, p.fused_hash))[:n]
+        ranked = sorted(fresh.values(), key=lambda p: (p.predicted_us, p.fused_hash))
+        # the model's cheapest, and (from two workers on) one drawn from the rest:
+        # the model is a guide, not the judge (it ranks XLA:CPU's library calls poorly)
+        picked = ranked[:n - n // 2]
+        rest = ranked[len(picked):]
+        return picked + rng.sample(rest, min(n // 2, len(rest)))
 
     def _accept(self, strategy: str, current: Candidate | None, new: list[Candidate], out: SearchOutcome,
                 rng: random.Random) -> Candidate | None:
@@ -333,7 +343,9 @@ class Tuner:
             self.known = {"candidate": store.measured("candidate"), "remeasure": store.measured("remeasure")}
             for k in self.known:
                 self.known[k] = {h: m for h, m in self.known[k].items()}
-            starts = [base.decisions, stock_d]
+            # BEST, stock's own decisions, and each pipeline shape with its default knobs (a coarse sweep)
+            starts = [base.decisions, stock_d] + [dataclasses.replace(base.decisions, pipeline=shape)
+                                                  for shape in pipelines(self.target) if shape != base.decisions.pipeline]
             elsewhere = store.best_elsewhere()
             if elsewhere is not None:
                 starts.append(FusionDecisions.from_dict(elsewhere))

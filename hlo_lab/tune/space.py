@@ -139,9 +139,9 @@ def _with_flips(d: FusionDecisions, flips: dict[tuple[str, str], bool]) -> Fusio
 
 
 def mutate(p: Proposal, rng: random.Random, target: str | None) -> FusionDecisions:
-    """A neighbour of ``p``: most often one to three of the edges its passes
+    """A neighbour of ``p``: half the time one to three of the edges its passes
     decided, decided the other way; otherwise one knob set to another value."""
-    if p.decided and rng.random() < 0.7:
+    if p.decided and rng.random() < 0.5:
         k = min(len(p.decided), rng.choice((1, 1, 2, 3)))
         return _with_flips(p.decisions, {(a, b): not f for a, b, f in rng.sample(p.decided, k)})
     knobs = knob_values(target)
