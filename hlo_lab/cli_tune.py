@@ -4,6 +4,7 @@ search's, and write the best decision set as a replayable pass."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -16,8 +17,10 @@ def _label(path: str) -> str:
     """A module's name for reports: its file's name, or its folder's for a corpus
     or dump stage file (``.../llama3-tiny-decode-f32/before_optimizations.hlo.txt.gz``)."""
     p = Path(path)
-    stem = p.name.split(".")[0]
-    return p.parent.name if stem in ("before_optimizations", "after_optimizations") and p.parent.name else stem
+    name = p.name.split(".before_optimizations")[0].split(".after_optimizations")[0]
+    if name in ("before_optimizations", "after_optimizations") or name == p.name and "." in name:
+        name = name.split(".")[0]
+    return p.parent.name if name in ("before_optimizations", "after_optimizations") and p.parent.name else name
 
 
 def _progress(quiet: bool):
@@ -64,7 +67,9 @@ def _report(d: dict, out: str | None) -> str:
     lines.append(f"search: {d['compiles']} compiles in {d['search_seconds']} s"
                  + (f", random search {d['random_compiles']}" if d["random_candidates"] else "")
                  + f"; {d['unequal']} candidates with unequal outputs, {d['errors']} refused by XLA; "
-                 f"model vs measured Kendall tau {tau:.2f}" if tau is not None else "; model vs measured: too few candidates")
+                 + (f"model vs measured Kendall tau {tau:.2f}" if tau is not None else "too few candidates to rank"))
+    if d["first_error"]:
+        lines.append(f"first error: {d['first_error']}")
     if out:
         lines.append(f"decisions: {out} (replay: hlo bench FILE --passes replay:{out} --hook "
                      f"{'post-scheduler' if d['target'] else 'pre-scheduler'}; the module they apply to: "
@@ -101,20 +106,30 @@ def _cmd_tune(args) -> int:
     return 0 if result.main.best is not None else 1
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
 def register(subparsers) -> None:
     t = subparsers.add_parser("tune", help="search a module's fusion decisions against stock XLA (measured, outputs "
                                            "checked); write the best as a replayable pass")
     t.add_argument("file")
-    t.add_argument("--budget", type=int, default=60, help="candidates to evaluate per search (default 60)")
+    t.add_argument("--budget", type=_at_least_one, default=60, help="candidates to evaluate per search (default 60)")
     t.add_argument("--seconds", type=float, help="stop each search after this long as well")
     t.add_argument("--backend", default="cpu", choices=["cpu", "gpu"], help="where candidates run (gpu: a visible GPU)")
     t.add_argument("--target", help="no GPU here: compile XLA:GPU for this GPU (h100, h200...) and rank candidates "
                                     "by our GPU roofline (the output says so)")
     t.add_argument("--strategy", default="hill", choices=["hill", "anneal", "random"])
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--workers", type=int, default=2, help="XLA worker processes compiling candidates in parallel")
-    t.add_argument("--reps", type=int, default=100, help="timed repetitions per candidate (ABBA with stock)")
-    t.add_argument("--final-reps", type=int, default=400, help="repetitions of the final comparisons")
+    t.add_argument("--workers", type=_at_least_one, default=2, help="XLA worker processes compiling candidates in parallel")
+    t.add_argument("--reps", type=_at_least_one, default=100, help="timed repetitions per candidate (ABBA with stock)")
+    t.add_argument("--final-reps", type=_at_least_one, default=400, help="repetitions of the final comparisons")
     t.add_argument("--no-baseline", action="store_true", help="skip random search at the same budget")
     t.add_argument("--db", help="results database (default ~/.cache/hlo-pass-lab/results.db); a search run again "
                                 "with the same options resumes from it")

@@ -24,6 +24,7 @@ from passes.fusion.decisions import DecisionFusion, FusionDecisions
 from xla_bridge.measure import STOCK, Measurement, Pipeline
 from xla_bridge.xla_bench import benchmark
 from xla_bridge.xla_compile import CompileResult
+from xla_bridge.xla_run import require_device
 
 from hlo_lab.study import GpuSide
 
@@ -65,7 +66,10 @@ def _stock(text: str, backend: str, target: str | None) -> tuple[CompileResult, 
 def prepare(text: str, backend: str, target: str | None) -> dict[str, Any]:
     """Stock's compile and the module our passes are handed at the hook (``seen``),
     with stock's optimized module (to read its decisions back) and, for a GPU
-    target, stock's predicted time."""
+    target, stock's predicted time.  Without a target, raises at once when
+    nothing can run on ``backend`` here (``NoDeviceError``: no GPU)."""
+    if not target:
+        require_device(backend)
     stock, seen, predicted = _stock(text, backend, target)
     return {"seen": seen, "stock_optimized": stock.optimized_module.to_text(), "stock_predicted_us": predicted,
             "stock_compile_s": stock.compile_seconds}

@@ -162,6 +162,7 @@ class TuneResult:
             "errors": sum(c.measured.status == "error" for c in alls),
             "stock_decisions_matched": self.stock_share,
             "hook_mismatches": self.hook_mismatches,
+            "first_error": next((c.measured.error for c in alls if c.measured.status == "error"), None),
             "best_decisions": self.main.best.proposal.decisions.as_dict() if self.main.best else None,
             "seconds": round(self.seconds, 1),
             "replay": self.replay,
