@@ -26,7 +26,7 @@ from xla_bridge.xla_bench import benchmark
 from xla_bridge.xla_compile import CompileResult
 from xla_bridge.xla_run import require_device
 
-from hlo_lab.study import GpuSide
+from hlo_lab.study import GpuSide, kernels
 
 from .space import text_hash
 from .store import Measured
@@ -111,14 +111,14 @@ def evaluate(text: str, decisions: dict, fused_hash: str, *, backend: str = "cpu
         stock, _, stock_pred = _stock(text, backend, target)
         cr, compile_s = _candidate(text, FusionDecisions.from_dict(decisions), backend, target)
     hook_hash = text_hash(cr.hook.after.to_text()) if cr.hook is not None and cr.hook.after is not None else None
-    kernels = sum(1 for i in cr.optimized_module.entry if i.opcode.name in ("FUSION", "DOT", "CUSTOM_CALL", "COPY"))
+    n_kernels = kernels(cr.optimized_module)
     if target:
         pred = _predicted(cr, target)
         s = stock_pred / pred if pred else None
-        return Measured(fused_hash, "ok", s, s, s, stock_pred, pred, compile_s, "unchecked", kernels=kernels,
+        return Measured(fused_hash, "ok", s, s, s, stock_pred, pred, compile_s, "unchecked", kernels=n_kernels,
                         reps=0, hook_hash=hook_hash)
     with _lock(lock, exclusive=True):
         b = benchmark(stock, cr, reps=reps, warmup=warmup, input_sets=input_sets, check=True)
     status = "ok" if b.verdict in ("exact", "close") else "unequal"
     return Measured(fused_hash, status, b.speedup, b.speedup_p10, b.speedup_p90, b.a.median_us, b.b.median_us,
-                    compile_s, b.verdict, kernels=kernels, reps=reps, hook_hash=hook_hash)
+                    compile_s, b.verdict, kernels=n_kernels, reps=reps, hook_hash=hook_hash)

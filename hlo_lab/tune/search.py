@@ -127,7 +127,6 @@ class TuneResult:
     main: SearchOutcome
     baseline: SearchOutcome | None
     finals: dict[str, Measured]
-    start: dict[str, Candidate]
     stock_share: float
     hook_mismatches: int
     seconds: float
@@ -342,8 +341,6 @@ class Tuner:
             main_where = self._where(self.strategy)
             store = TuneStore(self.db, main_where)
             self.known = {"candidate": store.measured("candidate"), "remeasure": store.measured("remeasure")}
-            for k in self.known:
-                self.known[k] = {h: m for h, m in self.known[k].items()}
             # BEST, stock's own decisions, and each pipeline shape with its default knobs (a coarse sweep)
             starts = [base.decisions, stock_d] + [dataclasses.replace(base.decisions, pipeline=shape)
                                                   for shape in pipelines(self.target) if shape != base.decisions.pipeline]
@@ -352,11 +349,9 @@ class Tuner:
                 starts.append(FusionDecisions.from_dict(elsewhere))
             main = self._search(self.strategy, starts, base, t_end)
             baseline = self._search("random", [], base, t_end) if self.baseline else None
-            start = {c.proposal.fused_hash: c for c in main.candidates}
             finals = self._finals(main, baseline, base, store)
             return TuneResult(self.name, self.backend, self.target, self.objective, self.strategy, self.budget, main,
-                              baseline, finals, {"best": start.get(base.fused_hash)}, share, self.hook_mismatches,
-                              time.perf_counter() - t0)
+                              baseline, finals, share, self.hook_mismatches, time.perf_counter() - t0)
         finally:
             self.pool.close()
             os.unlink(self.lock)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from fusion_analysis import devices
 from fusion_analysis.roofline import roofline
+from hlo_lab.study import kernels
 from hlo_tools import HloOpcode, Instruction, Module, parse
 from hlo_tools.attributes import parse_metadata
 from passes.fusion.clusters import fusible_computations
@@ -75,14 +76,10 @@ class Space:
         for p, c, d in log.entries:
             if p in self.names and c in self.names and (d.ok or d.reason.startswith("cost") or d.reason == KEPT_APART):
                 decided.setdefault((p, c), d.ok)
-        kernels = sum(1 for i in module.entry if i.opcode is HloOpcode.FUSION or i.opcode in _KERNELS)
-        out = Proposal(decisions, text, text_hash(text), roofline(module, self.device).time_s * 1e6, kernels,
+        out = Proposal(decisions, text, text_hash(text), roofline(module, self.device).time_s * 1e6, kernels(module),
                        tuple((p, c, f) for (p, c), f in sorted(decided.items())))
         self._priced[key] = out
         return out
-
-
-_KERNELS = frozenset({HloOpcode.DOT, HloOpcode.COPY, HloOpcode.CUSTOM_CALL, HloOpcode.SCATTER, HloOpcode.SORT})
 
 
 def _origin(i: Instruction) -> tuple:

@@ -16,7 +16,6 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from xla_bridge.xla import jax_versions
 from xla_bridge.xla_results import connect
@@ -166,8 +165,3 @@ class TuneStore:
         finally:
             conn.close()
 
-
-def as_json(m: Measured) -> dict[str, Any]:
-    d = {k: getattr(m, k) for k in ("status", "speedup", "speedup_p10", "speedup_p90", "stock_us", "cand_us",
-                                    "compile_s", "verdict", "error", "kernels")}
-    return d
