@@ -34,7 +34,7 @@ from .clusters import Cluster, Clusters
 from .horizontal import HorizontalFusion
 from .library_dot import LibraryDotFusion
 from .multi_output import GpuMultiOutputFusion, MultiOutputFusion
-from .priority import PriorityFusion
+from .priority import Candidate, PriorityFusion, default_cost
 from .producer_consumer import FusionLog, GpuProducerConsumerFusion, ProducerConsumerFusion
 from .profitability import ForcedEdges, default_profitability, never_duplicate
 from .reduction_epilogue import ReductionEpilogueFusion
@@ -68,6 +68,7 @@ KNOBS: dict[str, tuple] = {
     "horizontal_max_members": (4, 8, 16, 32, 64),
     "sibling_max_operands": (8, 16, 32),
     "epilogue_max_duplicated": (0, 4, 8, 16),
+    "priority_min_bytes_saved": (0, 256, 4096, 65536),
 }
 
 
@@ -90,6 +91,17 @@ class SiblingBound:
 
 
 @dataclass(frozen=True)
+class SavesAtLeast:
+    """Priority fusion's cost: bytes saved (``priority.default_cost``) less
+    ``threshold``, so only fusions saving more than that are queued."""
+
+    threshold: int
+
+    def __call__(self, candidate: Candidate) -> float:
+        return default_cost(candidate) - self.threshold
+
+
+@dataclass(frozen=True)
 class FusionDecisions:
     """One point of the search space.  The defaults are ``pipeline.BEST`` as it
     stands (XLA:CPU); ``edges`` are ``(producer, consumer, fuse)`` triples."""
@@ -101,6 +113,7 @@ class FusionDecisions:
     horizontal_max_members: int = 16
     sibling_max_operands: int = 16
     epilogue_max_duplicated: int = 8
+    priority_min_bytes_saved: int = 0
     edges: tuple[tuple[str, str, bool], ...] = ()
 
     def __post_init__(self) -> None:
@@ -156,7 +169,8 @@ class FusionDecisions:
                                                    max_members=self.horizontal_max_members),
             "reduction-epilogue": lambda: ReductionEpilogueFusion(max_duplicated=self.epilogue_max_duplicated),
             "library-dot": LibraryDotFusion,
-            "priority": lambda: PriorityFusion(profitable=dup, max_operands=self.max_operands),
+            "priority": lambda: PriorityFusion(profitable=dup, max_operands=self.max_operands,
+                                               cost=SavesAtLeast(self.priority_min_bytes_saved)),
         }
         shape = {**CPU_PIPELINES, **GPU_PIPELINES}[self.pipeline]
         return [make[step]() for step in shape] + [DeadCodeElimination()]
