@@ -28,15 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from fusion_vs_stock import corpus_modules  # noqa: E402  (the one list of runnable modules)
+from fusion_vs_stock import _geomean, corpus_modules  # noqa: E402  (the one list of runnable modules)
 
 from hlo_lab.tune.search import Tuner  # noqa: E402
+from hlo_tools.errors import HloError  # noqa: E402
 from hlo_tools.fileio import write_output  # noqa: E402
-
-
-def _geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def _f(x, spec: str = ".3f") -> str:
@@ -60,12 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     if not modules:
         print("no runnable corpus module matches", file=sys.stderr)
         return 1
-    rows, results = [], []
+    rows, results, errors = [], [], []
     t0 = time.perf_counter()
     for k, (name, text) in enumerate(modules, 1):
         print(f"[{k}/{len(modules)}] {name} ...", file=sys.stderr, flush=True)
-        r = Tuner(name, text, budget=args.budget, strategy=args.strategy, seed=args.seed, workers=args.workers,
-                  db=args.db, reps=args.reps, final_reps=args.final_reps).run().as_dict()
+        try:
+            r = Tuner(name, text, budget=args.budget, strategy=args.strategy, seed=args.seed, workers=args.workers,
+                      db=args.db, reps=args.reps, final_reps=args.final_reps).run().as_dict()
+        except (HloError, OSError) as e:  # XLA refused or aborted on stock itself: a row, and the others go on
+            print(f"    error: {e}", file=sys.stderr, flush=True)
+            errors.append((name, str(e).splitlines()[0] if str(e).strip() else type(e).__name__))
+            continue
         results.append(r)
         rows.append(r)
         print(f"    tuned {_f(r['speedup'])} [{_f(r['speedup_p10'])}-{_f(r['speedup_p90'])}]  BEST "
@@ -85,12 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
-    tuned = _geomean([r["speedup"] for r in rows])
-    best = _geomean([r["best_pass_speedup"] for r in rows])
-    rnd = _geomean([r["random_best_speedup"] for r in rows])
+    for name, message in errors:
+        print(f"{name}: error: {message}")
+    tuned = _geomean([r["speedup"] for r in rows if r["speedup"]])
+    best = _geomean([r["best_pass_speedup"] for r in rows if r["best_pass_speedup"]])
+    rnd = _geomean([r["random_best_speedup"] for r in rows if r["random_best_speedup"]])
     taus = sorted(r["kendall_tau_model_vs_measured"] for r in rows if r["kendall_tau_model_vs_measured"] is not None)
     equal = sum(r["outputs"] in ("exact", "close") for r in rows)
-    print(f"modules={len(rows)} budget={args.budget} strategy={args.strategy} outputs_equal={equal}/{len(rows)} "
+    print(f"modules={len(rows)} errors={len(errors)} budget={args.budget} strategy={args.strategy} outputs_equal={equal}/{len(rows)} "
           f"minutes={(time.perf_counter() - t0) / 60:.1f}")
     print(f"median_kendall_tau_model_vs_measured={_f(taus[len(taus) // 2] if taus else float('nan'), '.2f')}")
     print(f"geomean_best_vs_stock={_f(best)}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from hlo_tools.fileio import check_writable, write_output
@@ -80,6 +81,14 @@ def _cmd_tune(args) -> int:
     from hlo_lab.tune.search import Tuner  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
     from passes.fusion.decisions import save  # lazy: as above
 
+    if args.target:
+        from fusion_analysis import devices  # lazy: as above
+
+        try:
+            devices.load(args.target)  # a bad name or spec file is one line, before anything compiles
+        except (ValueError, OSError) as e:
+            print(f"hlo tune: --target {args.target}: {e}", file=sys.stderr)
+            return 2
     module = load(args.file)
     out = args.output or str(Path("results") / "tune" / f"{_label(args.file)}.json")
     for path in (out, out + ".hook_input.hlo", out + ".after.hlo"):
@@ -115,12 +124,22 @@ def _at_least_one(text: str) -> int:
     return n
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
+    return x
+
+
 def register(subparsers) -> None:
     t = subparsers.add_parser("tune", help="search a module's fusion decisions against stock XLA (measured, outputs "
                                            "checked); write the best as a replayable pass")
     t.add_argument("file")
     t.add_argument("--budget", type=_at_least_one, default=60, help="candidates to evaluate per search (default 60)")
-    t.add_argument("--seconds", type=float, help="stop each search after this long as well")
+    t.add_argument("--seconds", type=_positive_seconds, help="stop each search (tuned, random) after this long as well")
     t.add_argument("--backend", default="cpu", choices=["cpu", "gpu"], help="where candidates run (gpu: a visible GPU)")
     t.add_argument("--target", help="no GPU here: compile XLA:GPU for this GPU (h100, h200...) and rank candidates "
                                     "by our GPU roofline (the output says so)")

@@ -110,6 +110,7 @@ class _Pool:
 
 
 def _first_line(e: BaseException) -> str:
+    """What a failed candidate's row says: the exception's type and first line."""
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
@@ -196,7 +197,7 @@ class Tuner:
     def _where(self, strategy: str) -> Where:
         v = jax_versions()
         key = "|".join(map(str, (self.module_hash, self.backend, self.target or "", strategy, self.seed, self.budget,
-                                 self.reps, v["jax"], v["jaxlib"])))
+                                 self.reps, self.workers, v["jax"], v["jaxlib"])))
         return Where(self.name, self.module_hash, self.backend, self.target or "", self.objective, strategy,
                      hashlib.sha256(key.encode()).hexdigest()[:16])
 
@@ -232,7 +233,7 @@ class Tuner:
 
     # -- one search ------------------------------------------------------------------
 
-    def _search(self, strategy: str, starts: list[FusionDecisions], base: Proposal, t_end: float | None) -> SearchOutcome:
+    def _search(self, strategy: str, starts: list[FusionDecisions], base: Proposal) -> SearchOutcome:
         where = self._where(strategy)
         store = TuneStore(self.db, where)
         rng = random.Random(f"{self.seed}:{strategy}")
@@ -240,6 +241,7 @@ class Tuner:
         seen: set[str] = set()
         current: Candidate | None = None
         t0 = time.perf_counter()
+        t_end = t0 + self.seconds if self.seconds else None
         step = stalls = 0
         pending = list(starts) if strategy != "random" else []
         while len(out.candidates) < self.budget and stalls < 40:
@@ -327,7 +329,6 @@ class Tuner:
 
     def run(self) -> TuneResult:
         t0 = time.perf_counter()
-        t_end = t0 + self.seconds if self.seconds else None
         self.pool = _Pool(self.workers)
         fd, self.lock = tempfile.mkstemp(prefix="hlo-tune-", suffix=".lock")
         os.close(fd)
@@ -340,15 +341,18 @@ class Tuner:
             base = self.space.price(FusionDecisions.for_target(self.target))
             main_where = self._where(self.strategy)
             store = TuneStore(self.db, main_where)
-            self.known = {"candidate": store.measured("candidate"), "remeasure": store.measured("remeasure")}
+            self.known = {k: store.measured(k, reps=0 if self.target else self.reps) for k in ("candidate", "remeasure")}
             # BEST, stock's own decisions, and each pipeline shape with its default knobs (a coarse sweep)
             starts = [base.decisions, stock_d] + [dataclasses.replace(base.decisions, pipeline=shape)
                                                   for shape in pipelines(self.target) if shape != base.decisions.pipeline]
             elsewhere = store.best_elsewhere()
             if elsewhere is not None:
-                starts.append(FusionDecisions.from_dict(elsewhere))
-            main = self._search(self.strategy, starts, base, t_end)
-            baseline = self._search("random", [], base, t_end) if self.baseline else None
+                try:
+                    starts.append(FusionDecisions.from_dict(elsewhere))
+                except (ValueError, TypeError):
+                    pass  # written by another version of the decision set: not a start point
+            main = self._search(self.strategy, starts, base)
+            baseline = self._search("random", [], base) if self.baseline else None
             finals = self._finals(main, baseline, base, store)
             return TuneResult(self.name, self.backend, self.target, self.objective, self.strategy, self.budget, main,
                               baseline, finals, share, self.hook_mismatches, time.perf_counter() - t0)

@@ -15,7 +15,6 @@ compared by hash.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import random
 from dataclasses import dataclass
 
@@ -29,10 +28,7 @@ from passes.fusion.decisions import KNOBS, FusionDecisions, pipelines
 from passes.fusion.producer_consumer import FusionLog
 from passes.fusion.profitability import KEPT_APART
 from passes.manager import PassManager
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+from xla_bridge.xla_results import text_hash
 
 
 @dataclass(frozen=True)

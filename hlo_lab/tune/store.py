@@ -122,20 +122,33 @@ class TuneStore:
         finally:
             conn.close()
 
-    def measured(self, kind: str = "candidate") -> dict[str, Measured]:
-        """Every fused module measured before on this module/backend/target/jax: hash -> its first measurement."""
+    def measured(self, kind: str = "candidate", *, reps: int = 0) -> dict[str, Measured]:
+        """Every fused module measured before on this module/backend/target/jax
+        with at least ``reps`` repetitions: hash -> its first measurement.  Errors
+        are left out (a worker that died for another reason gets its retry)."""
         out: dict[str, Measured] = {}
-        for r in self._rows(kind):
+        for r in self._rows(kind, "AND status != 'error' AND reps >= ?", (reps,)):
             out.setdefault(r["fused_hash"], Measured.of_row(r))
         return out
 
     def best_elsewhere(self) -> dict | None:
-        """The decisions of the best candidate another search kept (a remeasured
-        win), so a new search can start from it."""
-        rows = self._rows("remeasure", "AND search != ? AND status='ok'", (self.where.search,))
-        if not rows:
-            return None
-        return json.loads(max(rows, key=lambda r: r["speedup"])["decisions"])
+        """The decisions of the best candidate another search kept before this
+        one first ran (a win measured twice, or, predicted, the best priced), so
+        a new search starts from it, and this one, run again, from the same."""
+        conn = self._conn()
+        try:
+            first = conn.execute("SELECT MIN(id) FROM tune_candidates WHERE search=?", (self.where.search,)).fetchone()[0]
+        finally:
+            conn.close()
+        kind = "candidate" if self.where.target else "remeasure"
+        rows = self._rows(kind, "AND search != ? AND status='ok' AND speedup IS NOT NULL AND id < ?",
+                          (self.where.search, first if first is not None else 1 << 62))
+        for r in sorted(rows, key=lambda r: -r["speedup"]):
+            try:
+                return json.loads(r["decisions"])
+            except ValueError:  # a row this version cannot read: the next best
+                continue
+        return None
 
     def add(self, kind: str, decisions: dict, decisions_key: str, predicted_us: float | None, m: Measured) -> None:
         """One row, in its own transaction."""
