@@ -5,8 +5,8 @@ without a GPU, price both optimized modules with the GPU roofline.
 
 Each worker is an ``xla_worker.Worker`` process (an XLA abort loses only that
 candidate) and keeps, per module, stock's compile and its last few candidates'
-compiles, so a candidate measured again (a win is, before it is kept) is not
-compiled again.  Several workers compile at once, but nothing compiles while
+compiles, so a candidate measured again (a win is, before it is kept) on the
+worker that measured it first is not compiled again (on another, it is).  Several workers compile at once, but nothing compiles while
 one times: compiles hold a lock file shared, timing holds it exclusively
 (on a 2-core machine a compile beside a timed loop takes a core from it).
 """
