@@ -302,7 +302,7 @@ def can_fuse(producer: Instruction, consumer: Instruction, *, check_cycle: bool 
     return ALLOW
 
 
-def _loop_state_writers(comp) -> dict[int, Instruction]:
+def loop_state_writers(comp) -> dict[int, Instruction]:
     """For a while body: tuple index -> the instruction the root writes there, for
     every element of the loop state the body updates (not passed through as its
     own get-tuple-element); empty for any other computation."""
@@ -332,7 +332,8 @@ def _reaches(sources: Iterable[Instruction], target: Instruction) -> bool:
     return False
 
 
-def keeps_loop_state_order(producer: Instruction, consumers: Iterable[Instruction], *, moved: bool) -> Decision:
+def keeps_loop_state_order(producer: Instruction, consumers: Iterable[Instruction], *, moved: bool,
+                           writers: dict[int, Instruction] | None = None) -> Decision:
     """May ``producer`` be moved (``moved``) or copied into a fusion with
     ``consumers`` without reading the loop state after the body updated it in place?
 
@@ -343,7 +344,14 @@ def keeps_loop_state_order(producer: Instruction, consumers: Iterable[Instructio
     reads it, once fused, where the fusion runs; that is safe only if the
     writer depends on the fusion, or is the producer itself, moved into it.  Measured on a dumped train step: a loop
     counter's increment duplicated into a later fusion read the incremented
-    counter, and the RNG key the loop computed came out different."""
+    counter, and the RNG key the loop computed came out different.
+
+    ``writers``: ``loop_state_writers`` of the producer's computation, when the
+    caller keeps it (it scans the module for the loops that call it).  Before
+    copy insertion (``hlo opt`` on a pre-optimization module) the rule is only
+    conservative.  Not covered: a fusion whose writer is itself a member and
+    reads the element other than elementwise (XLA's in-place
+    dynamic-update-slice fusions do, by design)."""
     reads = []
     for o in producer.operands:
         while o.opcode is HloOpcode.BITCAST:  # a view of the same buffer
@@ -352,7 +360,8 @@ def keeps_loop_state_order(producer: Instruction, consumers: Iterable[Instructio
             reads.append(o)
     if not reads or producer.parent is None:
         return ALLOW
-    writers = _loop_state_writers(producer.parent)
+    if writers is None:
+        writers = loop_state_writers(producer.parent)
     consumers = list(consumers)
     for r in reads:
         w = writers.get(r.tuple_index)

@@ -72,7 +72,7 @@ def _report(d: dict, out: str | None) -> str:
         lines.append(f"first error: {d['first_error']}")
     if out:
         lines.append(f"decisions: {out} (replay: hlo bench FILE --passes replay:{out} --hook "
-                     f"{'post-scheduler' if d['target'] else 'pre-scheduler'}; the module they apply to: "
+                     f"{'post-scheduler' if d['backend'] == 'gpu' else 'pre-scheduler'}; the module they apply to: "
                      f"{out}.hook_input.hlo, what they make: {out}.after.hlo)")
     return "\n".join(lines)
 
@@ -81,14 +81,15 @@ def _cmd_tune(args) -> int:
     from hlo_lab.tune.search import Tuner  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
     from passes.fusion.decisions import save  # lazy: as above
 
-    if args.target:
-        from fusion_analysis import devices  # lazy: as above
+    for flag, spec in (("--target", args.target), ("--model", args.model)):
+        if spec:
+            from fusion_analysis import devices  # lazy: as above
 
-        try:
-            devices.load(args.target)  # a bad name or spec file is one line, before anything compiles
-        except (ValueError, OSError) as e:
-            print(f"hlo tune: --target {args.target}: {e}", file=sys.stderr)
-            return 2
+            try:
+                devices.load(spec)  # a bad name or spec file is one line, before anything compiles
+            except (ValueError, OSError) as e:
+                print(f"hlo tune: {flag} {spec}: {e}", file=sys.stderr)
+                return 2
     module = load(args.file)
     out = args.output or str(Path("results") / "tune" / f"{_label(args.file)}.json")
     for path in (out, out + ".hook_input.hlo", out + ".after.hlo"):
@@ -98,13 +99,13 @@ def _cmd_tune(args) -> int:
         tuner = Tuner(_label(args.file), module.to_text(), budget=args.budget, seconds=args.seconds,
                       backend=args.backend, target=args.target, strategy=args.strategy, seed=args.seed,
                       workers=args.workers, db=args.db, reps=args.reps, final_reps=args.final_reps,
-                      baseline=not args.no_baseline, progress=update)
+                      baseline=not args.no_baseline, progress=update, model=args.model)
         result = tuner.run()
     finally:
         stop()
     if result.main.best is not None:
         best = result.main.best
-        save(out, best.proposal.decisions, target=args.target, module=result.module, module_hash=tuner.module_hash,
+        save(out, best.proposal.decisions, target=tuner.model, module=result.module, module_hash=tuner.module_hash,
              backend=result.backend, measured=result.as_dict()["speedup"])
         write_output(out + ".hook_input.hlo", tuner.space.module.to_text())
         write_output(out + ".after.hlo", best.proposal.after_text)
@@ -143,6 +144,8 @@ def register(subparsers) -> None:
     t.add_argument("--backend", default="cpu", choices=["cpu", "gpu"], help="where candidates run (gpu: a visible GPU)")
     t.add_argument("--target", help="no GPU here: compile XLA:GPU for this GPU (h100, h200...) and rank candidates "
                                     "by our GPU roofline (the output says so)")
+    t.add_argument("--model", help="the GPU whose roofline prices candidates and the GPU passes' choices "
+                                   "(default: --target, or h100 with --backend gpu)")
     t.add_argument("--strategy", default="hill", choices=["hill", "anneal", "random"])
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--workers", type=_at_least_one, default=2, help="XLA worker processes compiling candidates in parallel")

@@ -89,14 +89,15 @@ def _lock(path: str | None, exclusive: bool) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _candidate(text: str, decisions: FusionDecisions, backend: str, target: str | None) -> tuple[CompileResult, float]:
-    key = (text_hash(text), backend, target, decisions.key())
+def _candidate(text: str, decisions: FusionDecisions, backend: str, target: str | None,
+               model: str | None) -> tuple[CompileResult, float]:
+    key = (text_hash(text), backend, target, model, decisions.key())
     if key in _CANDIDATES:
         _CANDIDATES.move_to_end(key)
         return _CANDIDATES[key], 0.0
     m = _measurement(backend, target)
     t0 = time.perf_counter()
-    cr = m.compile(text, Pipeline.fusion(DecisionFusion(decisions, target), m.backend, MODE[m.backend]))
+    cr = m.compile(text, Pipeline.fusion(DecisionFusion(decisions, model), m.backend, MODE[m.backend]))
     _CANDIDATES[key] = cr
     while len(_CANDIDATES) > _KEEP:
         _CANDIDATES.popitem(last=False)
@@ -104,12 +105,14 @@ def _candidate(text: str, decisions: FusionDecisions, backend: str, target: str 
 
 
 def evaluate(text: str, decisions: dict, fused_hash: str, *, backend: str = "cpu", target: str | None = None,
-             reps: int = 20, warmup: int = 3, input_sets: int = 2, lock: str | None = None) -> Measured:
+             model: str | None = None, reps: int = 20, warmup: int = 3, input_sets: int = 2,
+             lock: str | None = None) -> Measured:
     """One candidate against stock: measured (paired ABBA ratios stock/candidate,
-    outputs compared first) or, for ``target``, predicted by the GPU roofline."""
+    outputs compared first) or, for ``target``, predicted by the GPU roofline.
+    ``model``: the GPU the GPU-profile passes price on (None on XLA:CPU)."""
     with _lock(lock, exclusive=False):
         stock, _, stock_pred = _stock(text, backend, target)
-        cr, compile_s = _candidate(text, FusionDecisions.from_dict(decisions), backend, target)
+        cr, compile_s = _candidate(text, FusionDecisions.from_dict(decisions), backend, target, model)
     hook_hash = text_hash(cr.hook.after.to_text()) if cr.hook is not None and cr.hook.after is not None else None
     n_kernels = kernels(cr.optimized_module)
     if target:

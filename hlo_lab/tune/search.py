@@ -175,7 +175,8 @@ class Tuner:
     def __init__(self, name: str, text: str, *, budget: int = 60, seconds: float | None = None,
                  backend: str = "cpu", target: str | None = None, strategy: str = "hill", seed: int = 0,
                  workers: int = 2, db: str | os.PathLike | None = None, reps: int = 100, final_reps: int = 400,
-                 baseline: bool = True, progress: Callable[[str, int, int], None] | None = None):
+                 baseline: bool = True, progress: Callable[[str, int, int], None] | None = None,
+                 model: str | None = None):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
         if budget < 1:
@@ -183,6 +184,8 @@ class Tuner:
         self.name, self.text = name, text
         self.budget, self.seconds = budget, seconds
         self.backend, self.target = ("gpu" if target else backend), target
+        # the GPU whose roofline prices candidates and the GPU passes' decisions
+        self.model = model or target or ("h100" if self.backend == "gpu" else None)
         self.strategy, self.seed, self.workers = strategy, seed, workers
         self.db, self.reps, self.final_reps = db, reps, final_reps
         self.baseline = baseline and strategy != "random"
@@ -196,13 +199,13 @@ class Tuner:
 
     def _where(self, strategy: str) -> Where:
         v = jax_versions()
-        key = "|".join(map(str, (self.module_hash, self.backend, self.target or "", strategy, self.seed, self.budget,
-                                 self.reps, self.workers, v["jax"], v["jaxlib"])))
+        key = "|".join(map(str, (self.module_hash, self.backend, self.target or "", self.model or "", strategy,
+                                 self.seed, self.budget, self.reps, self.workers, v["jax"], v["jaxlib"])))
         return Where(self.name, self.module_hash, self.backend, self.target or "", self.objective, strategy,
                      hashlib.sha256(key.encode()).hexdigest()[:16])
 
     def _kwargs(self, reps: int) -> dict:
-        return dict(backend=self.backend, target=self.target, reps=reps, lock=self.lock)
+        return dict(backend=self.backend, target=self.target, model=self.model, reps=reps, lock=self.lock)
 
     def _measure(self, proposals: list[Proposal], store: TuneStore, kind: str, reps: int) -> list[tuple[Measured, bool]]:
         """Each proposal measured (``kind`` "candidate" or "remeasure"), or found
@@ -291,7 +294,7 @@ class Tuner:
             return list(fresh.values())
         if strategy == "random":
             for _ in range(n * 4):
-                p = self.space.price(random_point(base, rng, self.target))
+                p = self.space.price(random_point(base, rng, self.model))
                 if p.fused_hash not in seen:
                     fresh.setdefault(p.fused_hash, p)
                 if len(fresh) == n:
@@ -299,7 +302,7 @@ class Tuner:
             return list(fresh.values())
         start = current.proposal if current is not None else base
         for _ in range(n * 3):
-            p = self.space.price(mutate(start, rng, self.target))
+            p = self.space.price(mutate(start, rng, self.model))
             if p.fused_hash not in seen:
                 fresh.setdefault(p.fused_hash, p)
         ranked = sorted(fresh.values(), key=lambda p: (p.predicted_us, p.fused_hash))
@@ -335,16 +338,16 @@ class Tuner:
         try:
             self.progress("compiling stock and reading the hook's input", 0, self.budget)
             prep = self.pool.call(measure.prepare, (self.text, self.backend, self.target), {}, self.name, self.backend)
-            self.space = Space(prep["seen"], self.target)
+            self.space = Space(prep["seen"], self.model)
             stock_d, share = stock_decisions(self.space.module, parse(prep["stock_optimized"], source="<stock>"),
-                                             self.target)
-            base = self.space.price(FusionDecisions.for_target(self.target))
+                                             self.model)
+            base = self.space.price(FusionDecisions.for_target(self.model))
             main_where = self._where(self.strategy)
             store = TuneStore(self.db, main_where)
             self.known = {k: store.measured(k, reps=0 if self.target else self.reps) for k in ("candidate", "remeasure")}
             # BEST, stock's own decisions, and each pipeline shape with its default knobs (a coarse sweep)
             starts = [base.decisions, stock_d] + [dataclasses.replace(base.decisions, pipeline=shape)
-                                                  for shape in pipelines(self.target) if shape != base.decisions.pipeline]
+                                                  for shape in pipelines(self.model) if shape != base.decisions.pipeline]
             elsewhere = store.best_elsewhere()
             if elsewhere is not None:
                 try:

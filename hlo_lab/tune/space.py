@@ -48,8 +48,8 @@ class Proposal:
 
 class Space:
     """The module XLA hands our passes (``seen``: the hook's input) and where its
-    candidates are priced (``target``: an XLA:GPU target's roofline; None: the
-    measured host's)."""
+    candidates are priced (``target``: a GPU's roofline, and the GPU-profile
+    passes pricing on it; None: XLA:CPU's passes and the measured host's roofline)."""
 
     def __init__(self, seen: str, target: str | None = None):
         self.module = parse(seen, source="<hook input>")

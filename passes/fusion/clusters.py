@@ -23,6 +23,7 @@ from hlo_tools.outline import inline_fusion, outline_fusion, remove_uncalled, re
 from hlo_tools.rewriter import Rewriter
 
 from fusion_analysis.fusion_kind import fusion_kind
+from fusion_analysis.legality import loop_state_writers
 
 #: Computations whose instructions run as kernels: the entry and control-flow
 #: bodies. Reducers, comparators and fusion bodies are excluded.
@@ -91,6 +92,14 @@ class Clusters:
             else:
                 self._of[id(instr)] = Cluster([instr], n)
         self.clones: list[tuple[Instruction, Instruction]] = []  # (original, clone)
+        self._writers: dict[int, Instruction] | None = None
+
+    @property
+    def loop_state_writers(self) -> dict[int, Instruction]:
+        """``legality.loop_state_writers`` of this computation, found once."""
+        if self._writers is None:
+            self._writers = loop_state_writers(self.comp)
+        return self._writers
 
     # -- queries --------------------------------------------------------------
     def of(self, instr: Instruction) -> Cluster:

@@ -165,17 +165,16 @@ class PriorityQueueFusion:
         keeps = blocked or prod is self.comp.root
         duplicate = keeps or len(groups) > 1
         consumers = tuple(m for g in groups for m in g)
-        for g in groups:
-            d = keeps_loop_state_order(prod, clusters.of(g[0]).members, moved=not duplicate)
-            if not d:
-                for m in consumers:
-                    self._refuse(prod, m, d.reason)
-                return None
         if duplicate:
             if grown:
                 d = Decision.forbid("producer cluster has several users: only single instructions are duplicated")
             else:
                 d = self.profitable(prod, consumers, True)
+            for g in groups if d else ():
+                d = keeps_loop_state_order(prod, clusters.of(g[0]).members, moved=False,
+                                           writers=clusters.loop_state_writers)
+                if not d:
+                    break
             if not d and self.multi_output and prod is not self.comp.root:
                 for m in consumers:
                     self._refuse(prod, m, d.reason)
@@ -183,6 +182,8 @@ class PriorityQueueFusion:
         else:
             uc = clusters.of(groups[0][0])
             d = Decision.forbid("would create a cycle") if clusters.would_cycle(pc, uc) else self.profitable(prod, consumers, False)
+            if d:
+                d = self._moves_in_order(pc, uc)
         if not d:
             for m in consumers:
                 self._refuse(prod, m, d.reason)
@@ -204,10 +205,22 @@ class PriorityQueueFusion:
             elif self.clusters.would_cycle(pc, uc):
                 d = Decision.forbid("would create a cycle")
             else:
-                return Candidate(prod, tuple(pc.members), (group,), False, True, multi_output=True)
+                d = self._moves_in_order(pc, uc)
+                if d:
+                    return Candidate(prod, tuple(pc.members), (group,), False, True, multi_output=True)
             for m in group:
                 self._refuse(prod, m, d.reason)
         return None
+
+    def _moves_in_order(self, pc: Cluster, uc: Cluster) -> Decision:
+        """``keeps_loop_state_order`` for every member of ``pc`` moved into ``uc``
+        (a writer moved along with its readers is fine)."""
+        both = [*uc.members, *pc.members]
+        for m in pc.members:
+            d = keeps_loop_state_order(m, both, moved=True, writers=self.clusters.loop_state_writers)
+            if not d:
+                return d
+        return ALLOW
 
     def _group_legal(self, pc: Cluster, prod: Instruction, uc: Cluster, group: tuple[Instruction, ...],
                      expensive: bool) -> Decision:

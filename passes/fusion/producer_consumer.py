@@ -87,7 +87,8 @@ def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: F
                 others = [u for u in producer.users if clusters.of(u) is not cluster]
                 duplicate = bool(others) or producer is clusters.comp.root
                 users = tuple(m for m in cluster.members if producer in m.operands)
-                decision = keeps_loop_state_order(producer, cluster.members, moved=not duplicate)
+                decision = keeps_loop_state_order(producer, cluster.members, moved=not duplicate,
+                                                  writers=clusters.loop_state_writers)
                 if decision:
                     decision = profitable(producer, users, duplicate)
                 if decision and priced is not None:
