@@ -13,14 +13,20 @@ from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
 
 
+#: XLA's whole-module stage files: a dump's ``NAME.before_optimizations.txt``, the corpus's ``NAME/before_optimizations.hlo.txt.gz``.
+_STAGES = ("before_optimizations", "after_optimizations")
+
+
 def _label(path: str) -> str:
-    """A module's name for reports: its file's name, or its folder's for a corpus
-    or dump stage file (``.../llama3-tiny-decode-f32/before_optimizations.hlo.txt.gz``)."""
+    """A module's name for reports: a dump stage file's module, a corpus stage
+    file's folder, or any other file's name up to its first dot."""
     p = Path(path)
-    name = p.name.split(".before_optimizations")[0].split(".after_optimizations")[0]
-    if name in ("before_optimizations", "after_optimizations") or name == p.name and "." in name:
-        name = name.split(".")[0]
-    return p.parent.name if name in ("before_optimizations", "after_optimizations") and p.parent.name else name
+    for stage in _STAGES:
+        if p.name.startswith(stage):
+            return p.parent.name or stage
+        if f".{stage}" in p.name:
+            return p.name.split(f".{stage}")[0]
+    return p.name.split(".")[0]
 
 
 def _progress(quiet: bool):

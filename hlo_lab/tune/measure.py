@@ -64,15 +64,14 @@ def _stock(text: str, backend: str, target: str | None) -> tuple[CompileResult, 
 
 
 def prepare(text: str, backend: str, target: str | None) -> dict[str, Any]:
-    """Stock's compile and the module our passes are handed at the hook (``seen``),
-    with stock's optimized module (to read its decisions back) and, for a GPU
-    target, stock's predicted time.  Without a target, raises at once when
-    nothing can run on ``backend`` here (``NoDeviceError``: no GPU)."""
+    """Compiles stock (kept for ``evaluate``) and returns the module our passes
+    are handed at the hook (``seen``) and stock's optimized module (to read its
+    decisions back).  Without a target, raises at once when nothing can run on
+    ``backend`` here (``NoDeviceError``: no GPU)."""
     if not target:
         require_device(backend)
-    stock, seen, predicted = _stock(text, backend, target)
-    return {"seen": seen, "stock_optimized": stock.optimized_module.to_text(), "stock_predicted_us": predicted,
-            "stock_compile_s": stock.compile_seconds}
+    stock, seen, _ = _stock(text, backend, target)
+    return {"seen": seen, "stock_optimized": stock.optimized_module.to_text()}
 
 
 @contextlib.contextmanager

@@ -64,7 +64,6 @@ class Candidate:
     proposal: Proposal
     measured: Measured
     remeasured: Measured | None = None
-    compiled: bool = False  # compiled by this run (not found in the database)
 
     @property
     def value(self) -> float | None:
@@ -83,15 +82,15 @@ class SearchOutcome:
 
 
 class _Pool:
-    """``n`` XLA worker processes; ``map`` runs calls on them in parallel, in order."""
+    """``n`` XLA worker processes; ``call`` runs on a free one (waiting for one),
+    ``submit`` does so in the background, so ``n`` calls run in parallel."""
 
     def __init__(self, n: int):
-        self.n = max(1, n)
         self.free: queue.Queue = queue.Queue()
-        self.workers = [xla_worker.Worker() for _ in range(self.n)]
+        self.workers = [xla_worker.Worker() for _ in range(max(1, n))]
         for w in self.workers:
             self.free.put(w)
-        self.executor = ThreadPoolExecutor(self.n)
+        self.executor = ThreadPoolExecutor(len(self.workers))
 
     def call(self, fn: Callable, args: tuple, kwargs: dict, module: str, backend: str) -> Any:
         w = self.free.get()
@@ -133,11 +132,8 @@ class TuneResult:
     seconds: float
     replay: str | None = None
 
-    def _final(self, label: str) -> Measured | None:
-        return self.finals.get(label)
-
     def as_dict(self) -> dict[str, Any]:
-        tuned, best, rnd = self._final("tuned"), self._final("best"), self._final("random")
+        tuned, best, rnd = (self.finals.get(label) for label in ("tuned", "best", "random"))
         ok = [c for c in self.main.candidates if c.value is not None]
         tau = kendall_tau([-c.proposal.predicted_us for c in ok], [c.value for c in ok]) if len(ok) >= 3 else float("nan")
         alls = self.main.candidates + (self.baseline.candidates if self.baseline else [])
@@ -245,7 +241,7 @@ class Tuner:
         current: Candidate | None = None
         t0 = time.perf_counter()
         t_end = t0 + self.seconds if self.seconds else None
-        step = stalls = 0
+        stalls = 0
         pending = list(starts) if strategy != "random" else []
         while len(out.candidates) < self.budget and stalls < 40:
             if t_end is not None and time.perf_counter() > t_end:
@@ -258,20 +254,18 @@ class Tuner:
                 stalls += 1
                 continue
             stalls = 0
-            step += 1
             results = self._measure(batch, store, "candidate", self.reps)
             new = []
             for p, (m, compiled) in zip(batch, results):
                 seen.add(p.fused_hash)
-                c = Candidate(p, m, compiled=compiled)
+                c = Candidate(p, m)
                 out.compiles += compiled
                 out.candidates.append(c)
                 new.append(c)
             top = max((c for c in new if c.value is not None), key=lambda c: c.value, default=None)
             if top is not None and (out.best is None or top.value > out.best.value):
                 if not self.target:  # a noisy win is measured again before it is kept
-                    (m2, compiled), = self._measure([top.proposal], store, "remeasure", self.reps)
-                    top.remeasured = m2
+                    ((top.remeasured, _),) = self._measure([top.proposal], store, "remeasure", self.reps)
                 if top.value is not None and (out.best is None or top.value > out.best.value):
                     out.best = top
             current = self._accept(strategy, current, new, out, rng)

@@ -103,8 +103,6 @@ class TuneStore:
         self.db = db
         self.where = where
         self.versions = jax_versions()
-        conn = self._conn()
-        conn.close()
 
     def _conn(self):
         conn = connect(self.db)
@@ -168,13 +166,3 @@ class TuneStore:
                              list(row.values()))
         finally:
             conn.close()
-
-    def count(self, search: str | None = None) -> int:
-        """Candidate rows of ``search`` (None: this one)."""
-        conn = self._conn()
-        try:
-            return conn.execute("SELECT COUNT(*) FROM tune_candidates WHERE search=? AND kind='candidate'",
-                                (search or self.where.search,)).fetchone()[0]
-        finally:
-            conn.close()
-

@@ -24,16 +24,13 @@ from typing import Any, Mapping
 from hlo_tools import Module
 from hlo_tools.fileio import write_output
 
-from fusion_analysis.legality import ALLOW, Decision
-
 from passes.base import Pass
 from passes.dce import DeadCodeElimination
 from passes.manager import PassManager
 
-from .clusters import Cluster, Clusters
 from .horizontal import HorizontalFusion
 from .library_dot import LibraryDotFusion
-from .multi_output import GpuMultiOutputFusion, MultiOutputFusion
+from .multi_output import GpuMultiOutputFusion, MultiOutputFusion, SiblingBound
 from .priority import Candidate, PriorityFusion, default_cost
 from .producer_consumer import FusionLog, GpuProducerConsumerFusion, ProducerConsumerFusion
 from .profitability import ForcedEdges, default_profitability, never_duplicate
@@ -75,19 +72,6 @@ KNOBS: dict[str, tuple] = {
 def pipelines(target: str | None) -> dict[str, tuple[str, ...]]:
     """The pipeline shapes for XLA:CPU (``target`` None) or an XLA:GPU target."""
     return GPU_PIPELINES if target else CPU_PIPELINES
-
-
-@dataclass(frozen=True)
-class SiblingBound:
-    """Sibling profitability: merge while the fusion keeps at most ``max_operands`` operands."""
-
-    max_operands: int
-
-    def __call__(self, shared, a: Cluster, b: Cluster, clusters: Clusters) -> Decision:
-        operands = {id(o) for c in (a, b) for o in clusters.external_operands(c)}
-        if len(operands) > self.max_operands:
-            return Decision.forbid(f"cost: fusion would have {len(operands)} operands > {self.max_operands}")
-        return ALLOW
 
 
 @dataclass(frozen=True)

@@ -49,12 +49,22 @@ SiblingProfitability = Callable[[Instruction, Cluster, Cluster, Clusters], Decis
 MAX_OPERANDS = 16
 
 
-def default_sibling_profitability(shared: Instruction, a: Cluster, b: Cluster, clusters: Clusters) -> Decision:
-    """Merge when the fusion stays small enough to emit well."""
-    operands = {id(o) for c in (a, b) for o in clusters.external_operands(c)}
-    if len(operands) > MAX_OPERANDS:
-        return Decision.forbid(f"cost: fusion would have {len(operands)} operands > {MAX_OPERANDS}")
-    return ALLOW
+@dataclass(frozen=True)
+class SiblingBound:
+    """Sibling profitability: merge while the fusion keeps at most
+    ``max_operands`` operands, small enough to emit well."""
+
+    max_operands: int = MAX_OPERANDS
+
+    def __call__(self, shared: Instruction, a: Cluster, b: Cluster, clusters: Clusters) -> Decision:
+        operands = {id(o) for c in (a, b) for o in clusters.external_operands(c)}
+        if len(operands) > self.max_operands:
+            return Decision.forbid(f"cost: fusion would have {len(operands)} operands > {self.max_operands}")
+        return ALLOW
+
+
+#: The default: XLA's bound.
+default_sibling_profitability = SiblingBound()
 
 
 def _members_fusible(c: Cluster) -> Decision:
