@@ -18,7 +18,7 @@ from xla_bridge import load
 from xla_bridge.xla import XlaCompileError
 from xla_bridge.xla_compile import parse_flags
 
-from . import cli_analysis, cli_passes, cli_tune, cli_visualize, cli_xla
+from . import cli_analysis, cli_debug, cli_passes, cli_tune, cli_visualize, cli_xla
 
 
 def _inputs(paths: list[str]) -> list[str]:
@@ -164,12 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Modules that add subcommands: each has ``register(subparsers)`` and sets
 #: ``func`` on its parsers.
-_EXTENSIONS = (cli_xla, cli_passes, cli_analysis, cli_visualize, cli_tune)
+_EXTENSIONS = (cli_xla, cli_passes, cli_analysis, cli_visualize, cli_tune, cli_debug)
 
 
 #: Commands whose failures exit 2 ("cannot compile/run"), so that compare's exit 1
 #: keeps meaning "the outputs differ".
-_CANNOT_RUN_EXIT = {"compile": 2, "run": 2, "compare": 2, "bench": 2, "tune": 2}
+_CANNOT_RUN_EXIT = {"compile": 2, "run": 2, "compare": 2, "bench": 2, "tune": 2,
+                    "bisect": 2, "divergence": 2, "reduce": 2, "upstream": 2}
 
 
 def _first_line(text: str) -> str:
