@@ -13,6 +13,7 @@ from hlo_tools.rewriter import Rewriter
 from hlo_tools.side_effects import NON_DETERMINISTIC
 
 from .base import ComputationPass
+from .fuel import consume_fuel
 
 _METADATA = re.compile(r', metadata=\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\}')
 
@@ -47,6 +48,8 @@ class CommonSubexpressionElimination(ComputationPass):
             first = seen.get(key)
             if first is None:
                 seen[key] = instr
+                continue
+            if not consume_fuel(lambda: f"replace %{instr.name} by %{first.name}"):
                 continue
             rewriter.replace_all_uses_with(instr, first)
             rewriter.erase(instr)

@@ -6,6 +6,10 @@ here, not as a side effect of importing its module.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
 from typing import Mapping
 
 from .base import Pass
@@ -46,8 +50,46 @@ PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
 )}
 
 
+#: Passes from the user's files (``load_passes``), by name: looked up after the built-ins.
+USER_PASSES: dict[str, type[Pass]] = {}
+
+
 def available_passes() -> list[str]:
-    return sorted(PASSES)
+    return sorted({**PASSES, **USER_PASSES})
+
+
+def load_passes(path: str | Path) -> list[str]:
+    """Registers the ``Pass`` subclasses that the Python file ``path`` defines (each
+    by its ``name``) so that ``--passes`` can name them; returns their names.
+    ``--load mypass.py`` on the command line.  An ``ImportError`` says what is wrong
+    with the file (missing, raises on import, defines no pass, a built-in's name)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ImportError(f"{path}: no such file (--load takes a Python file that defines passes)")
+    module_name = f"hlo_user_passes_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look classes up here
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - the user's code: any error is the file's
+        del sys.modules[module_name]
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        raise ImportError(f"{path}:{where.lineno}: {type(e).__name__}: {e}") from None
+    from xla_bridge.xla_worker import share_module_file  # lazy: the bridge's worker protocol, not XLA
+
+    share_module_file(module_name, str(path))
+    found = [c for c in vars(module).values()
+             if isinstance(c, type) and issubclass(c, Pass) and c.__module__ == module_name and "name" in vars(c)]
+    if not found:
+        raise ImportError(f"{path}: defines no Pass subclass with a name (class MyPass(Pass): name = 'my-pass')")
+    for cls in found:
+        if cls.name in PASSES:
+            raise ImportError(f"{path}: pass {cls.name!r} has the name of a built-in pass")
+        USER_PASSES[cls.name] = cls
+    return [c.name for c in found]
 
 
 #: ``replay:FILE`` names a decisions file written by ``hlo tune`` (``DecisionFusion``).
@@ -67,10 +109,10 @@ def get_pass(name: str, **options) -> Pass:
             raise KeyError(f"{name}: cannot read {path}: {e.strerror or e}") from None
         except (ValueError, KeyError, TypeError) as e:
             raise KeyError(f"{name}: {path} is not a decisions file written by hlo tune: {e}") from None
-    try:
-        cls = PASSES[name]
-    except KeyError:
-        raise KeyError(f"unknown pass {name!r}; available: {', '.join(sorted(PASSES))}") from None
+    cls = PASSES.get(name) or USER_PASSES.get(name)
+    if cls is None:
+        raise KeyError(f"unknown pass {name!r}; available: {', '.join(available_passes())} "
+                       "(--load FILE.py adds passes of your own)")
     return cls(**options)
 
 

@@ -55,6 +55,9 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
     "fusion-log": {"input": [["fusion-log", "{IN}"]]},
     "tune": {"input": [["tune", "{IN}", "-q", "-o", "{OUT}/t.json"]],
              "output": [["tune", "{GOOD}", "-q", "-o", "{BAD}/t.json"]]},
+    "bisect": {"input": [["bisect", "{IN}", "--passes", "dce", "-q"], ["bisect", "{IN}", "--xla", "-q"]],
+               "passes": [["bisect", "{GOOD}", "--passes", "dce,nosuch"]],
+               "output": [["bisect", "{GOOD}", "--passes", "dce", "-q", "-o", "{BAD}/b"]]},
 }
 
 #: (command, case) pairs that do not apply, and why: they are not cases of the

@@ -393,6 +393,30 @@ def shutdown() -> None:
         _WORKER.close()
 
 
+#: Environment variable naming the module files the worker loads before serving.
+_FILES_ENV = "HLO_WORKER_FILES"
+
+
+def share_module_file(module_name: str, path: str) -> None:
+    """Makes the module that this process loaded from ``path`` as ``module_name``
+    (a user's pass file) importable in the worker too, so that its objects can be
+    sent there.  The worker restarts to load it (an ``HLO_`` variable changed)."""
+    files = json.loads(os.environ.get(_FILES_ENV, "{}"))
+    files[module_name] = os.path.abspath(path)
+    os.environ[_FILES_ENV] = json.dumps(files)
+
+
+def _load_shared_files() -> None:
+    import importlib.util
+
+    for name, path in json.loads(os.environ.get(_FILES_ENV, "{}")).items():
+        with contextlib.suppress(Exception):  # a file that fails here failed in the parent first
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+
+
 def contained(fn: Callable, args: tuple = (), kwargs: dict | None = None, *, phase: str = "compiling",
               module: str = "?", backend: str = "") -> Any:
     """Runs ``fn(*args, **kwargs)`` in the XLA worker and returns its result (or
@@ -438,6 +462,7 @@ def serve(warm_up: Callable[[], Any] | None = None) -> int:
     _reply_to = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # print() and XLA's stdout logging go to stderr, never into the replies
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    _load_shared_files()
     if warm_up is not None:
         try:  # while the parent prepares its first request
             warm_up()

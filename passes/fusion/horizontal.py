@@ -46,6 +46,7 @@ from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
 from passes.base import Pass
+from passes.fuel import consume_fuel
 
 from .clusters import Cluster, Clusters, fusible_computations
 
@@ -188,6 +189,8 @@ def _try_join(clusters: Clusters, g: _Group, instr: Instruction, max_members: in
         return d
     if clusters.would_cycle(g.cluster, c):
         return Decision.forbid("would create a cycle: a path leads from one member to another")
+    if not consume_fuel(lambda: f"batch %{instr.name} with %{g.members[0].name} horizontally"):
+        return Decision.forbid("out of fuel")
     g.cluster = clusters.merge(g.cluster, c)
     g.members.append(instr)
     return ALLOW

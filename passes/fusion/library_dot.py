@@ -17,6 +17,7 @@ from hlo_tools.outline import outline_fusion
 from hlo_tools.rewriter import Rewriter
 
 from passes.base import Pass
+from passes.fuel import consume_fuel
 from .clusters import fusible_computations
 
 YNN_BACKEND_CONFIG = '{"fusion_config":{"kind":"__ynn_fusion"}}'
@@ -61,7 +62,7 @@ class LibraryDotFusion(Pass):
         rewriter = Rewriter()
         for comp in fusible_computations(module):
             for instr in list(comp):
-                if is_library_dot(instr):
+                if is_library_dot(instr) and consume_fuel(lambda: f"wrap %{instr.name} in a library fusion"):
                     fusion = outline_fusion(comp, [instr], kind="kCustom", name="ynn_fusion", rewriter=rewriter)
                     rewriter.set_attribute(fusion, "backend_config", YNN_BACKEND_CONFIG)
         return rewriter.changed

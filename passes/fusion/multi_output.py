@@ -36,6 +36,7 @@ from fusion_analysis.gpu_legality import gpu_outputs_compatible
 from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
 from passes.base import Pass
+from passes.fuel import consume_fuel
 
 from .clusters import Cluster, Clusters, fusible_computations
 from .gpu_profile import FasterOn
@@ -141,6 +142,9 @@ def fuse_siblings(clusters: Clusters, profitable: SiblingProfitability = default
                 d = can_fuse_siblings(clusters, base, other, backend=backend)
                 if d:
                     d = profitable(value, base, other, clusters)
+                if d and not consume_fuel(lambda: f"fuse siblings %{_head(clusters, base).name} and "
+                                                  f"%{_head(clusters, other).name} (users of %{value.name})"):
+                    d = Decision.forbid("out of fuel")
                 if log is not None:
                     log.record(_head(clusters, base), _head(clusters, other), d)
                 if d:

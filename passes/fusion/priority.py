@@ -49,6 +49,7 @@ from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import (ALLOW, Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
                                      reused_within, shape_key)
 from passes.base import Pass
+from passes.fuel import consume_fuel
 from .clusters import Cluster, Clusters, fusible_computations
 from .producer_consumer import FusionLog
 from .profitability import Profitability, default_profitability
@@ -278,6 +279,9 @@ class PriorityQueueFusion:
             benefit = self.cost(cand)
             if benefit <= 0:
                 continue
+            if not consume_fuel(lambda: f"fuse %{cand.producer.name} into "
+                                        + ", ".join("%" + m.name for m in cand.consumers)):
+                continue  # out of fuel: this candidate is dropped, as XLA's PriorityFusion does
             touched = self._fuse(pc, cand, benefit)
             for c in touched:
                 if self._alive(c):

@@ -24,6 +24,7 @@ from fusion_analysis.legality import (Decision, can_fuse, fusible, is_expensive_
                                      reused_within)
 
 from passes.base import Pass
+from passes.fuel import consume_fuel
 
 from .clusters import Cluster, Clusters, fusible_computations
 from .gpu_profile import FasterOn
@@ -93,6 +94,9 @@ def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: F
                     decision = profitable(producer, users, duplicate)
                 if decision and priced is not None:
                     decision = priced(clusters, cluster, producer, duplicate)
+                if decision and not consume_fuel(lambda: f"fuse %{producer.name} into %{consumer.name}"
+                                                 + (" (duplicated)" if duplicate else "")):
+                    decision = Decision.forbid("out of fuel")
             if log is not None:
                 log.record(producer, consumer, decision)
             if not decision:

@@ -1,0 +1,501 @@
+"""``hlo bisect``: the first pass, then the first decision inside that pass, that
+makes a module fail.
+
+"Fail" is one of: XLA aborts or refuses to compile or run the result (contained
+in the XLA worker), a pass raises, or the outputs differ from the reference (the
+module as given, compiled by XLA under ``reference``, run on the same inputs)
+beyond tolerance.
+
+Two pipelines can be bisected.
+
+* **Ours** (``--passes a,b,c``).  Prefixes of the pipeline run on the module and
+  are compiled under ``pipeline`` (the text route), or run hooked inside XLA at
+  ``hook``; a binary search finds the shortest failing prefix.  Its last pass is
+  then run with fuel (``passes.fuel``): the budget is bisected to the first
+  decision that makes the module fail, and the module just before and just
+  after that decision are kept (``-o DIR``), for ``hlo divergence`` and
+  ``hlo reduce``.
+* **XLA's** (``--xla``).  The passes that changed the module (read from its pass
+  dumps) are disabled in halves with ``xla_disable_hlo_passes`` until one pass
+  is left whose disabling fixes the failure (a half whose disabling fails in
+  another way, a mandatory pass turned off, is split further).  If that pass
+  takes XLA's fuel (its fusion passes do: ``--xla_fuel=PASS=N``), the budget is
+  bisected too, each probe in a fresh XLA worker, since XLA counts fuel per process.
+
+Both searches assume one culprit and a monotone failure (a longer prefix, a
+larger budget, keeps failing); every probe is recorded, so a search that the
+assumption misled shows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+__all__ = ["BisectResult", "Probe", "bisect_passes", "bisect_xla", "register"]
+
+
+@dataclass
+class Probe:
+    """One compile-and-run of a candidate: ``what`` was tried, whether it ``failed``
+    and how (``kind``: "mismatch", "abort", "compile-error", "pass-error"; "" when it passed)."""
+
+    what: str
+    failed: bool
+    kind: str = ""
+    message: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class BisectResult:
+    """What a bisection found.  ``first_bad_pass`` is None when the module fails
+    with no pass run (or passes with every pass run: ``failure`` is then empty)."""
+
+    module: str
+    route: str  # "ours" or "xla"
+    pipeline: str  # how candidates were compiled
+    reference: str
+    passes: list[str]
+    failure: Probe | None = None
+    first_bad_pass: str | None = None
+    pass_index: int | None = None  # 0-based, in ``passes``
+    decisions: int | None = None  # how many the culprit pass made with fuel to spare (None: it takes no fuel)
+    first_bad_decision: int | None = None  # 1-based
+    decision: str = ""
+    note: str = ""  # why decisions were not bisected, when they were not
+    probes: list[Probe] = field(default_factory=list)
+    seconds: float = 0.0
+    before: Any = field(default=None, repr=False)  # the module before the culprit decision (ours)
+    after: Any = field(default=None, repr=False)  # ... and after it
+
+    def as_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("before", "after", "probes", "failure")}
+        d["failure"] = asdict(self.failure) if self.failure is not None else None
+        d["probes"] = [asdict(p) for p in self.probes]
+        return d
+
+
+# -- probing --------------------------------------------------------------------------
+
+
+def _compile_and_run(module, pipeline, inputs, backend: str, flags) -> list:
+    """Runs in the XLA worker: ``module`` compiled under ``pipeline`` and run on ``inputs``."""
+    from xla_bridge.measure import Measurement
+    from xla_bridge.xla_run import run
+
+    return run(Measurement(backend, flags=flags).compile(module, pipeline), inputs)
+
+
+@dataclass
+class _Runner:
+    """Compiles candidates in the XLA worker and judges them against the reference."""
+
+    backend: str
+    inputs: list
+    reference_outputs: list
+    rtol: float | None
+    atol: float | None
+    probes: list[Probe]
+    progress: Callable[[Probe], None] | None = None
+
+    def judge(self, what: str, module, pipeline, flags=None) -> Probe:
+        from xla_bridge import xla_worker
+        from xla_bridge.errors import XlaAbortError, XlaCompileError
+        from xla_bridge.xla_run import compare_outputs
+
+        t0 = time.perf_counter()
+        try:
+            outs = xla_worker.contained(_compile_and_run, (module, pipeline, self.inputs, self.backend, flags),
+                                        phase="compiling", module=getattr(module, "name", "?"), backend=self.backend)
+        except XlaAbortError as e:
+            probe = Probe(what, True, "abort", _line(str(e)))
+        except XlaCompileError as e:
+            probe = Probe(what, True, "compile-error", _line(str(e)))
+        else:
+            cmp = compare_outputs(self.reference_outputs, outs, rtol=self.rtol, atol=self.atol,
+                                  names=("reference", what))
+            bad = cmp.failing
+            probe = Probe(what, not cmp.ok, "mismatch" if not cmp.ok else "",
+                          (cmp.message or str(bad[0])) if bad or cmp.message else "")
+        probe.seconds = time.perf_counter() - t0
+        return self._keep(probe)
+
+    def pass_error(self, what: str, e: BaseException) -> Probe:
+        return self._keep(Probe(what, True, "pass-error", _line(f"{type(e).__name__}: {e}")))
+
+    def _keep(self, probe: Probe) -> Probe:
+        self.probes.append(probe)
+        if self.progress is not None:
+            self.progress(probe)
+        return probe
+
+
+def _line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0]
+
+
+def _runner(module, backend: str, reference, seed: int, rtol, atol, flags, progress) -> _Runner:
+    """The reference outputs; an error if the reference itself cannot run."""
+    from xla_bridge import make_inputs, run_module
+
+    inputs = make_inputs(module, seed=seed)[0]
+    ref = run_module(module, inputs, backend=backend, pipeline=reference, flags=flags, contained=True)
+    return _Runner(backend, inputs, ref, rtol, atol, [], progress)
+
+
+def _first_failing(lo: int, hi: int, fails: Callable[[int], bool]) -> int:
+    """The smallest k in (lo, hi] with ``fails(k)``, given ``fails(hi)`` and not ``fails(lo)``."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fails(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# -- our pipeline -----------------------------------------------------------------------
+
+
+def default_pipeline(passes: Sequence) -> str:
+    """How a text-route candidate is compiled: as written when a fusion pass is in the
+    pipeline (so that XLA keeps our fusions), else stock."""
+    return "as-written" if any(type(p).__module__.startswith("passes.fusion") for p in passes) else "stock"
+
+
+def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: str | None = None,
+                  hook: str | None = None, reference: str = "stock", seed: int = 0, rtol: float | None = None,
+                  atol: float | None = None, flags=None, decisions: bool = True,
+                  progress: Callable[[Probe], None] | None = None) -> BisectResult:
+    """The first of ``passes`` (pass objects, run in order on ``module``) after which
+    the module fails, then its first failing decision (``decisions``).  Text route:
+    each prefix runs here and the result is compiled under ``pipeline`` (default
+    ``default_pipeline``); with ``hook`` (a ``HookStage`` name) the prefix runs inside
+    XLA's ``pipeline`` at that stage instead."""
+    from passes.fuel import Fueled, fuel
+    from passes.manager import PassManager
+    from xla_bridge.measure import Pipeline
+
+    t0 = time.perf_counter()
+    passes = list(passes)
+    base = pipeline or ("as-written" if hook is None and default_pipeline(passes) == "as-written" else "stock")
+    label = base if hook is None else f"{base} + passes at {hook}"
+    runner = _runner(module, backend, reference, seed, rtol, atol, flags, progress)
+    out = BisectResult(module.name, "ours", label, reference, [p.name for p in passes], probes=runner.probes)
+
+    def candidate(k: int, limit: int | None = None) -> tuple[Any, list]:
+        """The prefix of k passes (the k-th with ``limit`` decisions) as the pass list to run."""
+        chosen = passes[:k]
+        if limit is not None:
+            chosen = chosen[:-1] + [Fueled(chosen[-1], limit)]
+        return chosen
+
+    def what(k: int, limit: int | None = None) -> str:
+        names = [p.name for p in passes[:k]]
+        if limit is not None:
+            names[-1] += f"[fuel={limit}]"
+        return "no pass" if not names else ",".join(names) if len(names) <= 3 else f"{k} passes (..{names[-1]})"
+
+    def probe(k: int, limit: int | None = None) -> Probe:
+        chosen = candidate(k, limit)
+        if hook is not None:
+            return runner.judge(what(k, limit), module, Pipeline(base).hooked(PassManager(chosen), hook), flags)
+        m = module.clone()
+        try:
+            PassManager(chosen).run(m)
+        except Exception as e:  # noqa: BLE001 - the pass under test may raise anything
+            return runner.pass_error(what(k, limit), e)
+        return runner.judge(what(k, limit), m, Pipeline(base), flags)
+
+    full = probe(len(passes))
+    if not full.failed:
+        out.seconds = time.perf_counter() - t0
+        return out
+    out.failure = full
+    if probe(0).failed:
+        out.seconds = time.perf_counter() - t0
+        return out
+    k = _first_failing(0, len(passes), lambda k: probe(k).failed)
+    culprit = passes[k - 1]
+    out.pass_index, out.first_bad_pass = k - 1, culprit.name
+    if decisions:
+        start = module.clone()
+        if hook is None:
+            PassManager(passes[:k - 1]).run(start)
+        else:  # what the culprit sees inside XLA: the module at the hook, after the passes before it
+            from hlo_tools import parse
+            from xla_bridge.measure import Measurement
+
+            seen = Measurement(backend, flags=flags, contained=True).compile(
+                module, Pipeline(base).hooked(PassManager(passes[:k - 1]), hook, reprint=True)).hook
+            start = seen.after if seen.after is not None else parse(seen.seen[-1])
+        _bisect_decisions(out, start, passes[k - 1], k, probe, fuel)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _bisect_decisions(out: BisectResult, start, culprit, k: int, probe: Callable[..., Probe], fuel) -> None:
+    """Counts the decisions the culprit (pass k) makes on ``start``, the module it
+    sees, with unlimited fuel, and bisects the budget to the first failing one;
+    keeps the modules just before and after that decision."""
+    with fuel() as log:
+        culprit.run(start.clone())
+    out.decisions = len(log.decisions)
+    if not log.decisions:
+        out.decisions, out.note = None, f"{culprit.name} takes no fuel (passes.fuel): its decisions cannot be bisected"
+        return
+    if probe(k, 0).failed:
+        out.note = f"{culprit.name} fails with no decision made: what breaks the module is not a fuelled decision"
+        return
+    n = _first_failing(0, len(log.decisions), lambda n: probe(k, n).failed)
+    out.first_bad_decision, out.decision = n, log.decisions[n - 1]
+    out.before, out.after = start.clone(), start.clone()
+    with fuel(n - 1):
+        culprit.run(out.before)
+    with fuel(n):
+        culprit.run(out.after)
+
+
+# -- XLA's pipeline ---------------------------------------------------------------------
+
+
+def xla_passes(module, backend: str, flags=None) -> list[str]:
+    """The XLA passes that changed ``module`` in its stock compile, in pipeline order
+    (each name once), read from the compile's pass dumps; dumps written before an
+    abort count too."""
+    from corpus.dump import from_dump_dir
+    from xla_bridge import xla_worker
+    from xla_bridge.errors import XlaCompileError
+    from xla_bridge.xla_compile import compile as xla_compile
+
+    with tempfile.TemporaryDirectory(prefix="hlo-bisect-") as d:
+        with contextlib.suppress(XlaCompileError):  # an abort still leaves the dumps before it
+            xla_worker.contained(xla_compile, (module, backend, "stock"), dict(flags=flags, dump_dir=d),
+                                 phase="compiling", module=module.name, backend=backend)
+        names: list[str] = []
+        for m in from_dump_dir(d):
+            for p in m.passes:
+                if p.pass_name not in names:
+                    names.append(p.pass_name)
+        return names
+
+
+@contextlib.contextmanager
+def _xla_fuel(pass_name: str, n: int) -> Iterator[None]:
+    """``--xla_fuel=PASS=N`` in XLA_FLAGS for the next worker (a changed XLA_ variable
+    restarts it, and XLA reads its fuel once per process)."""
+    old = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = f"{old or ''} --xla_fuel={pass_name}={n}".strip()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = old
+
+
+def bisect_xla(module, *, backend: str = "cpu", reference: str = "as-written", seed: int = 0,
+               rtol: float | None = None, atol: float | None = None, flags=None, decisions: bool = True,
+               max_fuel: int = 1 << 14, progress: Callable[[Probe], None] | None = None) -> BisectResult:
+    """The XLA pass whose disabling makes ``module``'s stock compile stop failing,
+    then (when the pass takes fuel) its first failing decision."""
+    from xla_bridge.measure import STOCK
+    from xla_bridge.xla_compile import parse_flags
+
+    t0 = time.perf_counter()
+    runner = _runner(module, backend, reference, seed, rtol, atol, flags, progress)
+    names = xla_passes(module, backend, flags)
+    out = BisectResult(module.name, "xla", "stock", reference, names, probes=runner.probes)
+    base_flags = parse_flags(flags)
+    disabled_before = [p for p in str(base_flags.get("xla_disable_hlo_passes", "")).split(",") if p]
+
+    def probe(disabled: Sequence[str]) -> Probe:
+        f = dict(base_flags, xla_disable_hlo_passes=",".join([*disabled_before, *disabled]))
+        label = "stock" if not disabled else f"stock without {_short(disabled)}"
+        return runner.judge(label, module, STOCK, f)
+
+    full = probe(())
+    if not full.failed:
+        out.seconds = time.perf_counter() - t0
+        return out
+    out.failure = full
+
+    def search(cands: list[str]) -> str | None:
+        """One pass of ``cands`` whose disabling fixes the failure (halves first)."""
+        p = probe(cands)
+        if not p.failed:
+            if len(cands) == 1:
+                return cands[0]
+        elif p.kind == full.kind or len(cands) == 1:
+            return None  # still failing the same way: the culprit is elsewhere
+        half = len(cands) // 2
+        return search(cands[:half]) or search(cands[half:])
+
+    culprit = search(names) if names else None
+    if culprit is not None:
+        out.first_bad_pass, out.pass_index = culprit, names.index(culprit)
+        if decisions:
+            _bisect_xla_fuel(out, culprit, lambda: probe(()), full.kind, max_fuel)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _short(names: Sequence[str]) -> str:
+    return ",".join(names) if len(names) <= 3 else f"{len(names)} passes ({names[0]}..{names[-1]})"
+
+
+def _bisect_xla_fuel(out: BisectResult, pass_name: str, stock: Callable[[], Probe], kind: str,
+                     max_fuel: int) -> None:
+    """The first failing decision of XLA's ``pass_name`` under ``--xla_fuel``; a budget
+    fails when it fails as the whole pipeline did (``kind``).  Not bisected when a
+    budget of 0 still fails (the pass takes no fuel) or fails otherwise (XLA's own
+    out-of-fuel path aborts in some passes)."""
+
+    def attempt(n: int) -> Probe:
+        with _xla_fuel(pass_name, n):
+            p = stock()
+        p.what = f"stock, --xla_fuel={pass_name}={n}"
+        return p
+
+    def fails(n: int) -> bool:
+        p = attempt(n)
+        return p.failed and p.kind == kind
+
+    zero = attempt(0)
+    if zero.failed:
+        out.note = (f"XLA's {pass_name} takes no fuel: the failure stays with --xla_fuel={pass_name}=0"
+                    if zero.kind == kind else
+                    f"XLA's {pass_name} fails otherwise when out of fuel ({zero.kind}: {zero.message}): "
+                    f"its decisions cannot be bisected with --xla_fuel")
+        return
+    hi = 1
+    while not fails(hi):
+        if hi >= max_fuel:
+            out.note = f"no failure with up to {max_fuel} decisions of {pass_name}"
+            return
+        hi *= 2
+    n = _first_failing(hi // 2, hi, fails) if hi > 1 else 1
+    out.first_bad_decision = n
+    out.decision = f"the {_ordinal(n)} decision of XLA's {pass_name} (--xla_fuel={pass_name}={n} fails, ={n - 1} passes)"
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+# -- the command ------------------------------------------------------------------------
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bisect", help="the first pass, then the first decision in it, that makes a module fail "
+                                      "(outputs differ from the reference, or XLA aborts)",
+                       description="Bisects our pipeline (--passes) or XLA's (--xla): prefixes of the pipeline are "
+                                   "compiled and run against the reference; then the culprit pass's decisions, "
+                                   "with compiler fuel.  Prints first_bad_pass=NAME and first_bad_decision=N.")
+    p.add_argument("file")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--passes", help="our pipeline, e.g. dce,cse,producer-consumer-fusion")
+    what.add_argument("--xla", action="store_true", help="bisect XLA's own pipeline (its stock compile)")
+    p.add_argument("--load", action="append", default=[], metavar="FILE.py",
+                   help="a Python file defining passes of your own (repeatable)")
+    p.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--pipeline", choices=["stock", "as-written", "replace"],
+                   help="how our passes' result is compiled (default: as-written when a fusion pass is in "
+                        "--passes, so XLA keeps its fusions; else stock)")
+    p.add_argument("--hook", help="run our passes inside XLA's pipeline at this stage instead (e.g. pre-scheduler)")
+    p.add_argument("--reference", choices=["stock", "as-written"],
+                   help="what the outputs are checked against (default: stock for --passes, as-written for --xla)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rtol", type=float)
+    p.add_argument("--atol", type=float)
+    p.add_argument("--xla-flag", action="append", default=[], metavar="--xla_name=value")
+    p.add_argument("--pass-only", action="store_true", help="stop at the pass; do not bisect its decisions")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="write bisect.json, and before.hlo / after.hlo around the culprit decision, here")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_bisect)
+
+
+def _cmd_bisect(args) -> int:
+    from hlo_tools.fileio import check_writable, write_output
+    from passes.fusion.pipeline import passes_of
+    from passes.registry import load_passes
+    from xla_bridge import load
+
+    if args.output:
+        check_writable(args.output, directory=True)
+    for f in args.load:
+        try:
+            load_passes(f)
+        except ImportError as e:
+            print(f"hlo bisect: --load {e}", file=sys.stderr)
+            return 1
+    passes: list = []
+    if not args.xla:
+        try:
+            passes = passes_of(args.passes)
+        except KeyError as e:
+            print(f"hlo bisect: {e.args[0]}", file=sys.stderr)
+            return 2
+        if not passes:
+            print("hlo bisect: --passes names no pass", file=sys.stderr)
+            return 2
+    module = load(args.file)
+    flags = args.xla_flag or None
+    show = None if args.quiet or args.json else _show_probe
+    if args.xla:
+        res = bisect_xla(module, backend=args.backend, reference=args.reference or "as-written", seed=args.seed,
+                         rtol=args.rtol, atol=args.atol, flags=flags, decisions=not args.pass_only, progress=show)
+    else:
+        if show is not None and args.pipeline is None and args.hook is None:
+            how = default_pipeline(passes)
+            why = "a fusion pass is in --passes: XLA keeps our fusions" if how == "as-written" else "no fusion pass"
+            print(f"candidates compiled {how} ({why}); reference: {args.reference or 'stock'}", file=sys.stderr)
+        res = bisect_passes(module, passes, backend=args.backend, pipeline=args.pipeline, hook=args.hook,
+                            reference=args.reference or "stock", seed=args.seed, rtol=args.rtol, atol=args.atol,
+                            flags=flags, decisions=not args.pass_only, progress=show)
+    if args.output:
+        out = Path(args.output)
+        write_output(out / "bisect.json", json.dumps(res.as_dict(), indent=1) + "\n")
+        if res.before is not None:
+            write_output(out / "before.hlo", res.before.to_text())
+            write_output(out / "after.hlo", res.after.to_text())
+    if args.json:
+        print(json.dumps(res.as_dict(), indent=1))
+    else:
+        _print(res)
+    return 0 if res.first_bad_pass is not None else 1
+
+
+def _show_probe(p: Probe) -> None:
+    verdict = f"FAILS ({p.kind}: {p.message[:100]})" if p.failed else "ok"
+    print(f"  {p.what}: {verdict} [{p.seconds:.1f} s]", file=sys.stderr)
+
+
+def _print(res: BisectResult) -> None:
+    print(f"{res.module}: {res.route} pipeline ({', '.join(res.passes) if len(res.passes) <= 8 else f'{len(res.passes)} passes'}), "
+          f"candidates compiled {res.pipeline}, reference {res.reference}; {len(res.probes)} probes in {res.seconds:.1f} s")
+    if res.failure is None:
+        print("the full pipeline does not fail: outputs match the reference; nothing to bisect")
+        return
+    print(f"failure: {res.failure.kind}: {res.failure.message}")
+    if res.first_bad_pass is None:
+        print("no single pass found: the module fails with no pass run" if res.route == "ours"
+              else "no single XLA pass whose disabling removes the failure")
+        return
+    print(f"first_bad_pass={res.first_bad_pass}")
+    if res.first_bad_decision is not None:
+        total = f" of {res.decisions}" if res.decisions else ""
+        print(f"first_bad_decision={res.first_bad_decision}{total}: {res.decision}")
+    elif res.note:
+        print(f"decisions not bisected: {res.note}")
