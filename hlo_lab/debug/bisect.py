@@ -30,16 +30,24 @@ assumption misled shows it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["BisectResult", "Probe", "bisect_passes", "bisect_xla", "register"]
+from corpus.dump import from_dump_dir
+from hlo_tools import parse
+from passes.fuel import Fueled, fuel
+from passes.manager import PassManager
+from xla_bridge import make_inputs, run_module, xla_worker
+from xla_bridge.errors import XlaAbortError, XlaCompileError
+from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.xla_compile import compile as xla_compile
+from xla_bridge.xla_compile import parse_flags
+from xla_bridge.xla_run import compare_outputs, run
+
+__all__ = ["BisectResult", "Probe", "bisect_passes", "bisect_xla", "default_pipeline", "xla_passes"]
 
 
 @dataclass
@@ -88,8 +96,6 @@ class BisectResult:
 
 def _compile_and_run(module, pipeline, inputs, backend: str, flags) -> list:
     """Runs in the XLA worker: ``module`` compiled under ``pipeline`` and run on ``inputs``."""
-    from xla_bridge.measure import Measurement
-    from xla_bridge.xla_run import run
 
     return run(Measurement(backend, flags=flags).compile(module, pipeline), inputs)
 
@@ -107,9 +113,6 @@ class _Runner:
     progress: Callable[[Probe], None] | None = None
 
     def judge(self, what: str, module, pipeline, flags=None) -> Probe:
-        from xla_bridge import xla_worker
-        from xla_bridge.errors import XlaAbortError, XlaCompileError
-        from xla_bridge.xla_run import compare_outputs
 
         t0 = time.perf_counter()
         try:
@@ -144,7 +147,6 @@ def _line(text: str) -> str:
 
 def _runner(module, backend: str, reference, seed: int, rtol, atol, flags, progress) -> _Runner:
     """The reference outputs; an error if the reference itself cannot run."""
-    from xla_bridge import make_inputs, run_module
 
     inputs = make_inputs(module, seed=seed)[0]
     ref = run_module(module, inputs, backend=backend, pipeline=reference, flags=flags, contained=True)
@@ -180,9 +182,6 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
     each prefix runs here and the result is compiled under ``pipeline`` (default
     ``default_pipeline``); with ``hook`` (a ``HookStage`` name) the prefix runs inside
     XLA's ``pipeline`` at that stage instead."""
-    from passes.fuel import Fueled, fuel
-    from passes.manager import PassManager
-    from xla_bridge.measure import Pipeline
 
     t0 = time.perf_counter()
     passes = list(passes)
@@ -231,8 +230,6 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
         if hook is None:
             PassManager(passes[:k - 1]).run(start)
         else:  # what the culprit sees inside XLA: the module at the hook, after the passes before it
-            from hlo_tools import parse
-            from xla_bridge.measure import Measurement
 
             seen = Measurement(backend, flags=flags, contained=True).compile(
                 module, Pipeline(base).hooked(PassManager(passes[:k - 1]), hook, reprint=True)).hook
@@ -271,10 +268,6 @@ def xla_passes(module, backend: str, flags=None) -> list[str]:
     """The XLA passes that changed ``module`` in its stock compile, in pipeline order
     (each name once), read from the compile's pass dumps; dumps written before an
     abort count too."""
-    from corpus.dump import from_dump_dir
-    from xla_bridge import xla_worker
-    from xla_bridge.errors import XlaCompileError
-    from xla_bridge.xla_compile import compile as xla_compile
 
     with tempfile.TemporaryDirectory(prefix="hlo-bisect-") as d:
         with contextlib.suppress(XlaCompileError):  # an abort still leaves the dumps before it
@@ -308,8 +301,6 @@ def bisect_xla(module, *, backend: str = "cpu", reference: str = "as-written", s
                max_fuel: int = 1 << 14, progress: Callable[[Probe], None] | None = None) -> BisectResult:
     """The XLA pass whose disabling makes ``module``'s stock compile stop failing,
     then (when the pass takes fuel) its first failing decision."""
-    from xla_bridge.measure import STOCK
-    from xla_bridge.xla_compile import parse_flags
 
     t0 = time.perf_counter()
     runner = _runner(module, backend, reference, seed, rtol, atol, flags, progress)
@@ -390,112 +381,3 @@ def _bisect_xla_fuel(out: BisectResult, pass_name: str, stock: Callable[[], Prob
 
 def _ordinal(n: int) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
-
-
-# -- the command ------------------------------------------------------------------------
-
-
-def register(sub) -> None:
-    p = sub.add_parser("bisect", help="the first pass, then the first decision in it, that makes a module fail "
-                                      "(outputs differ from the reference, or XLA aborts)",
-                       description="Bisects our pipeline (--passes) or XLA's (--xla): prefixes of the pipeline are "
-                                   "compiled and run against the reference; then the culprit pass's decisions, "
-                                   "with compiler fuel.  Prints first_bad_pass=NAME and first_bad_decision=N.")
-    p.add_argument("file")
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--passes", help="our pipeline, e.g. dce,cse,producer-consumer-fusion")
-    what.add_argument("--xla", action="store_true", help="bisect XLA's own pipeline (its stock compile)")
-    p.add_argument("--load", action="append", default=[], metavar="FILE.py",
-                   help="a Python file defining passes of your own (repeatable)")
-    p.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
-    p.add_argument("--pipeline", choices=["stock", "as-written", "replace"],
-                   help="how our passes' result is compiled (default: as-written when a fusion pass is in "
-                        "--passes, so XLA keeps its fusions; else stock)")
-    p.add_argument("--hook", help="run our passes inside XLA's pipeline at this stage instead (e.g. pre-scheduler)")
-    p.add_argument("--reference", choices=["stock", "as-written"],
-                   help="what the outputs are checked against (default: stock for --passes, as-written for --xla)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rtol", type=float)
-    p.add_argument("--atol", type=float)
-    p.add_argument("--xla-flag", action="append", default=[], metavar="--xla_name=value")
-    p.add_argument("--pass-only", action="store_true", help="stop at the pass; do not bisect its decisions")
-    p.add_argument("-o", "--output", metavar="DIR",
-                   help="write bisect.json, and before.hlo / after.hlo around the culprit decision, here")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=_cmd_bisect)
-
-
-def _cmd_bisect(args) -> int:
-    from hlo_tools.fileio import check_writable, write_output
-    from passes.fusion.pipeline import passes_of
-    from passes.registry import load_passes
-    from xla_bridge import load
-
-    if args.output:
-        check_writable(args.output, directory=True)
-    for f in args.load:
-        try:
-            load_passes(f)
-        except ImportError as e:
-            print(f"hlo bisect: --load {e}", file=sys.stderr)
-            return 1
-    passes: list = []
-    if not args.xla:
-        try:
-            passes = passes_of(args.passes)
-        except KeyError as e:
-            print(f"hlo bisect: {e.args[0]}", file=sys.stderr)
-            return 2
-        if not passes:
-            print("hlo bisect: --passes names no pass", file=sys.stderr)
-            return 2
-    module = load(args.file)
-    flags = args.xla_flag or None
-    show = None if args.quiet or args.json else _show_probe
-    if args.xla:
-        res = bisect_xla(module, backend=args.backend, reference=args.reference or "as-written", seed=args.seed,
-                         rtol=args.rtol, atol=args.atol, flags=flags, decisions=not args.pass_only, progress=show)
-    else:
-        if show is not None and args.pipeline is None and args.hook is None:
-            how = default_pipeline(passes)
-            why = "a fusion pass is in --passes: XLA keeps our fusions" if how == "as-written" else "no fusion pass"
-            print(f"candidates compiled {how} ({why}); reference: {args.reference or 'stock'}", file=sys.stderr)
-        res = bisect_passes(module, passes, backend=args.backend, pipeline=args.pipeline, hook=args.hook,
-                            reference=args.reference or "stock", seed=args.seed, rtol=args.rtol, atol=args.atol,
-                            flags=flags, decisions=not args.pass_only, progress=show)
-    if args.output:
-        out = Path(args.output)
-        write_output(out / "bisect.json", json.dumps(res.as_dict(), indent=1) + "\n")
-        if res.before is not None:
-            write_output(out / "before.hlo", res.before.to_text())
-            write_output(out / "after.hlo", res.after.to_text())
-    if args.json:
-        print(json.dumps(res.as_dict(), indent=1))
-    else:
-        _print(res)
-    return 0 if res.first_bad_pass is not None else 1
-
-
-def _show_probe(p: Probe) -> None:
-    verdict = f"FAILS ({p.kind}: {p.message[:100]})" if p.failed else "ok"
-    print(f"  {p.what}: {verdict} [{p.seconds:.1f} s]", file=sys.stderr)
-
-
-def _print(res: BisectResult) -> None:
-    print(f"{res.module}: {res.route} pipeline ({', '.join(res.passes) if len(res.passes) <= 8 else f'{len(res.passes)} passes'}), "
-          f"candidates compiled {res.pipeline}, reference {res.reference}; {len(res.probes)} probes in {res.seconds:.1f} s")
-    if res.failure is None:
-        print("the full pipeline does not fail: outputs match the reference; nothing to bisect")
-        return
-    print(f"failure: {res.failure.kind}: {res.failure.message}")
-    if res.first_bad_pass is None:
-        print("no single pass found: the module fails with no pass run" if res.route == "ours"
-              else "no single XLA pass whose disabling removes the failure")
-        return
-    print(f"first_bad_pass={res.first_bad_pass}")
-    if res.first_bad_decision is not None:
-        total = f" of {res.decisions}" if res.decisions else ""
-        print(f"first_bad_decision={res.first_bad_decision}{total}: {res.decision}")
-    elif res.note:
-        print(f"decisions not bisected: {res.note}")
