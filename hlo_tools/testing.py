@@ -33,7 +33,7 @@ from .ir import Module
 from .parser import parse
 from .verifier import verify
 
-__all__ = ["FileCheckResult", "HloPassLike", "assert_rewrite", "run_filecheck"]
+__all__ = ["FileCheckResult", "HloPassLike", "assert_rewrite", "check_lines", "run_filecheck"]
 
 
 class HloPassLike(Protocol):
@@ -98,3 +98,35 @@ def assert_rewrite(hlo_in: str | Module, pass_: HloPassLike, expected: str | Non
     result = run_filecheck(after, expected)
     assert result, f"{name} wrote:\n{after}\nFileCheck:\n{result.diagnostic}"
     return True
+
+
+def check_lines(before: Module, after: Module, *, limit: int = 12, prefix: str = "") -> str:
+    """FileCheck directives that the rewrite ``before`` -> ``after`` must satisfy: one
+    ``CHECK:`` per instruction line of ``after`` that ``before`` does not have (its
+    shape and opcode, names left out since a pass may pick others), in printed
+    order, at most ``limit`` of them; a fusion's kind is checked on the same line
+    (``CHECK-SAME``).  Lines of computations ``before`` already had come first (the
+    fusions a pass wrote, not the bodies it outlined into new computations: those
+    are checked only when nothing else changed).  ``prefix`` starts each line
+    (``"// "`` in an HLO test file).  What ``hlo upstream`` writes into its test."""
+    old = {line.strip() for line in before.to_text().splitlines()}
+    known = {c.name for c in before.computations}
+    lines: list[tuple[bool, str]] = []  # (in a computation before had, line)
+    here = ""
+    for line in after.to_text().splitlines():
+        text = line.strip()
+        if text.endswith("{") and " = " not in text:  # a computation's header
+            here = text.removeprefix("ENTRY ").split(" ", 1)[0].lstrip("%")
+            continue
+        if text not in old and " = " in text and not text.startswith("HloModule"):
+            lines.append((here in known, text))
+    chosen = [t for old_comp, t in lines if old_comp] or [t for _, t in lines]
+    out: list[str] = []
+    for text in chosen[:limit]:
+        lhs, rhs = text.split(" = ", 1)
+        head = rhs.split("(", 1)[0]  # shape and opcode: "f32[8]{0} exponential"
+        out.append(f"{prefix}CHECK: {'ROOT {{.*}} = ' if lhs.startswith('ROOT ') else '= '}{head}(")
+        kind = next((a for a in rhs.split(", ") if a.startswith("kind=")), None)
+        if kind:
+            out.append(f"{prefix}CHECK-SAME: {kind.rstrip(')')}")
+    return "\n".join(out) + ("\n" if out else "")

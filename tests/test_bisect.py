@@ -103,9 +103,13 @@ def test_bisect_xla_names_the_pass_that_changed_the_numerics(decode):
     res = bisect_xla(module, rtol=0.0, atol=0.0)
     if res.failure is None:
         pytest.skip("this XLA's stock and as-written compiles agree bit for bit on the module: nothing to bisect")
-    assert res.first_bad_pass in res.passes, res.probes
-    alone = [p for p in res.probes if p.what == f"stock without {res.first_bad_pass}"]
+    assert res.first_bad_pass == res.culprits[0] and set(res.culprits) <= set(res.passes), res.probes
+    assert len(res.culprits) <= 3
+    alone = [p for p in res.probes if p.what == f"stock without {','.join(res.culprits)}"]
     assert alone and not alone[-1].failed
+    for other in res.culprits if len(res.culprits) > 1 else ():  # 1-minimal: each one is needed
+        rest = ",".join(n for n in res.culprits if n != other)
+        assert any(p.what == f"stock without {rest}" and p.failed for p in res.probes)
     assert res.first_bad_decision is not None or res.note  # bisected with --xla_fuel, or says why not
 
 

@@ -79,6 +79,7 @@ class BisectResult:
     first_bad_decision: int | None = None  # 1-based
     decision: str = ""
     note: str = ""  # why decisions were not bisected, when they were not
+    culprits: list[str] = field(default_factory=list)  # XLA's: the passes that must all be off (usually one)
     probes: list[Probe] = field(default_factory=list)
     seconds: float = 0.0
     before: Any = field(default=None, repr=False)  # the module before the culprit decision (ours)
@@ -320,22 +321,31 @@ def bisect_xla(module, *, backend: str = "cpu", reference: str = "as-written", s
         return out
     out.failure = full
 
-    def search(cands: list[str]) -> str | None:
-        """One pass of ``cands`` whose disabling fixes the failure (halves first)."""
+    def search(cands: list[str]) -> list[str] | None:
+        """A small set of ``cands`` whose disabling fixes the failure: a half of it
+        when one does, else ``cands`` itself when it does (halves first)."""
         p = probe(cands)
-        if not p.failed:
-            if len(cands) == 1:
-                return cands[0]
-        elif p.kind == full.kind or len(cands) == 1:
+        if p.failed and (p.kind == full.kind or len(cands) == 1):
             return None  # still failing the same way: the culprit is elsewhere
+        if len(cands) == 1:
+            return cands
         half = len(cands) // 2
-        return search(cands[:half]) or search(cands[half:])
+        return search(cands[:half]) or search(cands[half:]) or (cands if not p.failed else None)
 
-    culprit = search(names) if names else None
-    if culprit is not None:
-        out.first_bad_pass, out.pass_index = culprit, names.index(culprit)
-        if decisions:
-            _bisect_xla_fuel(out, culprit, lambda: probe(()), full.kind, max_fuel)
+    found = search(names) if names else None
+    if found is not None and len(found) > 1:  # no single pass: keep only the passes that must all be off
+        for name in list(found):
+            rest = [n for n in found if n != name]
+            if not probe(rest).failed:
+                found = rest
+    if found:
+        out.culprits = found
+        out.first_bad_pass, out.pass_index = found[0], names.index(found[0])
+        if decisions and len(found) == 1:
+            _bisect_xla_fuel(out, found[0], lambda: probe(()), full.kind, max_fuel)
+        elif len(found) > 1:
+            out.note = (f"no single pass: the failure goes only with {', '.join(found)} all disabled "
+                        "(each of them changes the result)")
     out.seconds = time.perf_counter() - t0
     return out
 

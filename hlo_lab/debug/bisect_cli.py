@@ -108,6 +108,8 @@ def _print(res) -> None:
               else "no single XLA pass whose disabling removes the failure")
         return
     print(f"first_bad_pass={res.first_bad_pass}")
+    if len(res.culprits) > 1:
+        print(f"culprits={','.join(res.culprits)}")
     if res.first_bad_decision is not None:
         total = f" of {res.decisions}" if res.decisions else ""
         print(f"first_bad_decision={res.first_bad_decision}{total}: {res.decision}")
