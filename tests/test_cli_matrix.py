@@ -55,6 +55,7 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
     "fusion-log": {"input": [["fusion-log", "{IN}"]]},
     "tune": {"input": [["tune", "{IN}", "-q", "-o", "{OUT}/t.json"]],
              "output": [["tune", "{GOOD}", "-q", "-o", "{BAD}/t.json"]]},
+    "divergence": {"input": [["divergence", "{IN}", "{GOOD}", "-q"], ["divergence", "{GOOD}", "{IN}", "-q"]]},
 }
 
 #: (command, case) pairs that do not apply, and why: they are not cases of the

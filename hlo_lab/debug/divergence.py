@@ -16,16 +16,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import defaultdict, deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable
+
+import numpy as np
 
 from hlo_tools.errors import HloError
 from hlo_tools.expose import expose, readable
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
+from hlo_tools.rewriter import Rewriter
+from xla_bridge import load, make_inputs
+from xla_bridge.xla_compile import compile
+from xla_bridge.xla_run import Comparison, OutputDiff, compare_outputs, labels, run
+from xla_bridge.xla_worker import contained
 
 #: Attributes that do not say what an instruction computes: ignored when
 #: instructions are matched by structure (a renamed module's callees have other names).
@@ -69,9 +75,8 @@ def prepare(module: Module) -> Prepared:
     name, so the call's value keeps the name it has in the file; the other
     inlined instructions keep their callee names (``.N`` added where taken),
     deterministically, so A and a rewrite of A get the same names."""
-    from passes.dce import remove_unreachable_computations  # lazy: the passes layer, on the command only
+    from passes.dce import remove_unreachable_computations  # lazy: the passes layer, ~80 ms on each hlo start (measured)
     from passes.fusion.call_inliner import inline_call  # lazy: as above
-    from hlo_tools.rewriter import Rewriter
 
     copy = module.clone()
     rw = Rewriter()
@@ -84,15 +89,17 @@ def prepare(module: Module) -> Prepared:
             break
         for call in calls:
             callee, name = call.to_apply, call.name
-            root_is_param = callee.root.opcode is HloOpcode.PARAMETER
-            names = [i.name for i in callee.post_order() if i.opcode is not HloOpcode.PARAMETER]
+            members = [i for i in callee.post_order() if i.opcode is not HloOpcode.PARAMETER]
+            root = next((n for n, i in enumerate(members) if i is callee.root), None)  # None: it returns a parameter
+            outer = origin.pop(name, None)  # the call was itself inlined from an outer one
             clones = inline_call(call, rw)
-            for clone, callee_name in zip(clones, names):
-                origin[clone.name] = (origin.get(name, (name, ""))[0], callee_name)
-            if clones and not root_is_param:
-                rw.rename(clones[-1], name)
-                origin.pop(clones[-1].name, None)
-                origin.pop(name, None)
+            for clone, member in zip(clones, members):
+                origin[clone.name] = (outer[0] if outer else name, member.name)
+            if root is not None:
+                del origin[clones[root].name]
+                rw.rename(clones[root], name)
+                if outer:
+                    origin[name] = outer
             count += 1
     if count:
         remove_unreachable_computations(copy, rw)
@@ -132,9 +139,9 @@ def match(a: Computation, b: Computation) -> Matching:
     """Pairs A's instructions (in post order) with B's: parameters by number, then
     the first unpaired B instruction with the same opcode and shape (layout aside)
     found by name, then by metadata (op_name, source file and line), then by
-    structure (same signature, paired operands in place, else in any order).  A candidate must be
-    consistent: the B images of A's paired operands are B's operands (in any
-    order: a rewrite may swap them).  Last resort: same name and shape whatever
+    structure (same signature, paired operands in place, else in any order).
+    A name or metadata candidate must be consistent: the B images of A's paired
+    operands are B's operands (in any order: a rewrite may swap them).  Last resort: same name and shape whatever
     the opcode or operands (a rewrite that replaced the instruction)."""
     b_by_name = {i.name: i for i in b}
     b_by_meta: dict[tuple, list[Instruction]] = defaultdict(list)
@@ -224,15 +231,10 @@ def match(a: Computation, b: Computation) -> Matching:
 # -- reading values --------------------------------------------------------------------------
 
 
-def _read_batch(a: Module, b: Module, inputs: list, pipeline_a: str, pipeline_b: str, rtol, atol,
-                originals: tuple[int, int]):
+def _read_batch(a: Module, b: Module, inputs: list[np.ndarray], pipeline_a: str, pipeline_b: str,
+                rtol: float | None, atol: float | None, originals: tuple[int, int]) -> tuple[Comparison, Comparison]:
     """Runs in the XLA worker: compiles and runs the two exposed modules on
     ``inputs``; returns (the original outputs' Comparison, the probes' Comparison)."""
-    import numpy as np
-
-    from xla_bridge.xla_compile import compile
-    from xla_bridge.xla_run import compare_outputs, labels, run
-
     names = labels(a.name, b.name, pipeline_a, pipeline_b)
     with np.errstate(all="ignore"):  # inf - inf in the error arrays: diff_output handles it
         out_a = run(compile(a, "cpu", pipeline_a), inputs)
@@ -262,33 +264,41 @@ def _batches(values: list[Instruction], size: int) -> list[list[Instruction]]:
 @dataclass(frozen=True)
 class Step:
     """One instruction on the path from the inputs, or one operand of the
-    divergence: ``status`` "input", "agrees", "differs", "not read" (a tuple or
-    token: read through its elements) or "unmatched"."""
+    divergence, and what is known of its value (``status``: an input, agrees,
+    differs, not read, unmatched)."""
 
     name: str
     opcode: str
     shape: str
     status: str
-    stats: object = None  # OutputDiff when read
-    inlined_from: str = ""
+    stats: OutputDiff | None = None  # when read
+    inlined_from: tuple[str, str] | None = None  # (the call in A, the name in its callee)
 
     def line(self) -> str:
-        where = f" (inlined from call %{self.inlined_from})" if self.inlined_from else ""
+        where = _where(self.inlined_from)
         detail = _stats_text(self.stats) if self.stats is not None else self.status
         return f"%{self.name} = {self.shape} {self.opcode}{where}: {detail}"
 
     def as_dict(self) -> dict:
         d = dict(name=self.name, opcode=self.opcode, shape=self.shape, status=self.status,
-                 inlined_from=self.inlined_from or None)
+                 inlined_from=_origin_dict(self.inlined_from))
         d["stats"] = _stats_dict(self.stats) if self.stats is not None else None
         return d
 
 
-def _stats_text(diff) -> str:
+def _where(origin: tuple[str, str] | None) -> str:
+    return f" (%{origin[1]} of call %{origin[0]}, inlined)" if origin else ""
+
+
+def _origin_dict(origin: tuple[str, str] | None) -> dict | None:
+    return {"call": origin[0], "name_in_callee": origin[1]} if origin else None
+
+
+def _stats_text(diff: OutputDiff) -> str:
     return str(diff).split(": ", 1)[1]
 
 
-def _stats_dict(diff) -> dict:
+def _stats_dict(diff: OutputDiff) -> dict:
     d = asdict(diff)
     d.pop("index")
     d["shape"], d["worst"] = list(d["shape"]), list(d["worst"])
@@ -309,7 +319,7 @@ class Divergence:
     opcode: str | None
     shape: str | None
     matched_by: str | None
-    stats: object  # OutputDiff of the divergence, or None
+    stats: OutputDiff | None  # the divergence's
     operands: list[Step]
     path: list[Step]
     position: int | None      # 1-based, among the values read in A's post order
@@ -318,9 +328,9 @@ class Divergence:
     batches: int
     matching: Matching
     calls_inlined: tuple[int, int]
-    outputs: object  # Comparison of the original outputs
+    outputs: Comparison  # the original outputs
     seconds: float
-    inlined_from: str = ""
+    inlined_from: tuple[str, str] | None = None
     note: str = ""
 
     @property
@@ -341,7 +351,7 @@ class Divergence:
             "a": self.a_name, "b": self.b_name, "pipeline_a": self.pipelines[0], "pipeline_b": self.pipelines[1],
             "seed": self.seed,
             "first_divergence": self.name, "first_divergence_b": self.name_b, "opcode": self.opcode,
-            "shape": self.shape, "matched_by": self.matched_by, "inlined_from": self.inlined_from or None,
+            "shape": self.shape, "matched_by": self.matched_by, "inlined_from": _origin_dict(self.inlined_from),
             "stats": _stats_dict(self.stats) if self.stats is not None else None,
             "position": self.position,
             "operands": [s.as_dict() for s in self.operands],
@@ -366,7 +376,7 @@ class Divergence:
                  f"compared {self.compared} of {self.readable} matched values in {self.batches} "
                  f"batch{'es' if self.batches != 1 else ''} (A's post order){' in ' + format(self.seconds, '.1f') + ' s'}"]
         if self.found:
-            where = f" (inlined from call %{self.inlined_from})" if self.inlined_from else ""
+            where = _where(self.inlined_from)
             twin = f"%{self.name_b} in B" if self.name_b != self.name else "same name in B"
             lines += [f"first divergence: %{self.name} = {self.shape} {self.opcode}{where} "
                       f"(value #{self.position} in post order; matched by {self.matched_by}, {twin})",
@@ -441,9 +451,6 @@ def first_divergence(a: Module, b: Module, *, pipeline_a: str = "stock", pipelin
     divergence.  ``progress(done, total)`` after each batch.  Raises
     ``DivergenceError`` when the parameters differ, ``XlaCompileError`` (or
     ``XlaAbortError``) when XLA refuses or aborts on either."""
-    from xla_bridge import make_inputs
-    from xla_bridge.xla_worker import contained
-
     t0 = time.perf_counter()
     sa, sb = _signature_of(a), _signature_of(b)
     if sa != sb:
@@ -456,8 +463,8 @@ def first_divergence(a: Module, b: Module, *, pipeline_a: str = "stock", pipelin
     values = [x for x in ea.post_order()
               if x.name in matching.pairs and x.opcode is not HloOpcode.PARAMETER and readable(x)]
     batches = _batches(values, max(1, batch))
-    diffs: dict[str, object] = {}
-    outputs = None
+    diffs: dict[str, OutputDiff] = {}
+    outputs: Comparison | None = None
     found: Instruction | None = None
     compared = 0
     done = 0
@@ -490,7 +497,7 @@ def first_divergence(a: Module, b: Module, *, pipeline_a: str = "stock", pipelin
                       shape=found.shape.to_text(print_layout=False), matched_by=how, stats=diffs[found.name],
                       operands=[step(o) for o in found.operands], path=[step(x) for x in path_from_inputs(found)],
                       position=values.index(found) + 1, seconds=time.perf_counter() - t0,
-                      inlined_from=pa.origin.get(found.name, ("", ""))[0], note=_unit_note(found))
+                      inlined_from=pa.origin.get(found.name), note=_unit_note(found))
 
 
 def _unit_note(x: Instruction) -> str:
@@ -504,7 +511,7 @@ def _unit_note(x: Instruction) -> str:
             f"whose values are not read one by one")
 
 
-def _stepper(matching: Matching, diffs: dict, prepared: Prepared) -> Callable[[Instruction], Step]:
+def _stepper(matching: Matching, diffs: dict[str, OutputDiff], prepared: Prepared) -> Callable[[Instruction], Step]:
     def step(x: Instruction) -> Step:
         d = diffs.get(x.name)
         if x.opcode is HloOpcode.PARAMETER:
@@ -518,7 +525,7 @@ def _stepper(matching: Matching, diffs: dict, prepared: Prepared) -> Callable[[I
         else:
             status = "not read"
         return Step(x.name, x.opcode_text, x.shape.to_text(print_layout=False), status, d,
-                    prepared.origin.get(x.name, ("", ""))[0])
+                    prepared.origin.get(x.name))
 
     return step
 
@@ -564,8 +571,6 @@ def _progress(quiet: bool):
 
 
 def _cmd(args) -> int:
-    from xla_bridge import load
-
     a, b = load(args.a), load(args.b)
     update, stop = _progress(args.quiet)
     try:
