@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 #: The modules of ``hlo_lab.debug`` that add a subcommand, in help order.
-COMMANDS: tuple[str, ...] = ("bisect_cli",)
+COMMANDS: tuple[str, ...] = ("bisect_cli", "divergence")
 
 
 def register(sub) -> None:

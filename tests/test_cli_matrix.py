@@ -58,6 +58,7 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
     "bisect": {"input": [["bisect", "{IN}", "--passes", "dce", "-q"], ["bisect", "{IN}", "--xla", "-q"]],
                "passes": [["bisect", "{GOOD}", "--passes", "dce,nosuch"]],
                "output": [["bisect", "{GOOD}", "--passes", "dce", "-q", "-o", "{BAD}/b"]]},
+    "divergence": {"input": [["divergence", "{IN}", "{GOOD}", "-q"], ["divergence", "{GOOD}", "{IN}", "-q"]]},
 }
 
 #: (command, case) pairs that do not apply, and why: they are not cases of the
