@@ -55,6 +55,9 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
     "fusion-log": {"input": [["fusion-log", "{IN}"]]},
     "tune": {"input": [["tune", "{IN}", "-q", "-o", "{OUT}/t.json"]],
              "output": [["tune", "{GOOD}", "-q", "-o", "{BAD}/t.json"]]},
+    "reduce": {"input": [["reduce", "{IN}", "--until", "true", "-q"], ["reduce", "{IN}", "--until-abort", "-q"]],
+               "passes": [["reduce", "{GOOD}", "--until-fires", "dce,nosuch", "-q"]],
+               "output": [["reduce", "{GOOD}", "--until", "true", "-q", "-o", "{BAD}/r.hlo"]]},
 }
 
 #: (command, case) pairs that do not apply, and why: they are not cases of the

@@ -50,23 +50,32 @@ def _chunks(items: list[T], n: int) -> list[list[T]]:
 
 
 def ddmin(items: Sequence[T], test: Callable[[list[T]], bool]) -> list[T]:
-    """A 1-minimal subset of ``items`` (in their order) on which ``test`` holds:
-    removing any one part of it makes the test fail.  ``test(items)`` is assumed
-    to hold.  When ``test`` raises ``OutOfBudget`` the smallest subset found so
-    far is returned: every answer is one the test accepted."""
+    """A 1-minimal subset of ``items`` (hashable, in their order) on which
+    ``test`` holds: removing any one part of it makes the test fail.
+    ``test(items)`` is assumed to hold; no subset is tested twice.  When
+    ``test`` raises ``OutOfBudget`` the smallest subset found so far is
+    returned: every answer is one the test accepted."""
+    answers: dict[tuple, bool] = {}
+
+    def holds(subset: list[T]) -> bool:  # ddmin asks again for subsets it saw (a chunk is the other's complement)
+        key = tuple(subset)
+        if key not in answers:
+            answers[key] = test(subset)
+        return answers[key]
+
     current = list(items)
     n = 2
     try:
         while len(current) >= 2:
             chunks = _chunks(current, n)
             for chunk in chunks:  # one chunk alone: the quick win when the cause is local
-                if test(chunk):
+                if holds(chunk):
                     current, n = chunk, 2
                     break
             else:
                 for k in range(len(chunks)):  # everything but one chunk
                     rest = [x for j, c in enumerate(chunks) if j != k for x in c]
-                    if test(rest):
+                    if holds(rest):
                         current, n = rest, max(n - 1, 2)
                         break
                 else:

@@ -15,7 +15,7 @@ import re
 import shlex
 import subprocess
 import tempfile
-from typing import Callable
+from typing import Callable, Sequence
 
 from hlo_tools import HloError, Module
 
@@ -31,8 +31,8 @@ class NothingToReduce(HloError):
 def abort_message(module: Module, pipeline: str = "as-written", backend: str = "cpu") -> str | None:
     """XLA's fatal line when it aborts compiling and running ``module`` under
     ``pipeline`` (in the XLA worker), or None when it does not abort."""
-    from xla_bridge import XlaAbortError
-    from xla_bridge.xla_run import run_module
+    from xla_bridge import XlaAbortError  # lazy: only predicates that call XLA need the bridge
+    from xla_bridge.xla_run import run_module  # lazy: as above
 
     try:
         run_module(module, backend=backend, pipeline=pipeline, contained=True)
@@ -63,20 +63,21 @@ def aborts_like(module: Module, *, pipeline: str = "as-written", backend: str = 
     return predicate
 
 
-def outputs_differ(*, pipeline_a: str = "stock", pipeline_b: str = "as-written", passes: str | None = None,
+def outputs_differ(*, pipeline_a: str = "stock", pipeline_b: str = "as-written", passes: str | Sequence | None = None,
                    backend: str = "cpu", seed: int = 0) -> Predicate:
     """Holds while a candidate's outputs under ``pipeline_a`` and under
     ``pipeline_b`` differ beyond ``compare``'s tolerances, B being the candidate
-    after our ``passes`` when given (run here, in Python: the text route).  A
+    after our ``passes`` when given (names or ``Pass`` objects, run here in
+    Python: the text route).  A
     candidate that XLA refuses or aborts on does not hold: a different failure."""
 
     def predicate(candidate: Module) -> bool:
-        from xla_bridge import compare
+        from xla_bridge import compare  # lazy: as above
 
         b = candidate
         if passes:
-            from passes import PassManager
-            from passes.fusion.pipeline import passes_of
+            from passes import PassManager  # lazy: every pass module, for predicates that run ours
+            from passes.fusion.pipeline import passes_of  # lazy: as above
 
             b = candidate.clone()
             PassManager(passes_of(passes)).run(b)
@@ -86,14 +87,15 @@ def outputs_differ(*, pipeline_a: str = "stock", pipeline_b: str = "as-written",
         except HloError:
             return False
 
-    predicate.description = (f"outputs differ: {pipeline_a} vs {pipeline_b}" + (f" after {passes}" if passes else ""))
+    named = passes if isinstance(passes, str) or not passes else ",".join(getattr(p, "name", "?") for p in passes)
+    predicate.description = f"outputs differ: {pipeline_a} vs {pipeline_b}" + (f" after {named}" if named else "")
     return predicate
 
 
 def pass_fires(passes: str) -> Predicate:
     """Holds while our pipeline ``passes`` changes a candidate (no XLA)."""
-    from passes import PassManager
-    from passes.fusion.pipeline import passes_of
+    from passes import PassManager  # lazy: every pass module, for predicates that run ours
+    from passes.fusion.pipeline import passes_of  # lazy: as above
 
     passes_of(passes)  # an unknown name fails now, not on the first candidate
 

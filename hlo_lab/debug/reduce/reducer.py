@@ -4,8 +4,9 @@ modules (``subgraph``).
 
 Rounds, until one changes nothing: the entry's instructions (which values to
 compute at all: the rest become parameters or go), then the body of each fusion
-left (which instructions of it matter), then each fusion inlined (when the
-failure is not about fusing).  Each candidate is printed once, verified
+left (which instructions of it matter), then each fusion and call inlined
+(when the failure is not about fusing; a call's body is then cut into in the
+next round).  Each candidate is printed once, verified
 (``hlo_tools.verify``: an invalid one is never shown to the predicate) and
 judged once: answers are cached by the candidate's text, as ddmin asks for the
 same subset more than once.
@@ -155,12 +156,12 @@ def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None
                 if smaller is not None:
                     current = smaller
                     step(f"fusion {fusion}")
-            for fusion in subgraph.fusions(current):
-                judge.phase = f"inline {fusion}"
-                inlined = subgraph.inline(current, fusion)
+            for name in subgraph.inlinable(current):
+                judge.phase = f"inline {name}"
+                inlined = subgraph.inline(current, name)
                 if judge(inlined):
                     current = inlined
-                    step(f"inline {fusion}")
+                    step(f"inline {name}")
             if current.instruction_count >= size:
                 break
     except OutOfBudget as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Collection
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module, Rewriter, Shape
+from hlo_tools.outline import inline_fusion
 
 #: Module attributes that describe the entry's signature: rewritten (layout) or
 #: dropped (aliasing, donation) when a candidate changes it.
@@ -84,18 +85,31 @@ def keep_fused(module: Module, fusion: str, keep: Collection[str]) -> Module | N
     return m
 
 
-def inline(module: Module, fusion: str) -> Module | None:
-    """``module`` with entry fusion ``fusion`` replaced by its body's
-    instructions (``hlo_tools.outline.inline_fusion``): one computation fewer,
-    for a failure that is not about the fusion."""
-    from hlo_tools.outline import inline_fusion
+def inlinable(module: Module) -> list[str]:
+    """Names of the entry's fusions and calls that ``inline`` can replace by
+    their bodies (a call with control edges stays: its order would be lost)."""
+    return [i.name for i in module.entry
+            if (i.opcode is HloOpcode.FUSION and i.fused_computation is not None)
+            or (i.opcode is HloOpcode.CALL and i.to_apply is not None
+                and not i.control_predecessors and not i.control_successors)]
 
-    m = module.clone()
-    instr = m.entry.get_instruction(fusion)
-    if instr is None or instr.opcode is not HloOpcode.FUSION or instr.fused_computation is None:
+
+def inline(module: Module, name: str) -> Module | None:
+    """``module`` with entry fusion or call ``name`` replaced by its body's
+    instructions (``hlo_tools.outline.inline_fusion``, the call inliner's
+    ``inline_call``): for a failure that is not about the fusion, and so that
+    the next round can cut into what a call computes."""
+    from passes.fusion.call_inliner import inline_call  # lazy: passes is heavy
+
+    if name not in inlinable(module):
         return None
+    m = module.clone()
+    instr = m.entry.get_instruction(name)
     rw = Rewriter()
-    inline_fusion(instr, rw)
+    if instr.opcode is HloOpcode.FUSION:
+        inline_fusion(instr, rw)
+    else:
+        inline_call(instr, rw)
     _tidy(m, rw)
     return m
 
