@@ -55,7 +55,7 @@ def _summary(d: dict, predicate: str, out: str | None) -> str:
              f"({d['cached']} answered from the cache, {d['invalid']} invalid candidates), {d['seconds']} s",
              f"kept true: {predicate}"]
     if d["stopped"]:
-        lines.append(f"stopped early: the budget ran out ({d['stopped']}); the module is the smallest found so far")
+        lines.append(f"stopped early ({d['stopped']}): the module is the smallest found so far")
     if out:
         lines.append(f"reduced module: {out}")
     return "\n".join(lines)

@@ -26,11 +26,15 @@ class Budget:
     used: int = 0
     started: float = field(default_factory=time.monotonic)
 
-    def charge(self) -> None:
+    def check(self) -> None:
+        """Raises ``OutOfBudget`` when no further predicate call is allowed."""
         if self.tests is not None and self.used >= self.tests:
             raise OutOfBudget(f"{self.used} tests")
         if self.seconds is not None and self.elapsed() >= self.seconds:
             raise OutOfBudget(f"{self.elapsed():.0f} s")
+
+    def charge(self) -> None:
+        self.check()
         self.used += 1
 
     def elapsed(self) -> float:

@@ -84,7 +84,7 @@ def outputs_differ(*, pipeline_a: str = "stock", pipeline_b: str = "as-written",
         try:
             return compare(candidate, b, backend=backend, pipeline_a=pipeline_a, pipeline_b=pipeline_b, seed=seed,
                            contained=True).verdict == "mismatch"
-        except HloError:
+        except (HloError, ValueError):  # refused, aborted, or no inputs to feed (a tuple parameter): a different failure
             return False
 
     named = passes if isinstance(passes, str) or not passes else ",".join(getattr(p, "name", "?") for p in passes)

@@ -81,6 +81,7 @@ class _Judge:
         self.progress = progress
         self.cache: dict[bytes, bool] = {}
         self.phase = "start"
+        self.best: Module | None = None  # the smallest candidate that held, whatever phase found it
 
     def __call__(self, candidate: Module | None) -> bool:
         if candidate is None:
@@ -89,6 +90,7 @@ class _Judge:
         if key in self.cache:
             self.result.cached += 1
             return self.cache[key]
+        self.budget.check()  # spent: stop here, not after more candidates are built and verified
         try:
             verify(candidate)
         except HloError:
@@ -99,6 +101,8 @@ class _Judge:
         ok = bool(self.predicate(candidate))
         self.cache[key] = ok
         self.result.tests = self.budget.used
+        if ok and (self.best is None or candidate.instruction_count < self.best.instruction_count):
+            self.best = candidate
         if self.progress is not None:
             self.progress(self.phase, self.budget.used, candidate.instruction_count if ok else -1)
         return ok
@@ -106,11 +110,10 @@ class _Judge:
 
 def _shrink(judge: _Judge, items: Sequence[str], build: Callable[[list[str]], Module | None]) -> Module | None:
     """ddmin over ``items`` (instruction names): the candidate of the subset it
-    keeps, or None when it could drop nothing."""
+    keeps, or None when it could drop nothing.  A spent budget ends ddmin with
+    what it has; the caller then learns it from the next check."""
     keep = ddmin(list(items), lambda subset: judge(build(subset)))
-    if len(keep) == len(items):
-        return None
-    return build(keep)
+    return None if len(keep) == len(items) else build(keep)
 
 
 def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None = None,
@@ -120,7 +123,7 @@ def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None
     still holds (see the module docstring).  ``NothingToReduce`` when it does
     not hold on ``module`` itself.  ``max_tests`` / ``seconds`` bound the
     predicate calls and the time; when one runs out the smallest module found so
-    far is returned, with ``stopped`` saying which."""
+    far is returned, with ``stopped`` saying which (Ctrl-C: "interrupted")."""
     started = time.monotonic()
     budget = Budget(tests=max_tests, seconds=seconds)
     result = Reduction(module, module.instruction_count, len(module.computations))
@@ -147,6 +150,7 @@ def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None
             if smaller is not None:
                 current = smaller
                 step("entry")
+            budget.check()
             for fusion in subgraph.fusions(current):
                 judge.phase = f"fusion {fusion}"
                 body = current.entry.get_instruction(fusion).fused_computation
@@ -156,6 +160,7 @@ def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None
                 if smaller is not None:
                     current = smaller
                     step(f"fusion {fusion}")
+                budget.check()
             for name in subgraph.inlinable(current):
                 judge.phase = f"inline {name}"
                 inlined = subgraph.inline(current, name)
@@ -166,6 +171,9 @@ def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None
                 break
     except OutOfBudget as e:
         result.stopped = str(e)
+    except KeyboardInterrupt:  # a long reduction stopped by hand still answers with what it found
+        result.stopped = "interrupted"
+        current = judge.best if judge.best is not None else current
     if result.stopped is None and (budget.tests is not None and budget.used >= budget.tests
                                    or budget.seconds is not None and budget.elapsed() >= budget.seconds):
         result.stopped = f"{budget.used} tests, {budget.elapsed():.0f} s"  # ddmin stopped inside a phase

@@ -145,7 +145,7 @@ def _cut(comp: Computation, keep: set[str], rw: Rewriter, *, force_root: bool) -
                 if op is x:
                     rw.replace_operand(u, index, p, erase_dead=False)
         added.append((p, x.name))
-    sinks = [i for i in members if i.is_root or not any(kept(u) for u in i.users)]
+    sinks = [comp.root] if force_root else [i for i in members if i.is_root or not any(kept(u) for u in i.users)]
     if len(sinks) == 1:
         rw.set_root(comp, sinks[0])
     else:
@@ -155,6 +155,10 @@ def _cut(comp: Computation, keep: set[str], rw: Rewriter, *, force_root: bool) -
     for x in reversed(comp.post_order()):
         if not kept(x) and id(x) not in new:
             rw.erase(x)
+    if force_root:  # what the kept root does not use is dead
+        from passes.dce import remove_dead_instructions  # lazy: passes is heavy
+
+        remove_dead_instructions(comp, rw)
     for p, name in added:  # the parameter takes the name of the value it stands for
         if comp.get_instruction(name) is None:
             rw.rename(p, name)
