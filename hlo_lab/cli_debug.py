@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 #: The modules of ``hlo_lab.debug`` that add a subcommand, in help order.
-COMMANDS: tuple[str, ...] = ("bisect_cli", "divergence")
+COMMANDS: tuple[str, ...] = ("bisect_cli", "divergence", "reduce")
 
 
 def register(sub) -> None:

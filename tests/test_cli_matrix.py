@@ -59,6 +59,9 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
                "passes": [["bisect", "{GOOD}", "--passes", "dce,nosuch"]],
                "output": [["bisect", "{GOOD}", "--passes", "dce", "-q", "-o", "{BAD}/b"]]},
     "divergence": {"input": [["divergence", "{IN}", "{GOOD}", "-q"], ["divergence", "{GOOD}", "{IN}", "-q"]]},
+    "reduce": {"input": [["reduce", "{IN}", "--until", "true", "-q"], ["reduce", "{IN}", "--until-abort", "-q"]],
+               "passes": [["reduce", "{GOOD}", "--until-fires", "dce,nosuch", "-q"]],
+               "output": [["reduce", "{GOOD}", "--until", "true", "-q", "-o", "{BAD}/r.hlo"]]},
 }
 
 #: (command, case) pairs that do not apply, and why: they are not cases of the

@@ -1,0 +1,158 @@
+"""``hlo reduce FILE --until ...``: shrink a module while it still shows a
+failure, and write the smallest one found.  Light at import (``hlo`` starts on
+every call): the reducer, the passes and the XLA bridge load inside ``_cmd_reduce``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hlo_tools.fileio import check_writable, write_output
+
+
+def _predicate(args: argparse.Namespace):
+    """The predicate the options name (built on the module for ``--until-abort``,
+    which must know the message to keep)."""
+    from . import predicates  # lazy: it reaches the XLA bridge and the passes when called
+
+    if args.until is not None:
+        return lambda module: predicates.shell(args.until, timeout=args.test_timeout)
+    if args.until_abort:
+        return lambda module: predicates.aborts_like(module, pipeline=args.pipeline, backend=args.backend,
+                                                     match=args.match)
+    if args.until_differ:
+        return lambda module: predicates.outputs_differ(pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b,
+                                                        passes=args.passes, backend=args.backend, seed=args.seed)
+    return lambda module: predicates.pass_fires(args.until_fires)
+
+
+def _progress(quiet: bool):
+    """A spinner on stderr saying the phase, the tests run and the size reached
+    (``(callback, stop)``); nothing when quiet."""
+    if quiet:
+        return None, (lambda: None)
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+    progress.start()
+    task = progress.add_task("reduce", total=None)
+    smallest = [0]
+
+    def update(phase: str, tests: int, instructions: int) -> None:
+        if instructions >= 0 and (not smallest[0] or instructions < smallest[0]):
+            smallest[0] = instructions
+        progress.update(task, description=f"reduce: {phase}, {tests} tests, smallest {smallest[0]} instructions")
+
+    return update, progress.stop
+
+
+def _summary(d: dict, predicate: str, out: str | None) -> str:
+    lines = [f"{d['module']}: {d['original_instructions']} -> {d['instructions']} instructions "
+             f"({d['original_computations']} -> {d['computations']} computations) in {d['tests']} tests "
+             f"({d['cached']} answered from the cache, {d['invalid']} invalid candidates), {d['seconds']} s",
+             f"kept true: {predicate}"]
+    if d["stopped"]:
+        lines.append(f"stopped early ({d['stopped']}): the module is the smallest found so far")
+    if out:
+        lines.append(f"reduced module: {out}")
+    return "\n".join(lines)
+
+
+def _cmd_reduce(args) -> int:
+    from xla_bridge import load  # lazy: the bridge costs every `hlo` start otherwise
+
+    from .predicates import NothingToReduce  # lazy: as above
+    from .reducer import reduce_module  # lazy: as above
+
+    if args.output:
+        check_writable(args.output)  # before any predicate runs
+    spec = args.until_fires or (args.passes if args.until_differ else None)
+    if spec:
+        from passes.fusion.pipeline import passes_of  # lazy: every pass module
+
+        try:
+            passes_of(spec)
+        except KeyError as e:
+            print(f"hlo reduce: {e.args[0]}", file=sys.stderr)
+            return 2
+    module = load(args.file)
+    update, stop = _progress(args.quiet)
+    try:
+        predicate = _predicate(args)(module)
+        result = reduce_module(module, predicate, max_tests=args.max_tests, seconds=args.seconds, progress=update)
+    except NothingToReduce as e:
+        stop()
+        print(f"hlo reduce: {args.file}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        stop()
+    d = result.as_dict()
+    text = result.module.to_text()
+    if args.output:
+        write_output(args.output, text)
+    description = getattr(predicate, "description", "the predicate")
+    if args.json:
+        print(json.dumps({**d, "predicate": description, "output": args.output,
+                          **({} if args.output else {"hlo": text})}, indent=1))
+    elif args.output:
+        print(_summary(d, description, args.output))
+    else:
+        sys.stdout.write(text)
+        if not args.quiet:
+            print(_summary(d, description, None), file=sys.stderr)
+    return 0
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
+def _seconds(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
+    return x
+
+
+def register(subparsers) -> None:
+    r = subparsers.add_parser(
+        "reduce", help="shrink a module while a failure still shows (delta debugging on instructions and fusion "
+                       "bodies; every candidate a valid module)",
+        description="Delta debugging: drops entry instructions (a value dropped but still used becomes a parameter), "
+                    "then instructions of each fusion body, then inlines fusions, while the predicate holds.")
+    r.add_argument("file")
+    until = r.add_mutually_exclusive_group(required=True)
+    until.add_argument("--until", metavar="CMD", help="a shell command that exits 0 while the candidate still fails; "
+                                                       "{} is its file (else appended; also $HLO_REDUCE_FILE)")
+    until.add_argument("--until-abort", action="store_true", help="XLA still aborts with the same message")
+    until.add_argument("--until-differ", action="store_true",
+                       help="outputs under --pipeline-a and --pipeline-b (after --passes) still differ")
+    until.add_argument("--until-fires", metavar="PASSES", help="our pass pipeline still changes the module")
+    r.add_argument("--pipeline", default="as-written", choices=["stock", "replace", "as-written"],
+                   help="--until-abort: the XLA pipeline that aborts (default as-written)")
+    r.add_argument("--match", metavar="REGEX", help="--until-abort: any abort whose message REGEX finds, not only the same one")
+    r.add_argument("--pipeline-a", default="stock", choices=["stock", "replace", "as-written"])
+    r.add_argument("--pipeline-b", default="as-written", choices=["stock", "replace", "as-written"])
+    r.add_argument("--passes", help="--until-differ: B is the module after these passes of ours (text route)")
+    r.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
+    r.add_argument("--seed", type=int, default=0, help="--until-differ: the inputs' seed")
+    r.add_argument("--max-tests", type=_count, help="stop after this many predicate calls (keep the smallest so far)")
+    r.add_argument("--seconds", type=_seconds, help="stop after this long (keep the smallest so far)")
+    r.add_argument("--test-timeout", type=_seconds, default=300.0,
+                   help="--until: a command running longer than this (default 300 s) counts as not failing")
+    r.add_argument("-o", "--output", help="write the reduced module here (atomically); else it goes to stdout")
+    r.add_argument("--json", action="store_true", help="the summary as JSON (with the module's text when no -o)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress, no summary on stderr")
+    r.set_defaults(func=_cmd_reduce)
