@@ -1,0 +1,212 @@
+"""``hlo upstream``: from a validated rewrite, a bundle a reviewer can read.
+
+The rewrite is our pipeline on a module.  It is validated first: measured
+against stock XLA on the same inputs (``xla_bridge.Measurement.benchmark``:
+ABBA-interleaved, outputs compared), through the hook for fusion pipelines (as
+``hlo bench --hook`` and ``hlo tune`` measure them), on the rewritten text
+otherwise.  A rewrite whose outputs differ is refused: that is ``hlo bisect``'s job.
+
+Then the module the passes saw is reduced (``hlo_lab.debug.reduce``) while the
+passes still change it, and the bundle is written:
+
+* ``before.hlo`` / ``after.hlo``: the reduced module and what the passes make of it;
+* ``<pass>_test.hlo``: an XLA-style test, the reduced HLO with ``// CHECK:`` lines
+  (``hlo_tools.testing.check_lines``), verified here: the checks match our
+  output and do not match the input;
+* ``measured.md``: stock vs ours on the whole module, and the reduced pair's outputs;
+* ``source/``: the source files of the passes;
+* ``README.md`` (what a reviewer reads first) and ``bundle.json``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from hlo_tools import HloError, Module, parse
+from hlo_tools.fileio import write_output
+from hlo_tools.testing import check_lines, run_filecheck
+from passes import Pass, PassManager
+from xla_bridge.errors import XlaCompileError
+from xla_bridge.hook_stage import HookStage
+from xla_bridge.measure import STOCK, Measurement, Pipeline
+
+from .bisect import default_pipeline
+from .reduce.predicates import NothingToReduce
+from .reduce.reducer import reduce_module
+
+__all__ = ["Bundle", "UpstreamError", "make_bundle"]
+
+#: The line that says how to run an HLO test file, as XLA's hlo-opt lit tests do.
+RUN_LINE = "// RUN: hlo opt %s --passes={spec} | filecheck %s"
+
+
+class UpstreamError(HloError):
+    """The rewrite cannot be handed upstream (it changes nothing, or its outputs differ)."""
+
+
+@dataclass
+class Bundle:
+    """What ``make_bundle`` wrote and measured."""
+
+    folder: str
+    passes: str
+    route: str  # how the rewrite was measured
+    stock_us: float
+    ours_us: float
+    speedup: float
+    speedup_p10: float
+    speedup_p90: float
+    outputs: str
+    original_instructions: int
+    reduced_instructions: int
+    reduced_outputs: str
+    checks: int
+    reduce_seconds: float
+    files: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def _fires(passes: Sequence[Pass]) -> Callable[[Module], bool]:
+    def predicate(candidate: Module) -> bool:
+        try:
+            return PassManager(list(passes)).run(candidate.clone())
+        except Exception:  # noqa: BLE001 - a pass that breaks on a candidate does not fire on it
+            return False
+
+    predicate.description = "the passes still change the module"  # type: ignore[attr-defined]
+    return predicate
+
+
+def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Path, *, backend: str = "cpu",
+                reps: int = 50, seconds: float = 120.0, progress: Callable[[str], None] | None = None) -> Bundle:
+    """Validates ``passes`` (named ``spec``) on ``module`` against stock XLA, reduces
+    the module they see while they still fire, and writes the bundle into ``out``."""
+    say = progress or (lambda _msg: None)
+    out = Path(out)
+    passes = list(passes)
+    measurement = Measurement(backend, contained=True)
+    fusion = default_pipeline(passes) == "as-written"
+    say(f"measuring {spec} against stock XLA ({reps} interleaved pairs)")
+    res, route = _measure(measurement, module, passes, fusion, reps)
+    if res is None:
+        raise UpstreamError(f"{spec} changes nothing in {module.name}: there is no rewrite to hand upstream")
+    if res.verdict not in ("exact", "close"):
+        raise UpstreamError(f"{spec}: outputs differ from stock XLA's ({res.verdict}); "
+                            f"find the culprit with hlo bisect --passes {spec}")
+    # The module as given is reduced (not XLA's module at the hook, which has been through
+    # layout assignment and cannot be compiled again): the test runs the passes on it as
+    # `hlo opt` does, and the reduced pair is validated the way the whole module was.
+    say(f"reducing {module.instruction_count} instructions while {spec} still changes the module")
+    try:
+        red = reduce_module(module, _fires(passes), seconds=seconds)
+    except NothingToReduce:
+        raise UpstreamError(f"{spec} changes XLA's module at the hook but not {module.name} as given, which a test "
+                            "would start from: give the module the passes act on") from None
+    before = red.module
+    after = before.clone()
+    PassManager(passes).run(after)
+    try:
+        small, _ = _measure(measurement, before, passes, fusion, reps=5)
+        reduced_outputs = small.verdict if small is not None else "unchanged at the hook"
+    except XlaCompileError as e:
+        reduced_outputs = f"not run: {(str(e).splitlines() or [''])[0]}"
+    checks = check_lines(before, after, prefix="// ")
+    test_text = "\n".join([RUN_LINE.format(spec=spec), "", before.to_text().rstrip(), "", checks.rstrip(), ""])
+    _verify_test(test_text, passes, before.to_text())
+    files = _write(out, spec, passes, before, after, test_text, res, route, red, reduced_outputs)
+    return Bundle(str(out), spec, route, res.a.median_us, res.b.median_us, res.speedup, res.speedup_p10,
+                  res.speedup_p90, res.verdict, module.instruction_count, before.instruction_count, reduced_outputs,
+                  checks.count("CHECK:"), red.seconds, files)
+
+
+def _measure(measurement: Measurement, module: Module, passes: list[Pass], fusion: bool, reps: int):
+    """Stock XLA against the rewrite on ``module``: fusion pipelines hooked into XLA's
+    pipeline where it keeps our fusions (``Pipeline.fusion``), other passes on the text,
+    both sides stock.  (None, route) when the passes change nothing."""
+    if fusion:
+        route = f"as-written + passes at {HookStage.for_fusion(measurement.backend)}"
+        res = measurement.benchmark(module, module, STOCK, Pipeline.fusion(PassManager(passes), measurement.backend),
+                                    reps=reps)
+        return (res if res.hook_b is not None and res.hook_b.changed else None), route
+    rewritten = module.clone()
+    if not PassManager(passes).run(rewritten):
+        return None, "stock, on the rewritten module"
+    return measurement.benchmark(module, rewritten, STOCK, STOCK, reps=reps), "stock, on the rewritten module"
+
+
+def _verify_test(test_text: str, passes: list[Pass], before_text: str) -> None:
+    """The test as a reviewer runs it: the file parses (comments and all), the passes
+    rewrite it, and the checks match the result but not the input."""
+    module = parse(test_text, source="<test>")
+    PassManager(passes).run(module)
+    checks = "\n".join(line for line in test_text.splitlines() if "CHECK" in line)
+    got = run_filecheck(module.to_text(), checks)
+    if not got:
+        raise UpstreamError(f"the generated checks do not match our output:\n{got.diagnostic}")
+    if run_filecheck(before_text, checks):
+        raise UpstreamError("the generated checks also match the input: they would not catch a regression")
+
+
+def _sources(passes: list[Pass]) -> dict[str, str]:
+    """File name -> source of every file defining one of ``passes``."""
+    out: dict[str, str] = {}
+    for p in passes:
+        try:
+            path = inspect.getsourcefile(type(p))
+        except TypeError:
+            continue
+        if path:
+            out.setdefault(Path(path).name, Path(path).read_text())
+    return out
+
+
+def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Module, test_text: str, res, route: str,
+           red, reduced_outputs: str) -> list[str]:
+    name = passes[-1].name if len(passes) == 1 else spec.replace(",", "_")
+    test_file = f"{name.replace('-', '_')}_test.hlo"
+    table = "\n".join([
+        "| module | instructions | stock us | ours us | speedup (p10-p90) | outputs |",
+        "|---|---|---|---|---|---|",
+        f"| {res.name_a} (as given) | {red.original_instructions} | {res.a.median_us:.1f} | {res.b.median_us:.1f} | "
+        f"{res.speedup:.3f} ({res.speedup_p10:.3f}-{res.speedup_p90:.3f}) | {res.verdict} |",
+        f"| reduced (before.hlo) | {before.instruction_count} | | | | {reduced_outputs} |",
+    ])
+    noisy = res.speedup_p10 <= 1.0 <= res.speedup_p90
+    measured = (f"# Measured\n\n{table}\n\nXLA:{res.backend.upper()} on {res.device}, {res.reps} ABBA pairs; "
+                f"ours: {route}.  {'The p10-p90 range spans 1.0: within noise.' if noisy else ''}\n")
+    docs = "\n\n".join(f"`{p.name}`: {(inspect.getdoc(type(p)) or '').splitlines()[0] if inspect.getdoc(type(p)) else ''}"
+                       for p in passes)
+    readme = f"""# Upstream bundle: {spec}
+
+{docs}
+
+Measured on {res.name_a} against stock XLA ({platform.machine()}, {time.strftime('%Y-%m-%d')}):
+speedup {res.speedup:.3f} (p10-p90 {res.speedup_p10:.3f}-{res.speedup_p90:.3f}), outputs {res.verdict}.
+
+| file | what |
+|---|---|
+| `before.hlo` | the module, reduced from {red.original_instructions} to {before.instruction_count} instructions while they still change it |
+| `after.hlo` | what the passes make of it |
+| `{test_file}` | an XLA-style test: the reduced HLO and `// CHECK:` lines, checked here to match `after` and not `before` |
+| `measured.md` | stock vs ours, and the reduced pair's outputs ({reduced_outputs}) |
+| `source/` | the passes' source |
+
+Run the test: `hlo opt {test_file} --passes={spec} | filecheck {test_file}`.
+"""
+    files = {"before.hlo": before.to_text(), "after.hlo": after.to_text(), test_file: test_text,
+             "measured.md": measured, "README.md": readme}
+    files.update({f"source/{n}": text for n, text in _sources(passes).items()})
+    for rel, text in files.items():
+        write_output(out / rel, text)
+    manifest = {"passes": spec, "route": route, "files": sorted(files), "speedup": res.speedup,
+                "outputs": res.verdict, "reduced_outputs": reduced_outputs}
+    write_output(out / "bundle.json", json.dumps(manifest, indent=1) + "\n")
+    return sorted(files) + ["bundle.json"]
