@@ -18,6 +18,7 @@ from hlo_lab.debug.bisect import bisect_passes, bisect_xla
 from hlo_tools import HloOpcode, parse
 from passes import PassManager, get_pass
 from passes.fuel import fuel
+from passes import registry
 from passes.registry import load_passes
 from tests.conftest import run_hlo
 
@@ -48,8 +49,16 @@ def test_fuel_stops_a_pass_after_n_decisions(decode):
     assert 1 <= fused <= 3  # three fusion decisions make at most three fusions
 
 
-def test_bisect_finds_the_pass_and_the_subtract_it_swapped(decode):
+@pytest.fixture
+def user_passes(monkeypatch):
+    """``load_passes`` here, undone afterwards: the registry's user table and the
+    worker's file list are this test's only (the worker restarts when they change)."""
+    monkeypatch.setattr(registry, "USER_PASSES", {})
+    monkeypatch.setenv("HLO_WORKER_FILES", "{}")
     load_passes(SWAP)
+
+
+def test_bisect_finds_the_pass_and_the_subtract_it_swapped(decode, user_passes):
     module = parse(decode.read_text())
     passes = [get_pass(n) for n in ("dce", "cse", "swap-operands", "simplify")]
     res = bisect_passes(module, passes)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -154,6 +155,25 @@ def _runner(module, backend: str, reference, seed: int, rtol, atol, flags, progr
     return _Runner(backend, inputs, ref, rtol, atol, [], progress)
 
 
+_SHAPE = re.compile(r"\b[a-z]+\d*\[[\d,]*\](\{[\d,:A-Z()]*\})?")
+_NAME_OR_NUMBER = re.compile(r"%?[\w.-]*\d[\w.-]*")
+
+
+def same_kind(p: Probe, full: Probe) -> bool:
+    """``p`` fails as ``full`` does: the same kind, and for XLA's errors the same
+    message once shapes, names and numbers (which change from candidate to
+    candidate) are taken out."""
+    if p.kind != full.kind:
+        return False
+    if p.kind not in ("abort", "compile-error"):
+        return True
+
+    def gist(m: str) -> str:
+        return _NAME_OR_NUMBER.sub("#", _SHAPE.sub("S", m))
+
+    return gist(p.message) == gist(full.message)
+
+
 def _first_failing(lo: int, hi: int, fails: Callable[[int], bool]) -> int:
     """The smallest k in (lo, hi] with ``fails(k)``, given ``fails(hi)`` and not ``fails(lo)``."""
     while hi - lo > 1:
@@ -176,13 +196,14 @@ def default_pipeline(passes: Sequence) -> str:
 
 def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: str | None = None,
                   hook: str | None = None, reference: str = "stock", seed: int = 0, rtol: float | None = None,
-                  atol: float | None = None, flags=None, decisions: bool = True,
+                  atol: float | None = None, flags=None, decisions: bool = True, same_failure: bool = False,
                   progress: Callable[[Probe], None] | None = None) -> BisectResult:
     """The first of ``passes`` (pass objects, run in order on ``module``) after which
     the module fails, then its first failing decision (``decisions``).  Text route:
     each prefix runs here and the result is compiled under ``pipeline`` (default
     ``default_pipeline``); with ``hook`` (a ``HookStage`` name) the prefix runs inside
-    XLA's ``pipeline`` at that stage instead."""
+    XLA's ``pipeline`` at that stage instead.  ``same_failure``: a candidate fails
+    only when it fails as the whole pipeline does (``same_kind``), not in any way."""
 
     t0 = time.perf_counter()
     passes = list(passes)
@@ -220,10 +241,14 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
         out.seconds = time.perf_counter() - t0
         return out
     out.failure = full
-    if probe(0).failed:
+
+    def fails(p: Probe) -> bool:
+        return p.failed and (not same_failure or same_kind(p, full))
+
+    if fails(probe(0)):
         out.seconds = time.perf_counter() - t0
         return out
-    k = _first_failing(0, len(passes), lambda k: probe(k).failed)
+    k = _first_failing(0, len(passes), lambda k: fails(probe(k)))
     culprit = passes[k - 1]
     out.pass_index, out.first_bad_pass = k - 1, culprit.name
     if decisions:
@@ -235,12 +260,12 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
             seen = Measurement(backend, flags=flags, contained=True).compile(
                 module, Pipeline(base).hooked(PassManager(passes[:k - 1]), hook, reprint=True)).hook
             start = seen.after if seen.after is not None else parse(seen.seen[-1])
-        _bisect_decisions(out, start, passes[k - 1], k, probe, fuel)
+        _bisect_decisions(out, start, passes[k - 1], k, lambda k, n: fails(probe(k, n)), fuel)
     out.seconds = time.perf_counter() - t0
     return out
 
 
-def _bisect_decisions(out: BisectResult, start, culprit, k: int, probe: Callable[..., Probe], fuel) -> None:
+def _bisect_decisions(out: BisectResult, start, culprit, k: int, fails: Callable[[int, int], bool], fuel) -> None:
     """Counts the decisions the culprit (pass k) makes on ``start``, the module it
     sees, with unlimited fuel, and bisects the budget to the first failing one;
     keeps the modules just before and after that decision."""
@@ -250,10 +275,10 @@ def _bisect_decisions(out: BisectResult, start, culprit, k: int, probe: Callable
     if not log.decisions:
         out.decisions, out.note = None, f"{culprit.name} takes no fuel (passes.fuel): its decisions cannot be bisected"
         return
-    if probe(k, 0).failed:
+    if fails(k, 0):
         out.note = f"{culprit.name} fails with no decision made: what breaks the module is not a fuelled decision"
         return
-    n = _first_failing(0, len(log.decisions), lambda n: probe(k, n).failed)
+    n = _first_failing(0, len(log.decisions), lambda n: fails(k, n))
     out.first_bad_decision, out.decision = n, log.decisions[n - 1]
     out.before, out.after = start.clone(), start.clone()
     with fuel(n - 1):

@@ -30,6 +30,9 @@ def register(sub) -> None:
     p.add_argument("--rtol", type=float)
     p.add_argument("--atol", type=float)
     p.add_argument("--xla-flag", action="append", default=[], metavar="--xla_name=value")
+    p.add_argument("--same-failure", action="store_true",
+                   help="a candidate fails only when it fails as the whole pipeline does (same kind; for XLA's "
+                        "errors the same message, shapes and names aside), not in any way")
     p.add_argument("--pass-only", action="store_true", help="stop at the pass; do not bisect its decisions")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="write bisect.json, and before.hlo / after.hlo around the culprit decision, here")
@@ -77,7 +80,8 @@ def _cmd_bisect(args) -> int:
             print(f"candidates compiled {how} ({why}); reference: {args.reference or 'stock'}", file=sys.stderr)
         res = bisect_passes(module, passes, backend=args.backend, pipeline=args.pipeline, hook=args.hook,
                             reference=args.reference or "stock", seed=args.seed, rtol=args.rtol, atol=args.atol,
-                            flags=flags, decisions=not args.pass_only, progress=show)
+                            flags=flags, decisions=not args.pass_only, same_failure=args.same_failure,
+                            progress=show)
     if args.output:
         out = Path(args.output)
         write_output(out / "bisect.json", json.dumps(res.as_dict(), indent=1) + "\n")
