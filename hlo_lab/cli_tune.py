@@ -4,13 +4,14 @@ search's, and write the best decision set as a replayable pass."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
+
+from .cli_args import at_least_one, positive_seconds
 
 
 #: XLA's whole-module stage files: a dump's ``NAME.before_optimizations.txt``, the corpus's ``NAME/before_optimizations.hlo.txt.gz``.
@@ -121,32 +122,14 @@ def _cmd_tune(args) -> int:
     return 0 if result.main.best is not None else 1
 
 
-def _at_least_one(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
-    return x
 
 
 def register(subparsers) -> None:
     t = subparsers.add_parser("tune", help="search a module's fusion decisions against stock XLA (measured, outputs "
                                            "checked); write the best as a replayable pass")
     t.add_argument("file")
-    t.add_argument("--budget", type=_at_least_one, default=60, help="candidates to evaluate per search (default 60)")
-    t.add_argument("--seconds", type=_positive_seconds, help="stop each search (tuned, random) after this long as well")
+    t.add_argument("--budget", type=at_least_one, default=60, help="candidates to evaluate per search (default 60)")
+    t.add_argument("--seconds", type=positive_seconds, help="stop each search (tuned, random) after this long as well")
     t.add_argument("--backend", default="cpu", choices=["cpu", "gpu"], help="where candidates run (gpu: a visible GPU)")
     t.add_argument("--target", help="no GPU here: compile XLA:GPU for this GPU (h100, h200...) and rank candidates "
                                     "by our GPU roofline (the output says so)")
@@ -154,9 +137,9 @@ def register(subparsers) -> None:
                                    "(default: --target, or h100 with --backend gpu)")
     t.add_argument("--strategy", default="hill", choices=["hill", "anneal", "random"])
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--workers", type=_at_least_one, default=2, help="XLA worker processes compiling candidates in parallel")
-    t.add_argument("--reps", type=_at_least_one, default=100, help="timed repetitions per candidate (ABBA with stock)")
-    t.add_argument("--final-reps", type=_at_least_one, default=400, help="repetitions of the final comparisons")
+    t.add_argument("--workers", type=at_least_one, default=2, help="XLA worker processes compiling candidates in parallel")
+    t.add_argument("--reps", type=at_least_one, default=100, help="timed repetitions per candidate (ABBA with stock)")
+    t.add_argument("--final-reps", type=at_least_one, default=400, help="repetitions of the final comparisons")
     t.add_argument("--no-baseline", action="store_true", help="skip random search at the same budget")
     t.add_argument("--db", help="results database (default ~/.cache/hlo-pass-lab/results.db); a search run again "
                                 "with the same options resumes from it")

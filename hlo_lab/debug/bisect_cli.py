@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..cli_args import PipelineError, add_load, user_pipeline
+
 
 def register(sub) -> None:
     p = sub.add_parser("bisect", help="the first pass, then the first decision in it, that makes a module fail "
@@ -17,8 +19,7 @@ def register(sub) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--passes", help="our pipeline, e.g. dce,cse,producer-consumer-fusion")
     what.add_argument("--xla", action="store_true", help="bisect XLA's own pipeline (its stock compile)")
-    p.add_argument("--load", action="append", default=[], metavar="FILE.py",
-                   help="a Python file defining passes of your own (repeatable)")
+    add_load(p)
     p.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
     p.add_argument("--pipeline", choices=["stock", "as-written", "replace"],
                    help="how our passes' result is compiled (default: as-written when a fusion pass is in "
@@ -43,30 +44,17 @@ def register(sub) -> None:
 
 def _cmd_bisect(args) -> int:
     from hlo_tools.fileio import check_writable, write_output  # lazy, as below: hlo starts on every command
-    from passes.fusion.pipeline import passes_of  # lazy: every pass module, ~90 ms on each hlo start (measured)
-    from passes.registry import load_passes  # lazy: the same pass modules
     from xla_bridge import load  # lazy: the bridge, ~20 ms
 
     from .bisect import bisect_passes, bisect_xla, default_pipeline  # lazy: all of the above
 
     if args.output:
         check_writable(args.output, directory=True)
-    for f in args.load:
-        try:
-            load_passes(f)
-        except ImportError as e:
-            print(f"hlo bisect: --load {e}", file=sys.stderr)
-            return 1
-    passes: list = []
-    if not args.xla:
-        try:
-            passes = passes_of(args.passes)
-        except KeyError as e:
-            print(f"hlo bisect: {e.args[0]}", file=sys.stderr)
-            return 2
-        if not passes:
-            print("hlo bisect: --passes names no pass", file=sys.stderr)
-            return 2
+    try:
+        passes = [] if args.xla else user_pipeline(args.load, args.passes)
+    except PipelineError as e:
+        print(f"hlo bisect: {e}", file=sys.stderr)
+        return e.status
     module = load(args.file)
     flags = args.xla_flag or None
     show = None if args.quiet or args.json else _show_probe

@@ -14,7 +14,6 @@ value it depends on comes earlier in post order, so its read operands agree.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections import defaultdict, deque
@@ -32,6 +31,8 @@ from xla_bridge import load, make_inputs
 from xla_bridge.xla_compile import compile
 from xla_bridge.xla_run import Comparison, OutputDiff, compare_outputs, labels, run
 from xla_bridge.xla_worker import contained
+
+from ..cli_args import at_least_one, non_negative
 
 #: Attributes that do not say what an instruction computes: ignored when
 #: instructions are matched by structure (a renamed module's callees have other names).
@@ -588,24 +589,6 @@ def _cmd(args) -> int:
     return d.exit_code
 
 
-def _non_negative(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not x >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
-    return x
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
 
 
 def register(subparsers) -> None:
@@ -617,9 +600,9 @@ def register(subparsers) -> None:
     p.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])
     p.add_argument("--pipeline-b", default="stock", choices=["stock", "as-written"])
     p.add_argument("--seed", type=int, default=0, help="inputs: xla_bridge.make_inputs(A, seed)")
-    p.add_argument("--rtol", type=_non_negative, help="relative tolerance (default: per dtype, xla_run.TOLERANCES)")
-    p.add_argument("--atol", type=_non_negative, help="absolute tolerance, scaled by max(1, max|A|) (default: per dtype)")
-    p.add_argument("--batch", type=_at_least_one, default=DEFAULT_BATCH,
+    p.add_argument("--rtol", type=non_negative, help="relative tolerance (default: per dtype, xla_run.TOLERANCES)")
+    p.add_argument("--atol", type=non_negative, help="absolute tolerance, scaled by max(1, max|A|) (default: per dtype)")
+    p.add_argument("--batch", type=at_least_one, default=DEFAULT_BATCH,
                    help=f"values read per compile of A and B (default {DEFAULT_BATCH})")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only the first_divergence line")

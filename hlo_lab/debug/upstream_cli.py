@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from ..cli_args import PipelineError, add_load, user_pipeline
+
 
 def register(sub) -> None:
     p = sub.add_parser("upstream", help="a bundle a reviewer can read, from a validated rewrite: reduced before/after "
@@ -13,8 +15,7 @@ def register(sub) -> None:
                                    "module the passes see while they still change it, and writes the bundle to -o.")
     p.add_argument("file")
     p.add_argument("--passes", required=True, help="the rewrite, e.g. producer-consumer-fusion,dce")
-    p.add_argument("--load", action="append", default=[], metavar="FILE.py",
-                   help="a Python file defining passes of your own (repeatable)")
+    add_load(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle's folder")
     p.add_argument("--backend", default="cpu", choices=["cpu"])
     p.add_argument("--reps", type=int, default=50, help="interleaved stock/ours pairs (default 50)")
@@ -26,24 +27,16 @@ def register(sub) -> None:
 
 def _cmd_upstream(args) -> int:
     from hlo_tools.fileio import check_writable  # lazy, as below: hlo starts on every command
-    from passes.fusion.pipeline import passes_of  # lazy: every pass module, ~90 ms on each hlo start (measured)
-    from passes.registry import load_passes  # lazy: the same pass modules
     from xla_bridge import load  # lazy: the bridge, ~20 ms
 
     from .upstream import UpstreamError, make_bundle  # lazy: the reducer, passes and bridge
 
     check_writable(args.output, directory=True)
-    for f in args.load:
-        try:
-            load_passes(f)
-        except ImportError as e:
-            print(f"hlo upstream: --load {e}", file=sys.stderr)
-            return 1
     try:
-        passes = passes_of(args.passes)
-    except KeyError as e:
-        print(f"hlo upstream: {e.args[0]}", file=sys.stderr)
-        return 2
+        passes = user_pipeline(args.load, args.passes)
+    except PipelineError as e:
+        print(f"hlo upstream: {e}", file=sys.stderr)
+        return e.status
     module = load(args.file)
     say = None if args.quiet or args.json else (lambda msg: print(msg, file=sys.stderr))
     try:

@@ -10,6 +10,8 @@ import sys
 
 from hlo_tools.fileio import check_writable, write_output
 
+from ...cli_args import at_least_one, positive_seconds
+
 
 def _predicate(args: argparse.Namespace):
     """The predicate the options name (built on the module for ``--until-abort``,
@@ -106,24 +108,6 @@ def _cmd_reduce(args) -> int:
     return 0
 
 
-def _count(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
-
-
-def _seconds(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, not {text}")
-    return x
 
 
 def register(subparsers) -> None:
@@ -148,9 +132,9 @@ def register(subparsers) -> None:
     r.add_argument("--passes", help="--until-differ: B is the module after these passes of ours (text route)")
     r.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
     r.add_argument("--seed", type=int, default=0, help="--until-differ: the inputs' seed")
-    r.add_argument("--max-tests", type=_count, help="stop after this many predicate calls (keep the smallest so far)")
-    r.add_argument("--seconds", type=_seconds, help="stop after this long (keep the smallest so far)")
-    r.add_argument("--test-timeout", type=_seconds, default=300.0,
+    r.add_argument("--max-tests", type=at_least_one, help="stop after this many predicate calls (keep the smallest so far)")
+    r.add_argument("--seconds", type=positive_seconds, help="stop after this long (keep the smallest so far)")
+    r.add_argument("--test-timeout", type=positive_seconds, default=300.0,
                    help="--until: a command running longer than this (default 300 s) counts as not failing")
     r.add_argument("-o", "--output", help="write the reduced module here (atomically); else it goes to stdout")
     r.add_argument("--json", action="store_true", help="the summary as JSON (with the module's text when no -o)")
