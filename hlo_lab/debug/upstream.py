@@ -155,6 +155,15 @@ def _verify_test(test_text: str, passes: list[Pass], before_text: str) -> None:
         raise UpstreamError("the generated checks also match the input: they would not catch a regression")
 
 
+def _summary(cls: type) -> str:
+    """The first paragraph of a pass's docstring, or of its module's when the class has
+    none of its own (a dataclass then documents itself with its signature)."""
+    doc = cls.__doc__ or ""
+    if not doc or doc.startswith(f"{cls.__name__}("):
+        doc = inspect.getmodule(cls).__doc__ or ""
+    return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+
+
 def _sources(passes: list[Pass]) -> dict[str, str]:
     """File name -> source of every file defining one of ``passes``."""
     out: dict[str, str] = {}
@@ -182,8 +191,7 @@ def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Modu
     noisy = res.speedup_p10 <= 1.0 <= res.speedup_p90
     measured = (f"# Measured\n\n{table}\n\nXLA:{res.backend.upper()} on {res.device}, {res.reps} ABBA pairs; "
                 f"ours: {route}.  {'The p10-p90 range spans 1.0: within noise.' if noisy else ''}\n")
-    docs = "\n\n".join(f"`{p.name}`: {(inspect.getdoc(type(p)) or '').splitlines()[0] if inspect.getdoc(type(p)) else ''}"
-                       for p in passes)
+    docs = "\n\n".join(f"`{p.name}`: {_summary(type(p))}" for p in passes)
     readme = f"""# Upstream bundle: {spec}
 
 {docs}
