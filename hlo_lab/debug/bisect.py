@@ -48,7 +48,9 @@ from xla_bridge.xla_compile import compile as xla_compile
 from xla_bridge.xla_compile import parse_flags
 from xla_bridge.xla_run import compare_outputs, run
 
-__all__ = ["BisectResult", "Probe", "bisect_passes", "bisect_xla", "default_pipeline", "xla_passes"]
+from .rewrite import default_pipeline
+
+__all__ = ["BisectResult", "Probe", "bisect_passes", "bisect_xla", "same_kind", "xla_passes"]
 
 
 @dataclass
@@ -187,11 +189,6 @@ def _first_failing(lo: int, hi: int, fails: Callable[[int], bool]) -> int:
 
 # -- our pipeline -----------------------------------------------------------------------
 
-
-def default_pipeline(passes: Sequence) -> str:
-    """How a text-route candidate is compiled: as written when a fusion pass is in the
-    pipeline (so that XLA keeps our fusions), else stock."""
-    return "as-written" if any(type(p).__module__.startswith("passes.fusion") for p in passes) else "stock"
 
 
 def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: str | None = None,

@@ -46,7 +46,8 @@ def _cmd_bisect(args) -> int:
     from hlo_tools.fileio import check_writable, write_output  # lazy, as below: hlo starts on every command
     from xla_bridge import load  # lazy: the bridge, ~20 ms
 
-    from .bisect import bisect_passes, bisect_xla, default_pipeline  # lazy: all of the above
+    from .bisect import bisect_passes, bisect_xla  # lazy: all of the above
+    from .rewrite import default_pipeline  # lazy: as above
 
     if args.output:
         check_writable(args.output, directory=True)

@@ -33,10 +33,9 @@ from hlo_tools.fileio import write_output
 from hlo_tools.testing import check_lines, run_filecheck
 from passes import Pass, PassManager
 from xla_bridge.errors import XlaCompileError
-from xla_bridge.hook_stage import HookStage
-from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.measure import Measurement
 
-from .bisect import default_pipeline
+from .rewrite import measure_rewrite
 from .reduce.predicates import NothingToReduce
 from .reduce.reducer import reduce_module
 
@@ -93,9 +92,8 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     out = Path(out)
     passes = list(passes)
     measurement = Measurement(backend, contained=True)
-    fusion = default_pipeline(passes) == "as-written"
     say(f"measuring {spec} against stock XLA ({reps} interleaved pairs)")
-    res, route = _measure(measurement, module, passes, fusion, reps)
+    res, route = measure_rewrite(measurement, module, passes, reps)
     if res is None:
         raise UpstreamError(f"{spec} changes nothing in {module.name}: there is no rewrite to hand upstream")
     if res.verdict not in ("exact", "close"):
@@ -114,7 +112,7 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     after = before.clone()
     PassManager(passes).run(after)
     try:
-        small, _ = _measure(measurement, before, passes, fusion, reps=5)
+        small, _ = measure_rewrite(measurement, before, passes, reps=5)
         reduced_outputs = small.verdict if small is not None else "unchanged at the hook"
     except XlaCompileError as e:
         reduced_outputs = f"not run: {(str(e).splitlines() or [''])[0]}"
@@ -126,20 +124,6 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
                   res.speedup_p90, res.verdict, module.instruction_count, before.instruction_count, reduced_outputs,
                   checks.count("CHECK:"), red.seconds, files)
 
-
-def _measure(measurement: Measurement, module: Module, passes: list[Pass], fusion: bool, reps: int):
-    """Stock XLA against the rewrite on ``module``: fusion pipelines hooked into XLA's
-    pipeline where it keeps our fusions (``Pipeline.fusion``), other passes on the text,
-    both sides stock.  (None, route) when the passes change nothing."""
-    if fusion:
-        route = f"as-written + passes at {HookStage.for_fusion(measurement.backend)}"
-        res = measurement.benchmark(module, module, STOCK, Pipeline.fusion(PassManager(passes), measurement.backend),
-                                    reps=reps)
-        return (res if res.hook_b is not None and res.hook_b.changed else None), route
-    rewritten = module.clone()
-    if not PassManager(passes).run(rewritten):
-        return None, "stock, on the rewritten module"
-    return measurement.benchmark(module, rewritten, STOCK, STOCK, reps=reps), "stock, on the rewritten module"
 
 
 def _verify_test(test_text: str, passes: list[Pass], before_text: str) -> None:

@@ -10,7 +10,7 @@ import sys
 
 from hlo_tools.fileio import check_writable, write_output
 
-from ...cli_args import at_least_one, positive_seconds
+from ...cli_args import PipelineError, add_load, at_least_one, non_negative, positive_seconds, user_pipeline
 
 
 def _predicate(args: argparse.Namespace):
@@ -26,6 +26,9 @@ def _predicate(args: argparse.Namespace):
     if args.until_differ:
         return lambda module: predicates.outputs_differ(pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b,
                                                         passes=args.passes, backend=args.backend, seed=args.seed)
+    if args.until_slower:
+        return lambda module: predicates.still_slower(args.until_slower, backend=args.backend, margin=args.margin,
+                                                      reps=args.reps)
     return lambda module: predicates.pass_fires(args.until_fires)
 
 
@@ -71,15 +74,13 @@ def _cmd_reduce(args) -> int:
 
     if args.output:
         check_writable(args.output)  # before any predicate runs
-    spec = args.until_fires or (args.passes if args.until_differ else None)
-    if spec:
-        from passes.fusion.pipeline import passes_of  # lazy: every pass module
-
+    spec = args.until_fires or args.until_slower or (args.passes if args.until_differ else None)
+    if spec or args.load:
         try:
-            passes_of(spec)
-        except KeyError as e:
-            print(f"hlo reduce: {e.args[0]}", file=sys.stderr)
-            return 2
+            user_pipeline(args.load, spec or "dce")  # --load files registered, unknown names refused, before any test
+        except PipelineError as e:
+            print(f"hlo reduce: {e}", file=sys.stderr)
+            return e.status
     module = load(args.file)
     update, stop = _progress(args.quiet)
     try:
@@ -124,6 +125,12 @@ def register(subparsers) -> None:
     until.add_argument("--until-differ", action="store_true",
                        help="outputs under --pipeline-a and --pipeline-b (after --passes) still differ")
     until.add_argument("--until-fires", metavar="PASSES", help="our pass pipeline still changes the module")
+    until.add_argument("--until-slower", metavar="PASSES",
+                       help="our pass pipeline still makes the module slower than stock XLA (measured, outputs equal; "
+                            "fusion passes at the hook, as hlo upstream measures)")
+    r.add_argument("--margin", type=non_negative, default=0.1,
+                   help="--until-slower: by at least this fraction (default 0.1), with the p90 below 1")
+    r.add_argument("--reps", type=at_least_one, default=30, help="--until-slower: interleaved pairs per candidate")
     r.add_argument("--pipeline", default="as-written", choices=["stock", "replace", "as-written"],
                    help="--until-abort: the XLA pipeline that aborts (default as-written)")
     r.add_argument("--match", metavar="REGEX", help="--until-abort: any abort whose message REGEX finds, not only the same one")
@@ -131,6 +138,7 @@ def register(subparsers) -> None:
     r.add_argument("--pipeline-b", default="as-written", choices=["stock", "replace", "as-written"])
     r.add_argument("--passes", help="--until-differ: B is the module after these passes of ours (text route)")
     r.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
+    add_load(r)
     r.add_argument("--seed", type=int, default=0, help="--until-differ: the inputs' seed")
     r.add_argument("--max-tests", type=at_least_one, help="stop after this many predicate calls (keep the smallest so far)")
     r.add_argument("--seconds", type=positive_seconds, help="stop after this long (keep the smallest so far)")

@@ -92,6 +92,32 @@ def outputs_differ(*, pipeline_a: str = "stock", pipeline_b: str = "as-written",
     return predicate
 
 
+def still_slower(passes: str | Sequence, *, backend: str = "cpu", margin: float = 0.1, reps: int = 30) -> Predicate:
+    """Holds while our ``passes`` still make a candidate slower than stock XLA: the
+    paired median speedup at most ``1 - margin`` and its p90 below 1 (so noise alone
+    does not hold), outputs equal.  Measured as ``hlo upstream`` measures a rewrite
+    (``hlo_lab.debug.rewrite``); a candidate the passes leave alone does not hold."""
+    from passes.fusion.pipeline import passes_of  # lazy: every pass module, for predicates that run ours
+    from xla_bridge.measure import Measurement  # lazy: only predicates that call XLA need the bridge
+
+    from ..rewrite import measure_rewrite  # lazy: as above
+
+    pipeline = passes_of(passes)
+    measurement = Measurement(backend, contained=True)
+
+    def predicate(candidate: Module) -> bool:
+        try:
+            res, _ = measure_rewrite(measurement, candidate, pipeline, reps)
+        except (HloError, ValueError):  # refused, aborted, or no inputs to feed: a different failure
+            return False
+        return (res is not None and res.verdict in ("exact", "close") and res.speedup <= 1 - margin
+                and res.speedup_p90 < 1)
+
+    named = passes if isinstance(passes, str) else ",".join(getattr(p, "name", "?") for p in passes)
+    predicate.description = f"{named} still slower than stock by {margin:.0%} or more (p90 < 1, {reps} pairs)"
+    return predicate
+
+
 def pass_fires(passes: str) -> Predicate:
     """Holds while our pipeline ``passes`` changes a candidate (no XLA)."""
     from passes import PassManager  # lazy: every pass module, for predicates that run ours

@@ -1,0 +1,42 @@
+"""How a rewrite (our passes on a module) is compiled and measured against stock
+XLA, the one rule ``hlo bisect``, ``hlo reduce --until-slower`` and ``hlo upstream``
+share: a pipeline with a fusion pass runs inside XLA's pipeline where XLA keeps
+our fusions (``Pipeline.fusion``, as ``hlo bench --hook`` and ``hlo tune``
+measure), other passes run on the text and both sides are compiled stock."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from hlo_tools import Module
+from passes import Pass, PassManager
+from xla_bridge.hook_stage import HookStage
+from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.xla_bench import BenchResult
+
+
+def has_fusion_pass(passes: Sequence[Pass]) -> bool:
+    return any(type(p).__module__.startswith("passes.fusion") for p in passes)
+
+
+def default_pipeline(passes: Sequence[Pass]) -> str:
+    """How a text-route candidate is compiled: as written when a fusion pass is in the
+    pipeline (so that XLA keeps our fusions), else stock."""
+    return "as-written" if has_fusion_pass(passes) else "stock"
+
+
+def measure_rewrite(measurement: Measurement, module: Module, passes: Sequence[Pass],
+                    reps: int) -> tuple[BenchResult | None, str]:
+    """Stock XLA (A) against the rewrite (B) on ``module``, ABBA-interleaved, outputs
+    compared; (None, route) when the passes change nothing."""
+    passes = list(passes)
+    if has_fusion_pass(passes):
+        route = f"as-written + passes at {HookStage.for_fusion(measurement.backend)}"
+        res = measurement.benchmark(module, module, STOCK, Pipeline.fusion(PassManager(passes), measurement.backend),
+                                    reps=reps)
+        return (res if res.hook_b is not None and res.hook_b.changed else None), route
+    route = "stock, on the rewritten module"
+    rewritten = module.clone()
+    if not PassManager(passes).run(rewritten):
+        return None, route
+    return measurement.benchmark(module, rewritten, STOCK, STOCK, reps=reps), route
