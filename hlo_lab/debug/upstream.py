@@ -39,7 +39,7 @@ from .rewrite import measure_rewrite
 from .reduce.predicates import NothingToReduce
 from .reduce.reducer import reduce_module
 
-__all__ = ["Bundle", "UpstreamError", "make_bundle"]
+__all__ = ["Bundle", "UpstreamError", "make_bundle", "verdict"]
 
 #: The line that says how to run an HLO test file, as XLA's hlo-opt lit tests do.
 RUN_LINE = "// RUN: hlo opt %s --passes={spec} | filecheck %s"
@@ -139,6 +139,15 @@ def _verify_test(test_text: str, passes: list[Pass], before_text: str) -> None:
         raise UpstreamError("the generated checks also match the input: they would not catch a regression")
 
 
+def verdict(p10: float, p90: float) -> str:
+    """What a speedup's p10-p90 range says: faster, slower, or within noise."""
+    if p10 > 1.0:
+        return "Faster than stock: the whole p10-p90 range is above 1.0."
+    if p90 < 1.0:
+        return "Slower than stock: the whole p10-p90 range is below 1.0."
+    return "Within noise: the p10-p90 range spans 1.0."
+
+
 def _summary(cls: type) -> str:
     """The first paragraph of a pass's docstring, or of its module's when the class has
     none of its own (a dataclass then documents itself with its signature)."""
@@ -172,9 +181,8 @@ def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Modu
         f"{res.speedup:.3f} ({res.speedup_p10:.3f}-{res.speedup_p90:.3f}) | {res.verdict} |",
         f"| reduced (before.hlo) | {before.instruction_count} | | | | {reduced_outputs} |",
     ])
-    noisy = res.speedup_p10 <= 1.0 <= res.speedup_p90
     measured = (f"# Measured\n\n{table}\n\nXLA:{res.backend.upper()} on {res.device}, {res.reps} ABBA pairs; "
-                f"ours: {route}.  {'The p10-p90 range spans 1.0: within noise.' if noisy else ''}\n")
+                f"ours: {route}.  {verdict(res.speedup_p10, res.speedup_p90)}\n")
     docs = "\n\n".join(f"`{p.name}`: {_summary(type(p))}" for p in passes)
     readme = f"""# Upstream bundle: {spec}
 
@@ -182,6 +190,7 @@ def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Modu
 
 Measured on {res.name_a} against stock XLA ({platform.machine()}, {time.strftime('%Y-%m-%d')}):
 speedup {res.speedup:.3f} (p10-p90 {res.speedup_p10:.3f}-{res.speedup_p90:.3f}), outputs {res.verdict}.
+{verdict(res.speedup_p10, res.speedup_p90)}
 
 | file | what |
 |---|---|

@@ -29,7 +29,7 @@ def _cmd_upstream(args) -> int:
     from hlo_tools.fileio import check_writable  # lazy, as below: hlo starts on every command
     from xla_bridge import load  # lazy: the bridge, ~20 ms
 
-    from .upstream import UpstreamError, make_bundle  # lazy: the reducer, passes and bridge
+    from .upstream import UpstreamError, make_bundle, verdict  # lazy: the reducer, passes and bridge
 
     check_writable(args.output, directory=True)
     try:
@@ -50,7 +50,8 @@ def _cmd_upstream(args) -> int:
         return 0
     print(f"{args.output}: {', '.join(bundle.files)}")
     print(f"stock {bundle.stock_us:.1f} us, ours {bundle.ours_us:.1f} us: speedup {bundle.speedup:.3f} "
-          f"(p10-p90 {bundle.speedup_p10:.3f}-{bundle.speedup_p90:.3f}), outputs {bundle.outputs}")
+          f"(p10-p90 {bundle.speedup_p10:.3f}-{bundle.speedup_p90:.3f}), outputs {bundle.outputs}. "
+          f"{verdict(bundle.speedup_p10, bundle.speedup_p90)}")
     print(f"reduced {bundle.original_instructions} -> {bundle.reduced_instructions} instructions in "
           f"{bundle.reduce_seconds:.1f} s (outputs {bundle.reduced_outputs}); {bundle.checks} CHECK lines")
     return 0
