@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 #: The modules of ``hlo_lab.debug`` that add a subcommand, in help order.
-COMMANDS: tuple[str, ...] = ("bisect_cli", "divergence", "reduce", "upstream_cli")
+COMMANDS: tuple[str, ...] = ("bisect_cli", "divergence_cli", "reduce", "upstream_cli")
 
 
 def register(sub) -> None:

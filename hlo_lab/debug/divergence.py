@@ -14,7 +14,6 @@ value it depends on comes earlier in post order, so its read operands agree.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict, deque
 from dataclasses import asdict, dataclass
@@ -27,12 +26,10 @@ from hlo_tools.expose import expose, readable
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.rewriter import Rewriter
-from xla_bridge import load, make_inputs
+from xla_bridge import make_inputs
 from xla_bridge.xla_compile import compile
 from xla_bridge.xla_run import Comparison, OutputDiff, compare_outputs, labels, run
 from xla_bridge.xla_worker import contained
-
-from ..cli_args import at_least_one, non_negative
 
 #: Attributes that do not say what an instruction computes: ignored when
 #: instructions are matched by structure (a renamed module's callees have other names).
@@ -548,62 +545,3 @@ def path_from_inputs(target: Instruction) -> list[Instruction]:
                 parent[id(o)] = x
                 queue.append(o)
     return []
-
-
-# -- the command -----------------------------------------------------------------------------
-
-
-def _progress(quiet: bool):
-    """A rich progress bar on stderr (``(callback, stop)``); nothing when quiet."""
-    if quiet:
-        return None, (lambda: None)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn("reading values (batches)"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True)
-    bar.start()
-    task = bar.add_task("divergence", total=None)
-
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
-
-    return update, bar.stop
-
-
-def _cmd(args) -> int:
-    a, b = load(args.a), load(args.b)
-    update, stop = _progress(args.quiet)
-    try:
-        d = first_divergence(a, b, pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b, seed=args.seed,
-                             rtol=args.rtol, atol=args.atol, batch=args.batch, progress=update)
-    finally:
-        stop()
-    if args.json:
-        print(json.dumps(d.as_dict(), indent=1))
-    elif args.quiet:
-        print(f"first_divergence=%{d.name}" if d.found else
-              ("outputs differ, no intermediate divergence" if d.outputs_differ else "no divergence"))
-    else:
-        print(d.report())
-    return d.exit_code
-
-
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "divergence", help="run A and B on the same inputs; find the first instruction whose value differs "
-                           "(exit 1: found, 0: all agree, 2: cannot compile/run)")
-    p.add_argument("a", help="the reference module")
-    p.add_argument("b", help="the module to check against it")
-    p.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])
-    p.add_argument("--pipeline-b", default="stock", choices=["stock", "as-written"])
-    p.add_argument("--seed", type=int, default=0, help="inputs: xla_bridge.make_inputs(A, seed)")
-    p.add_argument("--rtol", type=non_negative, help="relative tolerance (default: per dtype, xla_run.TOLERANCES)")
-    p.add_argument("--atol", type=non_negative, help="absolute tolerance, scaled by max(1, max|A|) (default: per dtype)")
-    p.add_argument("--batch", type=at_least_one, default=DEFAULT_BATCH,
-                   help=f"values read per compile of A and B (default {DEFAULT_BATCH})")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only the first_divergence line")
-    p.set_defaults(func=_cmd)

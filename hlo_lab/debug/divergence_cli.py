@@ -1,0 +1,66 @@
+"""``hlo divergence A B``: the command line of ``hlo_lab.debug.divergence``."""
+
+from __future__ import annotations
+
+import json
+
+from ..cli_args import at_least_one, non_negative
+
+
+def _progress(quiet: bool):
+    """A rich progress bar on stderr (``(callback, stop)``); nothing when quiet."""
+    if quiet:
+        return None, (lambda: None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("reading values (batches)"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    bar.start()
+    task = bar.add_task("divergence", total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar.stop
+
+
+def _cmd(args) -> int:
+    from xla_bridge import load  # lazy: the bridge, ~20 ms on each hlo start
+
+    from .divergence import first_divergence  # lazy: the bridge and numpy, ~50 ms on each hlo start
+
+    a, b = load(args.a), load(args.b)
+    update, stop = _progress(args.quiet)
+    try:
+        d = first_divergence(a, b, pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b, seed=args.seed,
+                             rtol=args.rtol, atol=args.atol, progress=update,
+                             **({"batch": args.batch} if args.batch else {}))
+    finally:
+        stop()
+    if args.json:
+        print(json.dumps(d.as_dict(), indent=1))
+    elif args.quiet:
+        print(f"first_divergence=%{d.name}" if d.found else
+              ("outputs differ, no intermediate divergence" if d.outputs_differ else "no divergence"))
+    else:
+        print(d.report())
+    return d.exit_code
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "divergence", help="run A and B on the same inputs; find the first instruction whose value differs "
+                           "(exit 1: found, 0: all agree, 2: cannot compile/run)")
+    p.add_argument("a", help="the reference module")
+    p.add_argument("b", help="the module to check against it")
+    p.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])
+    p.add_argument("--pipeline-b", default="stock", choices=["stock", "as-written"])
+    p.add_argument("--seed", type=int, default=0, help="inputs: xla_bridge.make_inputs(A, seed)")
+    p.add_argument("--rtol", type=non_negative, help="relative tolerance (default: per dtype, xla_run.TOLERANCES)")
+    p.add_argument("--atol", type=non_negative, help="absolute tolerance, scaled by max(1, max|A|) (default: per dtype)")
+    p.add_argument("--batch", type=at_least_one,
+                   help="values read per compile of A and B (default: divergence.DEFAULT_BATCH, 500)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar; print only the first_divergence line")
+    p.set_defaults(func=_cmd)
