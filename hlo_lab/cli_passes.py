@@ -7,6 +7,8 @@ import sys
 from hlo_tools import HloParseError, load
 from hlo_tools.fileio import check_writable, write_output
 
+from .cli_args import add_load
+
 
 def _cmd_opt(args) -> int:
     from passes import PassError, PassManager, available_passes  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
@@ -57,4 +59,5 @@ def register(subparsers) -> None:
     p.add_argument("--dump-dir", help="write NN.passname.hlo after each pass")
     p.add_argument("--fixed-point", action="store_true", help="repeat the pipeline until nothing changes")
     p.add_argument("--list", action="store_true", help="list the registered passes")
+    add_load(p)
     p.set_defaults(func=_cmd_opt)

@@ -18,6 +18,8 @@ from xla_bridge.xla_compile import PIPELINES, compile
 from xla_bridge.xla_results import history, record
 from xla_bridge.xla_run import compare, run_module
 
+from .cli_args import add_load
+
 
 def _load(path: str):
     return load(path)
@@ -271,6 +273,7 @@ def register(subparsers) -> None:
     b.add_argument("--passes", help="comma-separated Python passes that make the rewrite (`hlo opt --list` lists "
                                     "them; e.g. dce,cse,simplify or producer-consumer-fusion,dce)")
     b.add_argument("--against", metavar="FILE", help="an already rewritten module to time instead")
+    add_load(b)
     b.add_argument("--hook", choices=[s.value for s in HookStage],
                    help="run --passes inside XLA's pipeline at this stage instead of on the file "
                         "(fusion pipelines: --hook pre-scheduler)")

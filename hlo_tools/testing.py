@@ -103,8 +103,8 @@ def assert_rewrite(hlo_in: str | Module, pass_: HloPassLike, expected: str | Non
 def check_lines(before: Module, after: Module, *, limit: int = 12, prefix: str = "") -> str:
     """FileCheck directives that the rewrite ``before`` -> ``after`` must satisfy: one
     ``CHECK:`` per instruction line of ``after`` that ``before`` does not have (its
-    shape and opcode, names left out since a pass may pick others), in printed
-    order, at most ``limit`` of them; a fusion's kind is checked on the same line
+    shape, opcode and operands; the names of instructions the pass made are left
+    to a regex, since a pass may pick others), in printed order, at most ``limit``; a fusion's kind is checked on the same line
     (``CHECK-SAME``).  Lines of computations ``before`` already had come first (the
     fusions a pass wrote, not the bodies it outlined into new computations: those
     are checked only when nothing else changed).  ``prefix`` starts each line
@@ -121,11 +121,14 @@ def check_lines(before: Module, after: Module, *, limit: int = 12, prefix: str =
         if text not in old and " = " in text and not text.startswith("HloModule"):
             lines.append((here in known, text))
     chosen = [t for old_comp, t in lines if old_comp] or [t for _, t in lines]
+    names = {i.name for i in before.instructions()}
     out: list[str] = []
     for text in chosen[:limit]:
         lhs, rhs = text.split(" = ", 1)
-        head = rhs.split("(", 1)[0]  # shape and opcode: "f32[8]{0} exponential"
-        out.append(f"{prefix}CHECK: {'ROOT {{.*}} = ' if lhs.startswith('ROOT ') else '= '}{head}(")
+        head, rest = rhs.split("(", 1)  # shape and opcode: "f32[8]{0} exponential", then the operands
+        operands = [o.strip() for o in rest.split(")", 1)[0].split(",") if o.strip()]
+        shown = ", ".join(o if o.lstrip("%") in names else "%{{[^ ,)]+}}" for o in operands)
+        out.append(f"{prefix}CHECK: {'ROOT {{.*}} = ' if lhs.startswith('ROOT ') else '= '}{head}({shown})")
         kind = next((a for a in rhs.split(", ") if a.startswith("kind=")), None)
         if kind:
             out.append(f"{prefix}CHECK-SAME: {kind.rstrip(')')}")

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,8 @@ from passes import PassManager, get_pass
 from tests.conftest import run_hlo
 
 SWAP = Path(__file__).parent / "data" / "passes" / "swap_operands.py"
+COMMUTE = Path(__file__).parent / "data" / "passes" / "commute_operands.py"
+ROOT = Path(__file__).resolve().parent.parent
 hlo = functools.partial(run_hlo, timeout=300)
 
 
@@ -67,3 +74,25 @@ def test_a_rewrite_that_changes_nothing_is_refused(decode, tmp_path):
     r = hlo("upstream", decode, "--passes", "dce", "-o", tmp_path / "b", "-q")
     assert r.returncode == 1
     assert "changes nothing in jit_decode" in r.stderr
+
+
+def test_the_bundle_of_a_users_pass_runs_its_own_run_line(decode, tmp_path, monkeypatch):
+    """A user's pass (--load): the bundle holds its source, and the test's RUN line,
+    run as written from the bundle's folder (hlo opt | filecheck), passes."""
+    monkeypatch.setenv("HLO_WORKER_FILES", "{}")
+    out = tmp_path / "bundle"
+    r = hlo("upstream", decode, "--load", COMMUTE, "--passes", "commute-operands", "-o", out, "--reps", "5", "-q")
+    assert r.returncode == 0, r.stderr[-2000:]
+    test = out / "commute_operands_test.hlo"
+    run = test.read_text().splitlines()[0]
+    assert run == "// RUN: hlo opt %s --load source/commute_operands.py --passes=commute-operands | filecheck %s"
+    assert (out / "source" / "commute_operands.py").read_text() == COMMUTE.read_text()
+    checks = [line for line in test.read_text().splitlines() if "CHECK:" in line]
+    assert checks and all(re.search(r"(add|multiply)\(%\S+, %\S+\)$", c) for c in checks), checks
+    hlo_cmd = f"{shlex.quote(sys.executable)} -m hlo_lab.cli"
+    filecheck = shlex.quote(str(Path(sys.executable).parent / "filecheck"))
+    command = run.removeprefix("// RUN: ").replace("%s", test.name).replace("hlo opt", f"{hlo_cmd} opt", 1)
+    command = command.replace("| filecheck", f"| {filecheck}")
+    done = subprocess.run(command, shell=True, cwd=out, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]

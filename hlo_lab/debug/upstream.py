@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 from hlo_tools import HloError, Module, parse
 from hlo_tools.fileio import write_output
 from hlo_tools.testing import check_lines, run_filecheck
-from passes import Pass, PassManager
+from passes import Pass, PassManager, registry
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.measure import Measurement
 
@@ -42,7 +42,7 @@ from .reduce.reducer import reduce_module
 __all__ = ["Bundle", "UpstreamError", "make_bundle", "verdict"]
 
 #: The line that says how to run an HLO test file, as XLA's hlo-opt lit tests do.
-RUN_LINE = "// RUN: hlo opt %s --passes={spec} | filecheck %s"
+RUN_LINE = "// RUN: hlo opt %s{load} --passes={spec} | filecheck %s"
 
 
 class UpstreamError(HloError):
@@ -117,7 +117,8 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     except XlaCompileError as e:
         reduced_outputs = f"not run: {(str(e).splitlines() or [''])[0]}"
     checks = check_lines(before, after, prefix="// ")
-    test_text = "\n".join([RUN_LINE.format(spec=spec), "", before.to_text().rstrip(), "", checks.rstrip(), ""])
+    load = "".join(f" --load source/{name}" for name in _user_files(passes))
+    test_text = "\n".join([RUN_LINE.format(load=load, spec=spec), "", before.to_text().rstrip(), "", checks.rstrip(), ""])
     _verify_test(test_text, passes, before.to_text())
     files = _write(out, spec, passes, before, after, test_text, res, route, red, reduced_outputs)
     return Bundle(str(out), spec, route, res.a.median_us, res.b.median_us, res.speedup, res.speedup_p10,
@@ -155,6 +156,13 @@ def _summary(cls: type) -> str:
     if not doc or doc.startswith(f"{cls.__name__}("):
         doc = inspect.getmodule(cls).__doc__ or ""
     return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+
+
+def _user_files(passes: list[Pass]) -> list[str]:
+    """The names of the files ``--load`` registered the user's passes from (the
+    bundle's ``source/`` holds them, and the test's RUN line loads them)."""
+    user = set(registry.USER_PASSES.values())
+    return sorted({Path(inspect.getsourcefile(type(p))).name for p in passes if type(p) in user})
 
 
 def _sources(passes: list[Pass]) -> dict[str, str]:
@@ -200,7 +208,7 @@ speedup {res.speedup:.3f} (p10-p90 {res.speedup_p10:.3f}-{res.speedup_p90:.3f}),
 | `measured.md` | stock vs ours, and the reduced pair's outputs ({reduced_outputs}) |
 | `source/` | the passes' source |
 
-Run the test: `hlo opt {test_file} --passes={spec} | filecheck {test_file}`.
+Run the test from this folder: `hlo opt {test_file}{''.join(f' --load source/{n}' for n in _user_files(passes))} --passes={spec} | filecheck {test_file}`.
 """
     files = {"before.hlo": before.to_text(), "after.hlo": after.to_text(), test_file: test_text,
              "measured.md": measured, "README.md": readme}
