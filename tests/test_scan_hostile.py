@@ -72,9 +72,16 @@ def _start_scan(folder: Path, out: Path) -> subprocess.Popen:
     tmp = out.parent / "tmp"
     tmp.mkdir(exist_ok=True)
     env = dict(os.environ, JAX_PLATFORMS="cpu", TMPDIR=str(tmp))
-    return subprocess.Popen([sys.executable, "-m", "hlo_lab.cli", "scan", str(folder), "-o", str(out), "-j", "2",
-                             "-q", "--no-cache"], start_new_session=True, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-m", "hlo_lab.cli", "scan", str(folder), "-o", str(out), "-j", "2", "-q", "--no-cache"]
+    return subprocess.Popen([sys.executable, "-c", _AS_IN_A_TERMINAL, *argv], start_new_session=True, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+#: Runs argv with Ctrl-C as a terminal delivers it.  A test suite started in the
+#: background of a non-interactive shell (``pytest &``) ignores SIGINT, and an
+#: ignored signal stays ignored across exec: the scan would never see the Ctrl-C.
+_AS_IN_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                     "signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); os.execv(sys.argv[1], sys.argv[1:])")
 
 
 def _wait_for_workers(p: subprocess.Popen, out: Path, n: int = 2, timeout: float = 60) -> tuple[list[int], list[int]]:
