@@ -21,7 +21,6 @@ from passes import PassManager, get_pass
 from tests.conftest import run_hlo
 
 SWAP = Path(__file__).parent / "data" / "passes" / "swap_operands.py"
-COMMUTE = Path(__file__).parent / "data" / "passes" / "commute_operands.py"
 ROOT = Path(__file__).resolve().parent.parent
 hlo = functools.partial(run_hlo, timeout=300)
 
@@ -81,12 +80,12 @@ def test_the_bundle_of_a_users_pass_runs_its_own_run_line(decode, tmp_path, monk
     run as written from the bundle's folder (hlo opt | filecheck), passes."""
     monkeypatch.setenv("HLO_WORKER_FILES", "{}")
     out = tmp_path / "bundle"
-    r = hlo("upstream", decode, "--load", COMMUTE, "--passes", "commute-operands", "-o", out, "--reps", "5", "-q")
+    r = hlo("upstream", decode, "--load", SWAP, "--passes", "commute-operands", "-o", out, "--reps", "5", "-q")
     assert r.returncode == 0, r.stderr[-2000:]
     test = out / "commute_operands_test.hlo"
     run = test.read_text().splitlines()[0]
-    assert run == "// RUN: hlo opt %s --load source/commute_operands.py --passes=commute-operands | filecheck %s"
-    assert (out / "source" / "commute_operands.py").read_text() == COMMUTE.read_text()
+    assert run == "// RUN: hlo opt %s --load source/swap_operands.py --passes=commute-operands | filecheck %s"
+    assert (out / "source" / "swap_operands.py").read_text() == SWAP.read_text()
     checks = [line for line in test.read_text().splitlines() if "CHECK:" in line]
     assert checks and all(re.search(r"(add|multiply)\(%\S+, %\S+\)$", c) for c in checks), checks
     hlo_cmd = f"{shlex.quote(sys.executable)} -m hlo_lab.cli"
