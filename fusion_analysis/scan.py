@@ -31,6 +31,7 @@ import html
 import json
 import multiprocessing
 import os
+import re
 import secrets
 import signal
 import sys
@@ -55,10 +56,13 @@ from .md import md_escape
 from .report import html_page, markdown
 
 #: Bump when the analysis changes what it computes: old cache entries are ignored.
-ANALYSIS_VERSION = 2
+ANALYSIS_VERSION = 3
 SCATTER_POINTS_PER_MODULE = 150
 GROUPS_PER_MODULE = 40
-REPORT_FORMAT = "fusion_analysis.scan/2"
+REPORT_FORMAT = "fusion_analysis.scan/3"
+#: the report lists modules whose predicted time is at least this share of the
+#: slowest module's (jax's helper jits must not bury the train step)
+DEFAULT_MIN_SHARE = 0.01
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
 
@@ -71,7 +75,8 @@ class Task:
     """One module file to analyse; ``label`` names it in the report, ``module``
     groups the files of one module (a dump's module id, a corpus entry), and
     ``root`` is the folder it must stay inside (resolved), checked again by the
-    worker right before it reads."""
+    worker right before it reads. ``device`` is the device model it is analysed
+    on (empty: the scan's), ``device_why`` why that one."""
 
     label: str
     path: str
@@ -79,6 +84,8 @@ class Task:
     size: int = 0
     module: str = ""
     root: str = ""
+    device: str = ""
+    device_why: str = ""
 
 
 @dataclass
@@ -184,6 +191,83 @@ def _find_in_dump(root: Path, base: str, wanted: set[str] | None) -> Found:
     return found
 
 
+# -- which device model a module is analysed on ---------------------------------------
+
+def platform_of(stage_or_name: str) -> str | None:
+    """The device model an optimized stage names: ``cpu_after_optimizations`` ->
+    ``host``, ``gpu_h200_after_optimizations`` -> ``h200``, any other GPU stage
+    (``gpu_``, ``sm_9.0_gpu_``) -> ``h100``; None when it names no platform
+    (``before_optimizations``). Only the words right before
+    ``after_optimizations`` count (a module may be called ``jit_cpu_thing``)."""
+    at = stage_or_name.rfind("after_optimizations")
+    if at < 0:
+        return None
+    words = [w for w in re.split(r"[._]", stage_or_name[:at].lower()) if w][-4:]
+    if "cpu" in words:
+        return "host"
+    for name in devices.GPUS:
+        if name in words:
+            return name
+    if "gpu" in words or "sm" in words:
+        return "h100"
+    return None
+
+
+def assign_devices(tasks: list[Task], device: str | None) -> list[Task]:
+    """Each task with the device it is analysed on and why. ``device`` given
+    (``--device``): that one for all. Otherwise from the stage: an optimized
+    stage names its platform (XLA:CPU -> the host CPU model, XLA:GPU -> h100, or
+    the GPU it names); a ``before_optimizations`` file follows the optimized
+    stage of its own module when there is exactly one platform among them, and
+    is h100 (the default GPU) when there is none or more than one."""
+    from dataclasses import replace
+
+    if device:
+        return [replace(t, device=device, device_why="--device") for t in tasks]
+    by_module: dict[str, set[tuple[str, str]]] = {}
+    for t in tasks:
+        name = platform_of(t.stage or Path(t.path).name)
+        if name is not None:
+            by_module.setdefault(t.module or t.label, set()).add((name, t.stage or Path(t.path).name))
+    out = []
+    for t in tasks:
+        stage = t.stage or Path(t.path).name
+        name = platform_of(stage)
+        if name is not None:
+            why = f"{t.stage or 'file name'} names XLA:{'CPU' if name == 'host' else 'GPU'}" + (
+                ": the host CPU model" if name == "host" else f": {name}")
+        else:
+            seen = by_module.get(t.module or t.label, set())
+            platforms = {n for n, _ in seen}
+            if len(platforms) == 1:
+                name = platforms.pop()
+                why = f"not optimized; its module's optimized stage ({sorted(s for _, s in seen)[0]}) ran on " + (
+                    "XLA:CPU: the host CPU model" if name == "host" else f"XLA:GPU: {name}")
+            else:
+                name = "h100"
+                why = ("not optimized and no platform named: h100, the default GPU" if not platforms else
+                       f"not optimized, its module was compiled for {', '.join(sorted(platforms))}: h100, the default")
+        out.append(replace(t, device=name, device_why=why))
+    return out
+
+
+def device_summary(name: str) -> dict[str, Any]:
+    """What the report says about a device model: its name as asked (``name``:
+    what each module's ``device`` says) and as loaded (``model``), its roofs
+    (memory bandwidth, compute peaks) and where its numbers come from."""
+    dev = devices.load(name)
+    peaks: dict[str, float] = {}
+    for dtype in (("f32",) if dev.kind == "cpu" else ("bf16", "f32")):
+        label = f"{dtype if dev.kind == 'cpu' or dtype != 'f32' else 'tf32'} matmul"
+        peaks.setdefault(label, dev.matmul_peak(dtype))
+    peaks["vector"] = dev.vector_flops
+    bandwidths = {"memory": dev.memory_bandwidth}
+    if dev.bandwidth_curve and max(r for _, r in dev.bandwidth_curve) > 1.05 * dev.memory_bandwidth:
+        bandwidths["cache (fastest measured)"] = max(r for _, r in dev.bandwidth_curve)
+    return {"name": name, "model": dev.name, "kind": dev.kind, "source": dev.source, "peak_flops": peaks,
+            "bandwidth": bandwidths}
+
+
 def _round(x: float) -> float:
     return float(f"{x:.6g}")
 
@@ -228,7 +312,8 @@ def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # mod
         "top_kernels": [{"name": k.name, "category": k.category, "bound": k.bound, "time_s": k.time_s,
                          "flops": k.flops, "bytes_accessed": k.bytes_accessed} for k in kernels[:10]],
         "points": [[_round(k.intensity if k.bytes_accessed else 0.0), _round((k.flops + k.transcendentals) / k.time_s),
-                    k.category, k.bound] for k in kernels[:SCATTER_POINTS_PER_MODULE] if k.time_s > 0],
+                    k.category, k.bound, k.name, _round(k.time_s)]
+                   for k in kernels[:SCATTER_POINTS_PER_MODULE] if k.time_s > 0],
         "opportunities": {
             "count": len(opps),
             "legal": sum(1 for o in opps if o.legal),
@@ -237,7 +322,8 @@ def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # mod
             "patterns": patterns,
             "groups": [{"signature": g.signature, "kind": g.kind, "pattern": g.pattern, "count": g.count,
                         "legal": g.legal_count, "bytes_saved": g.bytes_saved, "time_saved_s": g.time_saved_s,
-                        "examples": list(g.examples)} for g in groups[:GROUPS_PER_MODULE]],
+                        "examples": list(g.examples)}
+                       for g in sorted(groups, key=lambda g: (-g.time_saved_s, -g.bytes_saved))[:GROUPS_PER_MODULE]],
         },
         "seconds": time.perf_counter() - t0,
     }
@@ -249,7 +335,8 @@ def _describe(e: BaseException) -> str:
 
 def _identity(task: Task) -> dict[str, str]:
     """What every result says about its file, analysed or not."""
-    return {"label": task.label, "path": task.path, "stage": task.stage, "module_key": task.module or task.label}
+    return {"label": task.label, "path": task.path, "stage": task.stage, "module_key": task.module or task.label,
+            "device": task.device, "device_why": task.device_why}
 
 
 def _digest(task: Task) -> tuple[str | None, str]:
@@ -289,14 +376,15 @@ def cached_result(task: Task, device: str, cache_dir: str | None) -> dict[str, A
     it, and reports it or analyses it). The scan looks here first: a file the
     cache holds needs no worker, and a scan the cache holds whole, no pool."""
     digest, _ = _digest(task) if cache_dir else (None, "")
-    return _from_cache(_cache_file(digest, device, cache_dir), task) if digest else None
+    return _from_cache(_cache_file(digest, task.device or device, cache_dir), task) if digest else None
 
 
 def analyze_task(task: Task, device: str, cache_dir: str | None) -> dict[str, Any]:
     """Runs in a worker: checks the file is still inside the scanned folder,
-    hashes it, uses the cache or analyses. Never raises for a bad module: the
-    error goes into the result."""
-    base = _identity(task)
+    hashes it, uses the cache or analyses (on ``task.device``, else ``device``).
+    Never raises for a bad module: the error goes into the result."""
+    device = task.device or device
+    base = {**_identity(task), "device": device}
     digest, why = _digest(task)
     if digest is None:
         return {**base, "error": why}
@@ -560,15 +648,21 @@ def _mark(out: Path, run_id: str, status: str, source: str, note: str = "") -> N
                                       f"(run {run_id}, pid {os.getpid()})</p></body></html>\n")
 
 
-def scan(source: str | Path | None, out_dir: str | Path, *, device: str = "h100", jobs: int | None = None,
+def scan(source: str | Path | None, out_dir: str | Path, *, device: str | None = None, jobs: int | None = None,
          use_ray: bool = False, ray_address: str | None = None, stages: Iterable[str] | None = None,
-         progress: bool = True, cache: bool = True,
+         progress: bool = True, cache: bool = True, min_share: float = DEFAULT_MIN_SHARE,
          _task_fn: Callable[..., dict[str, Any]] = analyze_task) -> dict[str, Any]:
     """Scans ``source`` and writes the report into ``out_dir``; returns report.json's data.
 
+    ``device`` None: each file's device model follows its stage
+    (``assign_devices``); a name or JSON spec: that one for every file.
+    ``min_share``: the report lists modules whose predicted time is at least
+    this share of the slowest one's, and counts the rest (0: all).
+
     Raises ``NoModulesError`` when there is no module file to scan (the report
     files then say so), FileNotFoundError for a missing ``source``."""
-    devices.load(device)  # fail early on an unknown device (and measure the host once, here)
+    if device:
+        devices.load(device)  # fail early on an unknown device (and measure the host once, here)
     out = make_dirs(out_dir)
     label = str(source or "bundled corpus")
     run_id = _new_run_id()
@@ -579,6 +673,9 @@ def scan(source: str | Path | None, out_dir: str | Path, *, device: str = "h100"
             skipped = f"; {len(found.skipped)} skipped (see report.json)" if found.skipped else ""
             raise NoModulesError(f"no module files in {label} (HLO text .hlo/.txt, .hlo.pb, .mlir, optionally "
                                  f".gz; an XLA dump's side files do not count){skipped}")
+        found.tasks = assign_devices(found.tasks, device)
+        for name in sorted({t.device for t in found.tasks}):
+            devices.load(name)  # the host is measured once, here, not in every worker
     except Exception as e:
         _mark(out, run_id, "failed", label, str(e).splitlines()[0] if str(e) else type(e).__name__)
         raise
@@ -626,22 +723,24 @@ def scan(source: str | Path | None, out_dir: str | Path, *, device: str = "h100"
     if bar is not None:
         bar.stop()
     report = build_report(results, device=device, source=label, seconds=time.perf_counter() - t0, jobs=jobs,
-                          engine="ray" if use_ray else "process-pool", found=found, run_id=run_id)
+                          engine="ray" if use_ray else "process-pool", found=found, run_id=run_id, min_share=min_share)
     write_output(out / "report.json", json.dumps(report, indent=1))
     write_output(out / "report.md", markdown(report))
     write_output(out / "report.html", html_page(report))
     return report
 
 
-def build_report(results: list[dict[str, Any]], *, device: str, source: str, seconds: float, jobs: int,
-                 engine: str, found: Found | None = None, run_id: str = "") -> dict[str, Any]:
-    """Merges per-module results: corpus-wide opportunity groups and pattern totals.
+def build_report(results: list[dict[str, Any]], *, device: str | None, source: str, seconds: float, jobs: int,
+                 engine: str, found: Found | None = None, run_id: str = "",
+                 min_share: float = DEFAULT_MIN_SHARE) -> dict[str, Any]:
+    """Merges per-module results: corpus-wide opportunity groups (most predicted
+    time saved first) and pattern totals; modules slowest first.
 
     ``modules_scanned`` counts files analysed (a dump module has a file per
     stage); ``modules_found`` / ``modules_analysed`` count modules as
     ``hlo corpus list`` does (a dump's module ids, the corpus's entries; in a
     plain folder every file is a module)."""
-    ok = sorted((r for r in results if "error" not in r), key=lambda r: r["label"])
+    ok = sorted((r for r in results if "error" not in r), key=lambda r: (-r["time_s"], r["label"]))
     errors = sorted(({"file": r["path"], "label": r["label"], "error": r["error"]} for r in results if "error" in r),
                     key=lambda e: e["label"])
     groups: dict[tuple[str, str], dict[str, Any]] = {}
@@ -664,15 +763,26 @@ def build_report(results: list[dict[str, Any]], *, device: str, source: str, sec
             a["bytes_saved"] += p["bytes_saved"]
             a["time_saved_s"] += p["time_saved_s"]
             a["modules"] += 1
-    top = sorted(groups.values(), key=lambda g: -g["bytes_saved"])
+    top = sorted(groups.values(), key=lambda g: (-g["time_saved_s"], -g["bytes_saved"], g["signature"]))
     tasks = found.tasks if found is not None else []
+    used: dict[str, dict[str, int]] = {}  # device -> why -> files
+    for r in results:
+        name = r.get("device") or device or "h100"
+        why = r.get("device_why") or ("--device" if device else "")
+        used.setdefault(name, {})
+        used[name][why] = used[name].get(why, 0) + 1
     return {
         "format": REPORT_FORMAT,
         "status": "complete",
         "run_id": run_id,
         "source": source,
         "kind": found.kind if found is not None else "",
-        "device": device,
+        "device": ", ".join(sorted(used)) or (device or ""),
+        "device_requested": device or "auto",
+        "devices": [{**device_summary(name), "files": sum(whys.values()),
+                     "why": [{"reason": w, "files": n} for w, n in sorted(whys.items(), key=lambda kv: -kv[1])]}
+                    for name, whys in sorted(used.items(), key=lambda kv: -sum(kv[1].values()))],
+        "min_share": min_share,
         "engine": engine,
         "jobs": jobs,
         "seconds": seconds,

@@ -76,7 +76,7 @@ def _cmd_scan(args) -> int:
     try:
         report = scan(args.dir, args.output, device=args.device, jobs=args.jobs, use_ray=args.ray,
                       ray_address=args.ray_address, stages=args.stage or None, progress=not args.quiet,
-                      cache=not args.no_cache)
+                      cache=not args.no_cache, min_share=args.min_share / 100)
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # NoModulesError too: nothing scanned is a failure
         print(f"hlo scan: {e}", file=sys.stderr)
         return 2
@@ -87,10 +87,14 @@ def _cmd_scan(args) -> int:
     n, files = report["modules_analysed"], report["modules_scanned"]
     line = (f"{n} modules" + (f" ({files} files)" if files != n else "") + f", {len(report['errors'])} errors"
             + (f", {len(report['skipped'])} skipped" if report["skipped"] else "")
-            + f", {report['seconds']:.1f} s -> {args.output}/report.{{json,md,html}}")
+            + f", {report['seconds']:.1f} s -> {args.output}/report.{{json,md,html}}\n"
+            + ("device model (from each file's stage; --device overrides):" if report["device_requested"] == "auto"
+               else "device model (--device):")
+            + "".join(f"\n  {d['name']}: " + "; ".join(f"{w['files']} files: {w['reason']}" for w in d["why"])
+                      for d in report["devices"]))
     if args.json:
         keys = ("run_id", "status", "source", "kind", "modules_found", "modules_analysed", "files", "modules_scanned",
-                "cached", "skipped", "seconds")
+                "cached", "skipped", "seconds", "device", "device_requested")
         print(json.dumps({**{k: report[k] for k in keys},
                           "errors": [{**e, "error": (e["error"].splitlines() or [""])[0]} for e in report["errors"]],
                           "report": [f"{args.output}/report.{x}" for x in ("json", "md", "html")]}, indent=1))
@@ -278,7 +282,12 @@ def register(subparsers) -> None:
     s.add_argument("dir", nargs="?", default=None, help="folder of HLO files, an --xla_dump_to folder, or a corpus root "
                                                         "(default: the bundled corpus)")
     s.add_argument("-o", "--output", required=True, help="report folder (report.json, report.md, report.html)")
-    s.add_argument("--device", default="h100", help="h100, h200, a100, b200, host, or a JSON spec file")
+    s.add_argument("--device", default=None,
+                   help="h100, h200, a100, b200, host, or a JSON spec file (default: from each file's stage: "
+                        "cpu_after_optimizations -> host, gpu -> h100; the report says which and why)")
+    s.add_argument("--min-share", type=float, default=1.0, metavar="PCT",
+                   help="list modules whose predicted time is at least PCT%% of the slowest one's; the report "
+                        "counts the rest (default 1; 0 lists all)")
     s.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: CPU count)")
     s.add_argument("--ray", action="store_true", help="run the tasks on Ray (ray.init() locally unless --ray-address)")
     s.add_argument("--ray-address", default=None, help="Ray cluster address for --ray")
