@@ -193,24 +193,21 @@ def _find_in_dump(root: Path, base: str, wanted: set[str] | None) -> Found:
 
 # -- which device model a module is analysed on ---------------------------------------
 
+_STAGE_PLATFORM = re.compile(r"(?:^|[._])(?:sm_[\d.]+_)?(cpu|gpu)(?:_([a-z0-9]+))?_after_optimizations")
+
+
 def platform_of(stage_or_name: str) -> str | None:
-    """The device model an optimized stage names: ``cpu_after_optimizations`` ->
-    ``host``, ``gpu_h200_after_optimizations`` -> ``h200``, any other GPU stage
-    (``gpu_``, ``sm_9.0_gpu_``) -> ``h100``; None when it names no platform
-    (``before_optimizations``). Only the words right before
-    ``after_optimizations`` count (a module may be called ``jit_cpu_thing``)."""
-    at = stage_or_name.rfind("after_optimizations")
-    if at < 0:
+    """The device model an optimized stage (or a dump file's name) names:
+    ``cpu_after_optimizations`` -> ``host``, ``gpu_h200_after_optimizations`` ->
+    ``h200``, any other GPU stage (``gpu_``, ``sm_9.0_gpu_``) -> ``h100``; None
+    when it names no platform (``before_optimizations``). Only the words right
+    before ``after_optimizations`` count (a module may be called ``jit_cpu_thing``)."""
+    m = _STAGE_PLATFORM.search(stage_or_name.lower())
+    if m is None:
         return None
-    words = [w for w in re.split(r"[._]", stage_or_name[:at].lower()) if w][-4:]
-    if "cpu" in words:
+    if m.group(1) == "cpu":
         return "host"
-    for name in devices.GPUS:
-        if name in words:
-            return name
-    if "gpu" in words or "sm" in words:
-        return "h100"
-    return None
+    return m.group(2) if m.group(2) in devices.GPUS else "h100"
 
 
 def assign_devices(tasks: list[Task], device: str | None) -> list[Task]:
@@ -218,8 +215,9 @@ def assign_devices(tasks: list[Task], device: str | None) -> list[Task]:
     (``--device``): that one for all. Otherwise from the stage: an optimized
     stage names its platform (XLA:CPU -> the host CPU model, XLA:GPU -> h100, or
     the GPU it names); a ``before_optimizations`` file follows the optimized
-    stage of its own module when there is exactly one platform among them, and
-    is h100 (the default GPU) when there is none or more than one."""
+    stage of its own module when there is exactly one platform among them, or
+    (a module with no optimized stage) the folder's when it has one platform, and
+    is h100 (the default GPU) otherwise."""
     from dataclasses import replace
 
     if device:
@@ -229,6 +227,7 @@ def assign_devices(tasks: list[Task], device: str | None) -> list[Task]:
         name = platform_of(t.stage or Path(t.path).name)
         if name is not None:
             by_module.setdefault(t.module or t.label, set()).add((name, t.stage or Path(t.path).name))
+    everywhere = {n for seen in by_module.values() for n, _ in seen}
     out = []
     for t in tasks:
         stage = t.stage or Path(t.path).name
@@ -242,6 +241,10 @@ def assign_devices(tasks: list[Task], device: str | None) -> list[Task]:
             if len(platforms) == 1:
                 name = platforms.pop()
                 why = f"not optimized; its module's optimized stage ({sorted(s for _, s in seen)[0]}) ran on " + (
+                    "XLA:CPU: the host CPU model" if name == "host" else f"XLA:GPU: {name}")
+            elif not platforms and len(everywhere) == 1:
+                name = next(iter(everywhere))
+                why = "not optimized; every optimized stage in this folder ran on " + (
                     "XLA:CPU: the host CPU model" if name == "host" else f"XLA:GPU: {name}")
             else:
                 name = "h100"
@@ -766,7 +769,7 @@ def build_report(results: list[dict[str, Any]], *, device: str | None, source: s
     top = sorted(groups.values(), key=lambda g: (-g["time_saved_s"], -g["bytes_saved"], g["signature"]))
     tasks = found.tasks if found is not None else []
     used: dict[str, dict[str, int]] = {}  # device -> why -> files
-    for r in results:
+    for r in ok:  # errors were analysed on no device
         name = r.get("device") or device or "h100"
         why = r.get("device_why") or ("--device" if device else "")
         used.setdefault(name, {})
@@ -780,7 +783,7 @@ def build_report(results: list[dict[str, Any]], *, device: str | None, source: s
         "device": ", ".join(sorted(used)) or (device or ""),
         "device_requested": device or "auto",
         "devices": [{**device_summary(name), "files": sum(whys.values()),
-                     "why": [{"reason": w, "files": n} for w, n in sorted(whys.items(), key=lambda kv: -kv[1])]}
+                     "why": [{"reason": w, "files": n} for w, n in sorted(whys.items(), key=lambda kv: (-kv[1], kv[0]))]}
                     for name, whys in sorted(used.items(), key=lambda kv: -sum(kv[1].values()))],
         "min_share": min_share,
         "engine": engine,
