@@ -40,7 +40,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -218,8 +218,6 @@ def assign_devices(tasks: list[Task], device: str | None) -> list[Task]:
     stage of its own module when there is exactly one platform among them, or
     (a module with no optimized stage) the folder's when it has one platform, and
     is h100 (the default GPU) otherwise."""
-    from dataclasses import replace
-
     if device:
         return [replace(t, device=device, device_why="--device") for t in tasks]
     by_module: dict[str, set[tuple[str, str]]] = {}
