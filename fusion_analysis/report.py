@@ -147,7 +147,7 @@ def markdown(report: dict[str, Any]) -> str:
         for e in report["errors"]:
             lines += ["", f"{md_code(e['file'])}:", "", md_block(e["error"])]
         lines.append("")
-    lines += ["## Modules, slowest first (predicted time)", ""]
+    lines += ["## Headroom per module, slowest first (predicted time)", ""]
     groups = split_modules(report)
     for dev, shown, hidden in groups:
         if len(groups) > 1:
@@ -335,7 +335,7 @@ details summary {{ cursor: pointer; color: #036; }}
 <p id="device">Device model ({how}):</p>
 <ul>{devs}</ul>
 {errors}
-<h2>Modules, slowest first (predicted time)</h2>
+<h2>Headroom per module, slowest first (predicted time)</h2>
 {_html_modules(report)}
 <h2>Roofline: kernels (hover a point: kernel, module, file)</h2>
 {plots}

@@ -85,8 +85,8 @@ def test_opportunities_by_predicted_time_saved(report):
 def test_errors_at_the_top_with_a_link(report):
     assert [e["label"] for e in report["errors"]] == ["module_9999.jit_broken/before_optimizations"]
     md, page = markdown(report), html_page(report)
-    assert "[1 errors](#errors)" in md and md.index("## Errors") < md.index("## Modules")
-    assert '<a href="#errors">1 errors</a>' in page and page.index('id="errors"') < page.index("Modules, slowest first")
+    assert "[1 errors](#errors)" in md and md.index("## Errors") < md.index("## Headroom per module")
+    assert '<a href="#errors">1 errors</a>' in page and page.index('id="errors"') < page.index("Headroom per module, slowest first")
 
 
 def test_roofline_has_roofs_and_hovers_name_kernel_and_module(report):
