@@ -153,11 +153,6 @@ def _constant(flow: Flow, instr: Instruction) -> bool:
     return v.opcode in (_H.CONSTANT, _H.IOTA) or (v.opcode is _H.PARAMETER and v.shape.is_scalar)
 
 
-def _other(flow: Flow, instr: Instruction, value: Instruction) -> list[Instruction]:
-    """``instr``'s inputs other than ``value`` (looking through data movement)."""
-    return [i for i in (flow.through(o) for o in instr.operands) if i is not value]
-
-
 class Patterns:
     """Every pattern instance in a module: ``labels(instr)`` for any instruction,
     a fusion or call counting the patterns inside it."""
