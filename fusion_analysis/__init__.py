@@ -10,7 +10,8 @@
 * ``fusion_kind``: the one rule for a fusion's kind (kLoop, kInput, kOutput),
 * ``roofline``: per-kernel time, bound and category, headroom,
 * ``opportunities``: producer->consumer and sibling edges across kernels,
-  grouped by opcode-chain signature,
+  grouped by opcode-chain signature, named by ``patterns`` (softmax, LayerNorm,
+  RMSNorm, GELU, GQA attention, MoE routing, KV-cache update... from structure),
 * ``scan`` / ``report``: the same over a corpus, in parallel, into a report.
 
 Only the standard library and ``hlo_tools`` are imported here; each submodule

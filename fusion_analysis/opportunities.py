@@ -26,7 +26,7 @@ from hlo_tools.opcode import HloOpcode
 from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, is_kernel, shape_size
 from .devices import Device
 from .legality import can_fuse, creates_cycle, fusible
-from .roofline import _wrapped_body
+from .patterns import Patterns, edge_label
 
 _H = HloOpcode
 _TRANSPARENT = frozenset({_H.BITCAST, _H.GET_TUPLE_ELEMENT})
@@ -107,71 +107,6 @@ def signature(producer: Instruction, consumer: Instruction) -> str:
     return "<-".join([_label(consumer), *_chain(producer, SIGNATURE_DEPTH - 1)])
 
 
-_BODY_OPS: dict[int, frozenset[HloOpcode]] = {}
-
-
-def _body_ops(instr: Instruction) -> frozenset[HloOpcode]:
-    comp = instr.called_computation("calls")
-    if comp is None:
-        return frozenset()
-    key = id(comp)
-    ops = _BODY_OPS.get(key)
-    if ops is None:
-        ops = _BODY_OPS[key] = frozenset(i.opcode for i in _wrapped_body(instr))
-    return ops
-
-
-def _neighbourhood(*instrs: Instruction) -> tuple[set[HloOpcode], str]:
-    ops: set[HloOpcode] = set()
-    names = []
-    frontier = list(instrs)
-    for hop in range(2):  # the two ends, their operands and first users
-        nxt = []
-        for i in frontier:
-            ops.add(i.opcode)
-            ops.update(_body_ops(i))
-            names.append(i.name)
-            if hop == 0:
-                nxt.extend(i.operands[:4])
-                nxt.extend(i.users[:2])
-        frontier = nxt
-    comp = instrs[0].parent
-    names.append(comp.name if comp is not None else "")
-    return ops, " ".join(names).lower()
-
-
-def _sqrt_of_reduction(*instrs: Instruction) -> bool:
-    """A (r)sqrt whose input comes from a reduce within a few ops: a norm's
-    1/sqrt(mean(x^2) + eps), not an optimizer's elementwise sqrt(v)."""
-    near = [*instrs, *(o for i in instrs for o in i.operands), *(u for i in instrs for u in i.users[:2])]
-    for s in near:
-        if s.opcode not in (_H.SQRT, _H.RSQRT):
-            continue
-        frontier = list(s.operands)
-        for _ in range(5):
-            if any(f.opcode is _H.REDUCE for f in frontier):
-                return True
-            frontier = [o for f in frontier for o in f.operands[:2]]
-    return False
-
-
-def pattern_name(producer: Instruction, consumer: Instruction) -> str | None:
-    """Names the well-known LLM pattern an edge belongs to, from the opcodes near it
-    (and jax's op names, which pre-optimization modules keep as instruction names)."""
-    ops, names = _neighbourhood(producer, consumer)
-    if ops & {_H.SINE, _H.COSINE} or "rotary" in names or "rope" in names:
-        return "RoPE"
-    if _H.EXPONENTIAL in ops and _H.REDUCE in ops or "softmax" in names:
-        return "softmax"
-    if _H.RSQRT in ops or "norm" in names or (_H.SQRT in ops and _sqrt_of_reduction(producer, consumer)):
-        return "RMSNorm"
-    if _H.LOGISTIC in ops or "silu" in names or "gelu" in names or "swiglu" in names:
-        return "SwiGLU"
-    if _H.SQRT in ops and _H.DIVIDE in ops or "adam" in names:
-        return "optimizer update"
-    return None
-
-
 def _legality(producer: Instruction, consumer: Instruction, direct: Instruction, check_cycle: bool):
     d = can_fuse(direct, consumer, check_cycle=False)
     if d and direct is not producer:
@@ -199,7 +134,7 @@ def find(module: Module, device: Device, cost: ModuleCost | None = None, *,
          cycle_check_top: int = 64, siblings: bool = True) -> list[Opportunity]:
     """Every producer->consumer and sibling edge across kernels in ``module``."""
     cost = cost or analyze(module)
-    _BODY_OPS.clear()  # keyed by id(): valid for one module at a time
+    patterns = Patterns(module)
     by_comp: dict[str, dict[str, InstructionCost]] = defaultdict(dict)
     for c in cost.instructions:
         by_comp[c.computation][c.name] = c
@@ -207,12 +142,11 @@ def find(module: Module, device: Device, cost: ModuleCost | None = None, *,
     for comp in module.computations:
         costs = by_comp.get(comp.name)
         if costs:
-            out.extend(_find_in(comp, costs, device, cycle_check_top, siblings))
-    _BODY_OPS.clear()
+            out.extend(_find_in(comp, costs, device, patterns, cycle_check_top, siblings))
     return out
 
 
-def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Device,
+def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Device, patterns: Patterns,
              cycle_check_top: int, siblings: bool) -> list[Opportunity]:
     zero = InstructionCost("", "", "", 0, 0, 0, 0, 0)
     edges = []  # (bytes_saved, producer, consumer, direct, time_saved)
@@ -244,14 +178,14 @@ def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Devic
     for rank, (saved, producer, consumer, direct, dt) in enumerate(edges):
         legal, reason = _legality(producer, consumer, direct, rank < cycle_check_top)
         out.append(Opportunity("producer-consumer", comp.name, producer.name, consumer.name,
-                               signature(producer, consumer), pattern_name(producer, consumer),
+                               signature(producer, consumer), edge_label(patterns, producer, consumer),
                                saved, dt, legal, reason))
     if siblings:
-        out.extend(_siblings(comp, device, cycle_check_top))
+        out.extend(_siblings(comp, device, patterns, cycle_check_top))
     return out
 
 
-def _siblings(comp: Computation, device: Device, cycle_check_top: int) -> list[Opportunity]:
+def _siblings(comp: Computation, device: Device, patterns: Patterns, cycle_check_top: int) -> list[Opportunity]:
     pairs = []
     for value in comp:
         if value.opcode in _TRANSPARENT or value.opcode is _H.CONSTANT:
@@ -278,7 +212,7 @@ def _siblings(comp: Computation, device: Device, cycle_check_top: int) -> list[O
         else:
             legal, reason = True, "cycle unchecked"
         out.append(Opportunity("sibling", comp.name, value.name, f"{a.name},{b.name}", sig,
-                               pattern_name(a, b), size, size / device.bandwidth_at(size), legal, reason))
+                               edge_label(patterns, a, b), size, size / device.bandwidth_at(size), legal, reason))
     return out
 
 

@@ -85,7 +85,7 @@ def test_before_after_page_search_highlights(browser, tmp_path):
     stroke = browser.execute_script(
         "return getComputedStyle(document.getElementById(arguments[0]).querySelector('path, polygon, ellipse')).stroke",
         f"b-{tanh.name}")
-    assert stroke == "rgb(227, 26, 28)"
+    assert stroke == "rgb(0, 119, 255)"  # the highlight blue, not the "removed" red
     shot = tmp_path / "fusion.png"
     assert browser.save_screenshot(str(shot))
     assert shot.read_bytes()[:4] == b"\x89PNG" and shot.stat().st_size > 20_000

@@ -21,9 +21,13 @@ header h1 { font-size: 16px; margin: 0; }
 .node.fused > path, .node.fused > polygon, .node.fused > ellipse { stroke: #6a3d9a; stroke-width: 3px; }
 .cluster.fused > path, .cluster.fused > polygon { stroke: #6a3d9a; stroke-width: 3px; }
 .cluster.changed > path, .cluster.changed > polygon { stroke: #ff7f0e; stroke-width: 3px; }
-.hit > path, .hit > polygon, .hit > ellipse { stroke: #e31a1c !important; stroke-width: 6px !important; stroke-dasharray: none !important; }
+/* the search highlight: blue, a colour no status uses (removed is red) */
+.hit > path, .hit > polygon, .hit > ellipse { stroke: #0077ff !important; stroke-width: 6px !important; stroke-dasharray: none !important; }
 .hit text { font-weight: bold; }
 .node { cursor: pointer; }
+section.totals { padding: 6px 12px; }
+#totals th[scope], #totals tr > th:first-child { text-align: left; }
+#totals td.num { min-width: 90px; }
 section.tables { padding: 6px 12px; display: flex; gap: 24px; flex-wrap: wrap; align-items: flex-start; }
 table { border-collapse: collapse; font-size: 12px; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
@@ -47,6 +51,7 @@ JS = r"""
     const home = { x: vb0.x, y: vb0.y, w: vb0.width, h: vb0.height };
     const pane = { side, vp, svg, home, view: Object.assign({}, home) };
     panes[side] = pane;
+    pane.view = readable(pane, (data.focus || {})[side]);
     apply(pane);
     vp.addEventListener("wheel", (e) => {
       e.preventDefault();
@@ -66,6 +71,31 @@ JS = r"""
     });
     vp.addEventListener("dblclick", () => { pane.view = Object.assign({}, home); apply(pane); });
     svg.querySelectorAll("g.node").forEach((g) => g.addEventListener("click", () => showCounterpart(side, g.id.slice(2))));
+  }
+
+  // A big graph fitted to the pane is unreadable: open it at one SVG unit per pixel
+  // (Graphviz's 14pt labels at 14px) on the focus node, or the top of the graph.
+  function readable(p, focus) {
+    const r = p.vp.getBoundingClientRect();
+    if (!r.width || !r.height) return Object.assign({}, p.home);
+    const fit = Math.min(r.width / p.home.w, r.height / p.home.h);
+    if (fit >= 0.75) return Object.assign({}, p.home);
+    const w = r.width, h = r.height;
+    const el = focus ? document.getElementById(p.side[0] + "-" + focus) : null;
+    let cx = p.home.x + p.home.w / 2, cy = p.home.y + h / 2;
+    if (el) {
+      const c = centre(p, el);
+      cx = c.x; cy = c.y;
+    }
+    return { x: cx - w / 2, y: cy - h / 2, w: w, h: h };
+  }
+
+  function centre(p, el) {
+    const b = el.getBBox();
+    let cx = b.x + b.width / 2, cy = b.y + b.height / 2;
+    const m = p.svg.getScreenCTM() && el.getScreenCTM() ? p.svg.getScreenCTM().inverse().multiply(el.getScreenCTM()) : null;
+    if (m) { const pt = p.svg.createSVGPoint(); pt.x = cx; pt.y = cy; const q = pt.matrixTransform(m); cx = q.x; cy = q.y; }
+    return { x: cx, y: cy };
   }
 
   function apply(p) { p.svg.setAttribute("viewBox", [p.view.x, p.view.y, p.view.w, p.view.h].join(" ")); }
@@ -149,6 +179,6 @@ JS = r"""
   const box = document.getElementById("search");
   box.addEventListener("keydown", (e) => { if (e.key === "Enter") search(box.value); });
   box.addEventListener("change", () => search(box.value));
-  window.hloViz = { search, showCounterpart, panes };
+  window.hloViz = { search, showCounterpart, panes, readable };
 })();
 """

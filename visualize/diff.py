@@ -2,10 +2,15 @@
 removed, added, or fused into which fusion.
 
 XLA renames freely (``add.3`` becomes ``add.0`` inside a fusion), so matching
-goes in three rounds, each over what is still unmatched, in post order with
-fusion bodies in place of their fusion: the exact name; then opcode and
-metadata (``op_name``, ``source_file``, ``source_line``); then opcode and the
-name's stem (``add.3`` -> ``add``), which is how jax names what it lowers.
+goes in rounds, each over what is still unmatched, in post order with fusion
+bodies in place of their fusion: the exact name with the same opcode and shape
+(XLA reuses names for other values); then opcode and metadata
+(``op_name``, ``source_file``, ``source_line``); then structure (same opcode and
+shape, in the same place of the graph: operands that are matched to the
+after instruction's operands, or the same operand slot of matched users),
+repeated until nothing new matches; then the name alone; then opcode and the name's stem (``add.3``
+-> ``add``), which is how jax names what it lowers; then structure again.
+Structure is what keeps a renamed instruction from reading as removed plus added.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
+from fusion_analysis.patterns import Flow
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import HloOpcode
 
@@ -94,19 +100,97 @@ class ModuleDiff:
                 "opcode_counts": [{"opcode": o, "before": b, "after": a} for o, b, a in self.opcode_counts]}
 
 
-def match(before: Module, after: Module) -> dict[Instruction, Instruction]:
-    """Before instruction -> after instruction, by name, then metadata, then name stem."""
+def _shape_key(instr: Instruction) -> str:
+    return instr.shape.to_text(print_layout=False)  # layout assignment changes layouts, not the value
+
+
+def _place(instr: Instruction, flow: Flow, counterpart) -> tuple:
+    """Opcode, shape and the (matched) operands; a leaf (constant, iota) by its literal and attributes."""
+    if not instr.operands:
+        if instr.opcode is HloOpcode.PARAMETER:
+            return ("parameter", id(instr))  # by number within matched computations only
+        attrs = tuple(sorted((k, v) for k, v in instr.attributes.items() if k != "metadata"))
+        return (instr.opcode_text, _shape_key(instr), instr.literal, attrs)
+    return (instr.opcode_text, _shape_key(instr), tuple(id(counterpart(flow.value(o))) for o in instr.operands))
+
+
+def _structure(b_walk: list[Instruction], a_walk: list[Instruction], out: dict[Instruction, Instruction],
+               taken: set[Instruction], fb: Flow, fa: Flow) -> None:
+    """Matches by place in the graph until nothing new matches: forward (same
+    opcode and shape, operands matched to the candidate's operands) then
+    backward (the same operand slot of a matched pair of users)."""
+    def pair(b: Instruction, a: Instruction) -> None:
+        if b not in out and a not in taken and b.opcode_text == a.opcode_text and _shape_key(b) == _shape_key(a):
+            out[b] = a
+            taken.add(a)
+
+    for _ in range(8):
+        before = len(out)
+        for b, a in list(out.items()):  # called computations of a matched pair: parameters by number, roots
+            if b.opcode is HloOpcode.PARAMETER or len(b.called_computations) != len(a.called_computations):
+                continue
+            for cb, ca in zip(b.called_computations, a.called_computations):
+                if len(cb.parameters) == len(ca.parameters):
+                    for pb, pa in zip(cb.parameters, ca.parameters):
+                        pair(pb, pa)
+                if cb.root is not None and ca.root is not None:
+                    pair(cb.root, ca.root)
+        index: dict[tuple, collections.deque] = collections.defaultdict(collections.deque)
+        for a in a_walk:
+            if a not in taken:
+                index[_place(a, fa, lambda o: o)].append(a)
+        for b in b_walk:
+            if b in out:
+                continue
+            ops = [out.get(fb.value(o)) for o in b.operands]
+            if any(o is None for o in ops):
+                continue
+            q = index.get(_place(b, fb, out.get))
+            while q and q[0] in taken:
+                q.popleft()
+            if q:
+                a = q.popleft()
+                out[b] = a
+                taken.add(a)
+        for b in reversed(b_walk):
+            a = out.get(b)
+            if a is None or len(a.operands) != len(b.operands) or a.opcode_text != b.opcode_text:
+                continue
+            for ob, oa in zip(b.operands, a.operands):
+                pair(fb.value(ob), fa.value(oa))
+        if len(out) == before:
+            return
+
+
+def match(before: Module, after: Module, *, structure: bool = True) -> dict[Instruction, Instruction]:
+    """Before instruction -> after instruction, by name (same opcode and shape),
+    metadata, structure, name alone, name stem and structure again (``structure=False``: names and metadata only, as
+    before structure was matched)."""
     b_walk = [i for i, _ in _walk(before)]
     a_walk = [i for i, _ in _walk(after)]
     a_by_name = {i.name: i for i in a_walk}
     out: dict[Instruction, Instruction] = {}
     taken: set[Instruction] = set()
-    for b in b_walk:
+    for b in b_walk:  # a name XLA reused for another value (other opcode or shape) waits for structure
         a = a_by_name.get(b.name)
-        if a is not None and a not in taken:
+        if a is not None and a not in taken and (not structure or (
+                a.opcode_text == b.opcode_text and _shape_key(a) == _shape_key(b))):
             out[b] = a
             taken.add(a)
-    for key_fn in (_metadata_key, lambda i: (i.opcode_text, name_stem(i.name))):
+    fb, fa = (Flow(before), Flow(after)) if structure else (None, None)
+    if structure:  # entry parameters: by number
+        a_params = {p.parameter_number: p for p in after.entry.parameters}
+        for p in before.entry.parameters:
+            q = a_params.get(p.parameter_number)
+            if p not in out and q is not None and q not in taken and _shape_key(p) == _shape_key(q):
+                out[p] = q
+                taken.add(q)
+    rounds = [_metadata_key, "structure", lambda i: i.name, lambda i: (i.opcode_text, name_stem(i.name)), "structure"]
+    for key_fn in rounds:
+        if key_fn == "structure":
+            if structure:
+                _structure(b_walk, a_walk, out, taken, fb, fa)
+            continue
         queues: dict[tuple, collections.deque] = collections.defaultdict(collections.deque)
         for a in a_walk:
             if a not in taken:
@@ -118,6 +202,8 @@ def match(before: Module, after: Module) -> dict[Instruction, Instruction]:
                 continue
             k = key_fn(b)
             q = queues.get(k) if k is not None else None
+            while q and q[0] in taken:
+                q.popleft()
             if q:
                 a = q.popleft()
                 out[b] = a
@@ -125,9 +211,9 @@ def match(before: Module, after: Module) -> dict[Instruction, Instruction]:
     return out
 
 
-def diff_modules(before: Module, after: Module) -> ModuleDiff:
+def diff_modules(before: Module, after: Module, *, structure: bool = True) -> ModuleDiff:
     """Matches ``before`` against ``after`` and classifies every top-level instruction."""
-    pairs = match(before, after)
+    pairs = match(before, after, structure=structure)
     a_anchor = {i: anchor for i, anchor in _walk(after)}
     b_top = [i for i, anchor in _walk(before) if i is anchor]
     a_top = [i for i, anchor in _walk(after) if i is anchor]

@@ -10,6 +10,10 @@ import html
 import json
 from typing import Any, Sequence
 
+from fusion_analysis import devices
+from fusion_analysis.cost import analyze
+from fusion_analysis.report import fmt_bytes, fmt_time
+from fusion_analysis.roofline import roofline
 from hlo_tools.ir import Module
 
 from . import _assets
@@ -58,6 +62,20 @@ def _counterparts(d: ModuleDiff, before_view: View, after_view: View) -> dict[st
     return {"before_counterparts": fwd, "after_counterparts": back}
 
 
+def _focus(*views: View) -> dict[str, str | None]:
+    """The node each pane opens on, at a readable zoom: the ``--around`` centre, else
+    the computation's root (what a reader of a dump looks for first)."""
+    out: dict[str, str | None] = {}
+    for side, view in zip(("before", "after"), views):
+        drawn = {i.name for i in view.drawn_instructions()} | view.names
+        name = view.center
+        if name not in drawn:
+            roots = [i.name for i in view.instructions if i.is_root and i.name in drawn]
+            name = roots[0] if roots else None
+        out[side] = name
+    return out
+
+
 def _table(caption: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
     body = []
@@ -67,6 +85,45 @@ def _table(caption: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) 
             for v in r)
         body.append(f"<tr>{cells}</tr>")
     return f"<table><caption>{html.escape(caption)}</caption><tr>{head}</tr>{''.join(body)}</table>"
+
+
+#: The rows of the before/after totals table, in order.
+TOTAL_ROWS = ("kernels", "flops", "bytes", "time")
+
+
+def before_after_totals(before: Module, after: Module, device: str | devices.Device = "h100") -> dict[str, dict]:
+    """What the engineer asks of a change, before vs after: kernels launched, flops,
+    bytes accessed and predicted time (the one cost model, ``fusion_analysis.cost``,
+    and its roofline on ``device``)."""
+    dev = devices.load(device)
+    out: dict[str, dict] = {}
+    for side, module in (("before", before), ("after", after)):
+        cost = analyze(module)
+        roof = roofline(module, dev, cost)
+        out[side] = {"kernels": len(roof.kernels), "flops": cost.flops, "bytes": cost.bytes_accessed,
+                     "time": roof.time_s}
+    out["device"] = {"name": dev.name}
+    return out
+
+
+def _change(b: float, a: float) -> str:
+    if b == a:
+        return "="
+    return f"{a / b:.2f}x" if b else "new"
+
+
+def totals_table(totals: dict[str, dict]) -> str:
+    """The before/after totals as an HTML table (id ``totals``), one row per figure."""
+    fmt = {"kernels": lambda v: f"{v:,}", "flops": lambda v: f"{v:.3g}", "bytes": fmt_bytes, "time": fmt_time}
+    label = {"kernels": "kernels", "flops": "flops", "bytes": "bytes accessed",
+             "time": f"predicted time ({totals['device']['name']} roofline)"}
+    rows = []
+    for key in TOTAL_ROWS:
+        b, a = totals["before"][key], totals["after"][key]
+        rows.append(f'<tr data-row="{key}"><th>{html.escape(label[key])}</th><td class="num">{fmt[key](b)}</td>'
+                    f'<td class="num">{fmt[key](a)}</td><td class="num">{_change(b, a)}</td></tr>')
+    return ('<table id="totals"><caption>before / after totals (fusion_analysis cost model)</caption>'
+            f'<tr><th></th><th>before</th><th>after</th><th>after / before</th></tr>{"".join(rows)}</table>')
 
 
 def pass_table(summary: Sequence[dict[str, Any]]) -> str:
@@ -84,7 +141,8 @@ def _pane(side: str, module: Module, view: View, svg: str, pane_id: str | None =
             f'<div class="viewport">{svg}</div></div>')
 
 
-def _document(heading: str, panes: str, tables: Sequence[str], data: dict, legend_status: bool) -> str:
+def _document(heading: str, panes: str, tables: Sequence[str], data: dict, legend_status: bool,
+              top: str = "") -> str:
     legend = "".join(f'<span style="background:{COLORS[c]}">{c.value}</span>' for c in Category)
     if legend_status:
         legend += "".join(f'<span class="st" style="border-color:{col}">{s}</span>' for s, col in _LEGEND_STATUS.items())
@@ -97,7 +155,8 @@ def _document(heading: str, panes: str, tables: Sequence[str], data: dict, legen
 <label>search <input id="search" type="search" placeholder="instruction name, e.g. add.3" autocomplete="off"></label>
 <span id="search-result"></span>
 <span class="legend">{legend}</span>
-<span>wheel: zoom · drag: pan · double-click: reset · click a node: its counterpart</span></header>
+<span>wheel: zoom · drag: pan · double-click: whole graph · click a node: its counterpart</span></header>
+{f'<section class="totals">{top}</section>' if top else ''}
 <div class="panes">{panes}</div>
 <section class="tables">{''.join(tables)}</section>
 <script type="application/json" id="hlo-data">{payload}</script>
@@ -111,13 +170,15 @@ def single_html(module: Module, options: FocusOptions = FocusOptions()) -> str:
     view = select(module, options)
     svg = svg_text(to_graph(view, id_prefix="b-").source)
     return _document(module.name, _pane("module", module, view, svg, pane_id="before"), [],
-                     {"before_counterparts": {}, "after_counterparts": {}}, False)
+                     {"before_counterparts": {}, "after_counterparts": {}, "focus": _focus(view)}, False)
 
 
 def before_after_html(before: Module, after: Module, options: FocusOptions = FocusOptions(), *,
-                      summary: Sequence[dict[str, Any]] | None = None, title: str | None = None) -> str:
-    """The page, as text. ``summary`` is the pass summary (e.g. one dict per pass
-    with its name, whether it changed the module, its time)."""
+                      summary: Sequence[dict[str, Any]] | None = None, title: str | None = None,
+                      device: str | devices.Device = "h100") -> str:
+    """The page, as text: the totals (kernels, flops, bytes, predicted time on
+    ``device``) at the top, both graphs, the tables. ``summary`` is the pass
+    summary (e.g. one dict per pass with its name, whether it changed the module, its time)."""
     d = diff_modules(before, after)
     before_view = select(before, options)
     try:
@@ -138,4 +199,6 @@ def before_after_html(before: Module, after: Module, options: FocusOptions = Foc
         tables.insert(0, pass_table(summary))
     heading = title or f"{before.name}: before / after"
     panes = _pane("before", before, before_view, b_svg) + _pane("after", after, after_view, a_svg)
-    return _document(heading, panes, tables, _counterparts(d, before_view, after_view), True)
+    top = totals_table(before_after_totals(before, after, device))
+    data = {**_counterparts(d, before_view, after_view), "focus": _focus(before_view, after_view)}
+    return _document(heading, panes, tables, data, True, top)
