@@ -56,32 +56,44 @@ def speedup_label(speedup: float | None, p10: float | None, p90: float | None) -
     return text
 
 
-#: XLA's cost-analysis key -> a readable name.  XLA adds per-operand and
+#: XLA's cost-analysis totals -> readable names.  XLA adds per-operand and
 #: per-output keys (``bytes accessed0{}``, ``bytes accessedout{}``,
-#: ``utilization4{}``); ``clean_cost`` names those too.
+#: ``utilization4{}``); ``clean_cost`` groups those.
 _COST_NAMES = {"flops": "flops", "transcendentals": "transcendentals", "bytes accessed": "bytes_accessed",
-               "optimal_seconds": "optimal_seconds", "utilization": "utilization", "bytes_accessed": "bytes_accessed"}
+               "optimal_seconds": "optimal_seconds", "utilization": "utilization"}
 _PER_OPERAND = re.compile(r"^(bytes accessed|utilization)\s*(out|\d+)\s*\{([\d,\s]*)\}$")
 
 
-def clean_cost_key(key: str) -> str:
-    """``bytes accessed`` -> ``bytes_accessed``; ``bytes accessed4{}`` ->
-    ``bytes_accessed_operand4``; ``bytes accessedout{1}`` -> ``bytes_accessed_output_1``."""
-    m = _PER_OPERAND.match(key.strip())
-    if m:
-        what, which, index = m.group(1).replace(" ", "_"), m.group(2), m.group(3).replace(" ", "").replace(",", "_")
-        side = "output" if which == "out" else f"operand{which}"
-        return f"{what}_{side}" + (f"_{index}" if index else "")
+def _name(key: str) -> str:
     return _COST_NAMES.get(key, re.sub(r"[^0-9a-zA-Z]+", "_", key).strip("_").lower())
 
 
 def clean_cost(cost: dict | None) -> dict:
-    """XLA's cost analysis with readable keys (``clean_cost_key``), sorted: the
-    module totals first, per-operand and per-output entries after them."""
+    """XLA's cost analysis with readable keys: the module totals (``bytes accessed``
+    -> ``bytes_accessed``), then ``operands`` (operand number -> its
+    ``bytes_accessed`` and ``utilization``; ``"0{1}"`` for a tuple operand's
+    element) and ``outputs`` (``"root"`` for the whole output, else its shape index)."""
     if not cost:
         return {}
-    out = {clean_cost_key(k): v for k, v in cost.items()}
-    return dict(sorted(out.items(), key=lambda kv: ("_operand" in kv[0] or "_output" in kv[0], kv[0])))
+    totals: dict = {}
+    operands: dict[str, dict] = {}
+    outputs: dict[str, dict] = {}
+    for key, value in cost.items():
+        m = _PER_OPERAND.match(key.strip())
+        if not m:
+            totals[_name(key)] = value
+            continue
+        what, which, index = _name(m.group(1)), m.group(2), m.group(3).replace(" ", "")
+        if which == "out":
+            outputs.setdefault(index or "root", {})[what] = value
+        else:
+            operands.setdefault(which + (f"{{{index}}}" if index else ""), {})[what] = value
+    out = dict(sorted(totals.items()))
+    if operands:
+        out["operands"] = dict(sorted(operands.items(), key=lambda kv: (int(re.match(r"\d+", kv[0]).group()), kv[0])))
+    if outputs:
+        out["outputs"] = outputs
+    return out
 
 
 def finite(x):
