@@ -1007,20 +1007,24 @@ class Module:
 
     def _repr_html_(self) -> str:
         """A notebook's view: the module's size, entry signature and commonest opcodes."""
-        from .stats import module_stats  # lazy: stats imports this module (a cycle at import time)
-
-        s = module_stats(self)
         esc = html.escape
+        ops: dict[str, int] = {}
+        for i in self.instructions():
+            ops[i.opcode_text] = ops.get(i.opcode_text, 0) + 1
+        entry = self.entry
         sig = ""
-        if self.entry is not None:
-            shapes = [p.shape.to_text(False) for p in self.entry.parameters]
+        if entry is not None:
+            shapes = [p.shape.to_text(False) for p in entry.parameters]
             params = ", ".join(shapes[:6]) + (f", ... {len(shapes) - 6} more" if len(shapes) > 6 else "")
-            root = self.entry.root.shape.to_text(False) if self.entry.root is not None else "?"
+            root = entry.root.shape.to_text(False) if entry.root is not None else "?"
             sig = f"({params}) -> {root}"
-        rows = [("instructions", f"{s.instructions:,} ({s.entry_instructions:,} in the entry)"),
-                ("computations", f"{s.computations:,}"), ("fusions", f"{s.fusions:,}"),
-                ("parameters", f"{s.parameter_bytes:,} bytes"), ("outputs", f"{s.output_bytes:,} bytes"),
-                ("opcodes", ", ".join(f"{op} {n}" for op, n in list(s.opcodes.items())[:8]))]
+        param_bytes = sum(p.shape.byte_size for p in entry.parameters) if entry is not None else 0
+        out_bytes = entry.root.shape.byte_size if entry is not None and entry.root is not None else 0
+        top = sorted(ops.items(), key=lambda kv: -kv[1])[:8]
+        rows = [("instructions", f"{self.instruction_count:,} ({entry.instruction_count if entry else 0:,} in the entry)"),
+                ("computations", f"{len(self.computations):,}"), ("fusions", f"{ops.get('fusion', 0):,}"),
+                ("parameters", f"{param_bytes:,} bytes"), ("outputs", f"{out_bytes:,} bytes"),
+                ("opcodes", ", ".join(f"{op} {n}" for op, n in top))]
         body = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td style='text-align:left'>{esc(v)}</td></tr>"
                        for k, v in rows)
         return (f"<div class='hlo-module'><b>HloModule {esc(self.name)}</b> <code>{esc(sig)}</code>"
