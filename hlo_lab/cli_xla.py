@@ -11,7 +11,7 @@ import numpy as np
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
-from xla_bridge.display import clean_cost, finite, fmt_seconds, speedup_verdict
+from xla_bridge.display import clean_cost, finite, fmt_seconds, fmt_us
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import FUSION_MODES, STOCK, Measurement, Pipeline
@@ -288,7 +288,6 @@ def _cmd_history(args) -> int:
     if not rows:
         print("no results yet")
         return 0
-    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -313,7 +312,7 @@ def _cmd_history(args) -> int:
         noisy |= noise
         cell = {"id": str(r["id"]), "created": (r.get("created") or "").replace("T", " ")[:16],
                 "module": r.get("module") or "", "passes": r.get("passes") or "-", "backend": r.get("backend") or "",
-                "B pipeline": r.get("pipeline_b") or "-", "A": _us(r.get("a_median_us")), "B": _us(r.get("b_median_us")),
+                "B pipeline": r.get("pipeline_b") or "-", "A": fmt_us(r.get("a_median_us")), "B": fmt_us(r.get("b_median_us")),
                 "speedup": "-" if sp is None else f"{sp:.3f}x" + ("~" if noise else ""),
                 "outputs": r.get("verdict") or "", "git": (r.get("git_commit") or "")[:8],
                 "p10-p90": "-" if p10 is None or p90 is None else f"{p10:.2f}-{p90:.2f}"}
@@ -322,10 +321,6 @@ def _cmd_history(args) -> int:
     con.print("A, B: median run times (A: the module as given, B: the rewrite under B pipeline); speedup A/B"
               + ("; ~ within noise: its p10-p90 range spans 1.0" if noisy else ""))
     return 0
-
-
-def _us(us: float | None) -> str:
-    return "-" if us is None else fmt_seconds(us * 1e-6)
 
 
 def _common(p, *, pipeline: bool = True) -> None:
