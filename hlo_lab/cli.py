@@ -41,11 +41,13 @@ def _inputs(paths: list[str]) -> list[str]:
 def _cmd_check(args) -> int:
     status = 0
     files: list[str] = []
+    results: list[dict] = []  # --json: one object per file
     for f in args.files:
         try:
             files += _inputs([f])
         except HloParseError as e:
             print(e.format(), file=sys.stderr)
+            results.append({"file": f, "ok": False, "error": e.format()})
             status = 1
     for f in files:
         try:
@@ -53,14 +55,20 @@ def _cmd_check(args) -> int:
             verify(module)
         except HloParseError as e:
             print(e.format(), file=sys.stderr)
+            results.append({"file": f, "ok": False, "error": e.format()})
             status = 1
             continue
         except HloError as e:  # VerificationError and the like: one file's problem, the others are still checked
             print(f"{f}: {e}", file=sys.stderr)
+            results.append({"file": f, "ok": False, "error": _first_line(str(e))})
             status = 1
             continue
-        if not args.quiet:
+        results.append({"file": f, "ok": True, "module": module.name, "instructions": module.instruction_count,
+                        "computations": len(module.computations)})
+        if not args.quiet and not args.json:
             print(f"{f}: ok ({module.instruction_count} instructions, {len(module.computations)} computations)")
+    if args.json:
+        print(json.dumps(results, indent=1))
     return status
 
 
@@ -137,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="parse and verify module files (or every module file of a folder); FILE:LINE:COL on errors")
     c.add_argument("files", nargs="+", metavar="FILE|DIR")
     c.add_argument("-q", "--quiet", action="store_true")
+    c.add_argument("--json", action="store_true", help="one object per file: ok, instructions, or the error")
     c.set_defaults(func=_cmd_check)
     f = sub.add_parser("fmt", help="print a module as canonical HLO text")
     f.add_argument("file")

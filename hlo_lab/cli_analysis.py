@@ -14,11 +14,12 @@ import sys
 from hlo_tools.errors import HloParseError
 from hlo_tools.fileio import check_writable
 from xla_bridge import read_text, xla  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
+from xla_bridge.display import fmt_seconds
 
 
 def _cmd_analyze(args) -> int:
     from fusion_analysis import devices  # lazy: start-up (module docstring)
-    from fusion_analysis.report import fmt_bytes, fmt_time  # lazy: start-up
+    from fusion_analysis.report import fmt_bytes  # lazy: start-up
     from fusion_analysis.scan import analyze_text  # lazy: start-up
 
     try:
@@ -41,9 +42,10 @@ def _cmd_analyze(args) -> int:
     from rich.table import Table
 
     con = Console()
+    narrow = con.width < 120
     c = r["cost"]
     con.print(f"[bold]{r['module']}[/] on {args.device}: {r['instructions']} instructions, {r['kernels']} kernels")
-    con.print(f"flops {c['flops']:.4g}  transcendentals {c['transcendentals']:.4g}  bytes accessed {c['bytes accessed']:.4g}")
+    con.print(f"flops {c['flops']:.4g}  transcendentals {c['transcendentals']:.4g}  bytes accessed {fmt_bytes(c['bytes accessed'])}")
     if "xla_cost" in r:
         x = r["xla_cost"]
         if x.get("bytes accessed") is None:
@@ -51,22 +53,44 @@ def _cmd_analyze(args) -> int:
         else:
             con.print("XLA's HloCostAnalysis: " + "  ".join(
                 f"{k} {x[k] or 0:.4g} ({100 * (c[k] - (x[k] or 0)) / max(abs(x[k] or 0), 1):+.3f}%)" for k in c))
-    con.print(f"roofline time {fmt_time(r['time_s'])}, headroom {fmt_time(r['headroom_s'])}; bounds {r['bounds']}")
+    con.print(f"roofline time {fmt_seconds(r['time_s'])}, headroom {fmt_seconds(r['headroom_s'])}; "
+              f"{bounds_words(r['bounds'])}")
     t = Table(title="per category")
     for col in ("category", "kernels", "time", "headroom", "bytes", "flops"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=True, justify="left" if col == "category" else "right")
     for cat, s in r["categories"].items():
-        t.add_row(cat, str(s["kernels"]), fmt_time(s["time_s"]), fmt_time(s["headroom_s"]), fmt_bytes(s["bytes_accessed"]),
-                  f"{s['flops']:.3g}")
+        t.add_row(cat, str(s["kernels"]), fmt_seconds(s["time_s"]), fmt_seconds(s["headroom_s"]),
+                  fmt_bytes(s["bytes_accessed"]), f"{s['flops']:.3g}")
     con.print(t)
-    t = Table(title=f"top {args.top} opportunities (by bytes saved)")
-    for col in ("signature", "kind", "pattern", "count", "legal", "bytes saved", "time saved", "example"):
-        t.add_column(col, overflow="fold")
+    # At a narrow terminal (80 columns) the signature and example columns go (--json has them):
+    # every other column keeps at least its header's width, so none wraps into one letter a line.
+    t = Table(title=f"top {args.top} opportunities" + (" (signatures and examples: --json, or 120+ columns)"
+                                                       if narrow else ""))
+    text_cols = () if narrow else ("signature",)
+    tail = ("example",) if text_cols else ()
+    for col in (*text_cols, "kind", "pattern", "n", "legal", "bytes saved", "time saved", *tail):
+        if col in ("signature", "example"):
+            t.add_column(col, overflow="fold", min_width=12, max_width=48)
+        else:
+            t.add_column(col, no_wrap=True, min_width=len(col), overflow="ellipsis",
+                         justify="right" if col in ("n", "legal", "bytes saved", "time saved") else "left")
     for g in r["opportunities"]["groups"][: args.top]:
-        t.add_row(g["signature"], g["kind"], g["pattern"] or "", str(g["count"]), str(g["legal"]),
-                  fmt_bytes(g["bytes_saved"]), fmt_time(g["time_saved_s"]), g["examples"][0] if g["examples"] else "")
+        cells = [g["kind"], g["pattern"] or "", str(g["count"]), str(g["legal"]), fmt_bytes(g["bytes_saved"]),
+                 fmt_seconds(g["time_saved_s"])]
+        if text_cols:
+            cells = [g["signature"], *cells, g["examples"][0] if g["examples"] else ""]
+        t.add_row(*cells)
     con.print(t)
     return 0
+
+
+def bounds_words(bounds: dict) -> str:
+    """``{'launch': 142, 'memory': 2}`` as words: ``142 kernels launch-bound, 2 memory-bound``."""
+    parts = [f"{n} {k}-bound" for k, n in sorted(bounds.items(), key=lambda kv: -kv[1]) if n]
+    if not parts:
+        return "no kernels bound"
+    parts[0] = parts[0].replace(" ", " kernels ", 1)
+    return ", ".join(parts)
 
 
 def _cmd_scan(args) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 
 from hlo_tools import HloParseError, load
@@ -15,6 +17,9 @@ def _cmd_opt(args) -> int:
     from passes.fusion.pipeline import NAMED, passes_of  # lazy: as above
 
     if args.list:
+        if args.json:
+            print(json.dumps({"passes": list(available_passes()), "pipelines": list(NAMED)}, indent=1))
+            return 0
         print("\n".join(available_passes()))
         print("pipelines: " + ", ".join(NAMED))
         return 0
@@ -42,8 +47,16 @@ def _cmd_opt(args) -> int:
     except PassError as e:
         print(f"hlo opt: {e}", file=sys.stderr)
         return 1
-    print(report.table(), file=sys.stderr if not args.output else sys.stdout)
     text = module.to_text()
+    if args.json:  # the module goes to -o, or into the JSON when there is none
+        if args.output:
+            write_output(args.output, text)
+        print(json.dumps({"module": module.name, "passes": args.passes, "changed": report.changed,
+                          "iterations": report.iterations, "instructions": module.instruction_count,
+                          "records": [dataclasses.asdict(r) for r in report.records], "output": args.output,
+                          **({} if args.output else {"text": text})}, indent=1))
+        return 0
+    print(report.table(), file=sys.stderr if not args.output else sys.stdout)
     if args.output:
         write_output(args.output, text)
     else:
@@ -59,5 +72,7 @@ def register(subparsers) -> None:
     p.add_argument("--dump-dir", help="write NN.passname.hlo after each pass")
     p.add_argument("--fixed-point", action="store_true", help="repeat the pipeline until nothing changes")
     p.add_argument("--list", action="store_true", help="list the registered passes")
+    p.add_argument("--json", action="store_true", help="what each pass did as JSON; the module goes to -o, or "
+                                                        "into the JSON's \"text\" without one")
     add_load(p)
     p.set_defaults(func=_cmd_opt)

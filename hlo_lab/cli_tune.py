@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
+from xla_bridge.display import speedup_verdict
 
 from .cli_args import at_least_one, positive_seconds
 
@@ -68,8 +69,8 @@ def _report(d: dict, out: str | None) -> str:
         scale = 1e3 if d["target"] else 1.0
         lines.append(f"stock {d['stock_ms'] * scale:.4g} {unit}, tuned {d['best_ms'] * scale:.4g} {unit}; "
                      f"outputs: {d['outputs']}")
-    if d["speedup_p10"] is not None and d["speedup_p10"] < 1.0 < d["speedup_p90"]:
-        lines.append("note: the tuned module's p10-p90 spans 1.0: within this machine's noise")
+    if d["speedup_p10"] is not None and d["speedup_p90"] is not None:
+        lines.append(f"tuned vs stock: {speedup_verdict(d['speedup_p10'], d['speedup_p90'])}")
     tau = d["kendall_tau_model_vs_measured"]
     lines.append(f"search: {d['compiles']} compiles in {d['search_seconds']} s"
                  + (f", random search {d['random_compiles']}" if d["random_candidates"] else "")

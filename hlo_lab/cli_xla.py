@@ -11,13 +11,15 @@ import numpy as np
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
+from xla_bridge.display import clean_cost, finite, fmt_seconds, fmt_us
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.hook_stage import HookStage
-from xla_bridge.measure import FUSION_MODES, Measurement, Pipeline
+from xla_bridge.measure import FUSION_MODES, STOCK, Measurement, Pipeline
 from xla_bridge.xla_compile import PIPELINES, compile
 from xla_bridge.xla_results import history, record
 from xla_bridge.xla_run import compare, run_module
 
+from . import progress
 from .cli_args import add_load
 
 
@@ -35,8 +37,9 @@ def _cmd_compile(args) -> int:
     if args.dump_dir:
         check_writable(args.dump_dir, directory=True)
     try:
-        res = compile(_load(args.file), args.backend, args.pipeline, flags=_flags(args), target=args.target,
-                      dump_dir=args.dump_dir, contained=True)
+        with progress.status(f"compiling {args.file}", progress.wanted(args)):
+            res = compile(_load(args.file), args.backend, args.pipeline, flags=_flags(args), target=args.target,
+                          dump_dir=args.dump_dir, contained=True)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
@@ -48,17 +51,20 @@ def _cmd_compile(args) -> int:
     kinds: dict[str, int] = {}
     for _, kind in res.fusions():
         kinds[kind] = kinds.get(kind, 0) + 1
+    cost = clean_cost(res.cost)
     info = {"module": res.module_name, "backend": res.backend, "device": res.device, "pipeline": res.pipeline,
             "compile_seconds": round(res.compile_seconds, 4), "instructions": res.optimized_module.instruction_count,
-            "fusions": kinds, "cost": res.cost, "memory": res.memory}
+            "fusions": kinds, "cost": cost, "memory": res.memory}
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps(finite(info), indent=2))
     else:
         how = "XLA's optimized module handed over as written" if res.handed_over else res.pipeline
         print(f"{res.module_name}: XLA:{res.backend} ({res.device}) {how} in {res.compile_seconds:.3f} s; "
               f"{info['instructions']} instructions, fusions {kinds or 'none'}")
-        if res.cost:
-            print("cost: " + ", ".join(f"{k} {v:,.0f}" for k, v in sorted(res.cost.items()) if "{" not in k))
+        totals = {k: v for k, v in cost.items() if not isinstance(v, dict)}
+        if totals:
+            print("cost: " + ", ".join(f"{k} {fmt_seconds(v) if k.endswith('seconds') else f'{v:,.0f}'}"
+                                       for k, v in totals.items()))
         if res.memory:
             print("memory: " + ", ".join(f"{k.removesuffix('_in_bytes')} {v:,}" for k, v in res.memory.items() if v))
     return 0
@@ -67,32 +73,42 @@ def _cmd_compile(args) -> int:
 def _cmd_run(args) -> int:
     try:
         module = _load(args.file)
-        outs = run_module(module, backend=args.backend, pipeline=args.pipeline, flags=_flags(args), seed=args.seed,
-                          contained=True)
+        with progress.status(f"compiling and running {args.file}", progress.wanted(args)):
+            outs = run_module(module, backend=args.backend, pipeline=args.pipeline, flags=_flags(args), seed=args.seed,
+                              contained=True)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
     except (XlaCompileError, HloError, ValueError) as e:
         print(f"hlo run: {e}", file=sys.stderr)
         return 2
+    rows = []
     for i, o in enumerate(outs):
         f = np.asarray(o, dtype=np.float64) if o.dtype.kind != "c" else np.abs(o)
-        stats = f"min {f.min():.6g} max {f.max():.6g} mean {f.mean():.6g}" if f.size else "empty"
-        print(f"output {i}: {o.dtype.name}{list(o.shape)} {stats}")
+        stats = {"min": float(f.min()), "max": float(f.max()), "mean": float(f.mean())} if f.size else {}
+        rows.append({"index": i, "dtype": o.dtype.name, "shape": list(o.shape), **stats})
+        if not args.json:
+            text = " ".join(f"{k} {v:.6g}" for k, v in stats.items()) if stats else "empty"
+            print(f"output {i}: {o.dtype.name}{list(o.shape)} {text}")
+    if args.json:
+        print(json.dumps(finite({"module": module.name, "backend": args.backend, "pipeline": args.pipeline,
+                                 "seed": args.seed, "outputs": rows}), indent=2))
     return 0
 
 
 def _cmd_compare(args) -> int:
     try:
-        cmp = compare(_load(args.a), _load(args.b), backend=args.backend, pipeline_a=args.pipeline_a,
-                      pipeline_b=args.pipeline_b, flags=_flags(args), seed=args.seed, contained=True)
+        a, b = _load(args.a), _load(args.b)
+        with progress.status(f"comparing {args.a} and {args.b}", progress.wanted(args)):
+            cmp = compare(a, b, backend=args.backend, pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b,
+                          flags=_flags(args), seed=args.seed, contained=True)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
     except (XlaCompileError, HloError, ValueError) as e:
         print(f"hlo compare: {e}", file=sys.stderr)
         return 2
-    print(cmp)
+    print(json.dumps(cmp.as_dict(), indent=2) if args.json else cmp)
     return 0 if cmp.ok else 1
 
 
@@ -116,12 +132,13 @@ def _apply_passes(module, pipeline: list):
 
 
 def _cmd_bench(args) -> int:
-    """The original under ``--pipeline-a`` (A) against B: the rewrite under
-    ``--pipeline-b``, or with ``--hook`` the original under ``--pipeline-b`` with
-    the passes run at that stage of XLA's pipeline (how fusion pipelines are
-    measured: they then see XLA's layout-assigned, unfused module).  All of it
-    runs in the XLA worker, so the passes go there (by name, as pickled Pass
-    objects) and the module they left comes back."""
+    """The original under ``--pipeline-a`` (A) against B.  What B is follows what
+    the passes are (``hlo_lab.debug.rewrite.rewrite_route``, the rule ``hlo upstream``
+    and ``hlo bisect`` measure by): cleanup passes run on the text and both sides
+    are compiled stock; a fusion pass runs inside XLA at the hook stage, B as
+    written.  ``--hook`` and ``--pipeline-b`` override it.  All of it runs in the
+    XLA worker, so the passes go there (by name, as pickled Pass objects) and the
+    module they left comes back."""
     if args.target:
         return _bench_deviceless(args)
     if args.mode:
@@ -133,20 +150,15 @@ def _cmd_bench(args) -> int:
         pipeline = _pipeline(args.passes) if args.passes else []
         original = _load(args.file)
         measurement = Measurement(args.backend, flags=_flags(args), contained=True)
-        pipeline_a, pipeline_b = Pipeline(args.pipeline_a), Pipeline(args.pipeline_b)
-        if args.hook:
-            from passes import PassManager  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
-
-            pipeline_b = pipeline_b.hooked(PassManager(pipeline), HookStage(args.hook))
-            rewritten = original
-        elif args.against:
-            rewritten = _load(args.against)
-        elif args.passes:
-            rewritten = _apply_passes(original, pipeline)
-        else:
-            rewritten = original
-        res = measurement.benchmark(original, rewritten, pipeline_a, pipeline_b, reps=args.reps, warmup=args.warmup)
-        if args.hook and res.hook_b.after is not None:
+        pipeline_a = Pipeline(args.pipeline_a)
+        pipeline_b, rewritten, mode, why = _bench_b(args, original, pipeline)
+        if not args.json:
+            print(f"mode: {mode} ({why})")
+        with progress.status(f"bench {original.name}: {args.reps} ABBA pairs", progress.wanted(args)):
+            res = measurement.benchmark(original, rewritten, pipeline_a, pipeline_b, reps=args.reps,
+                                        warmup=args.warmup)
+            vs = _vs_stock(measurement, original, rewritten, pipeline_b) if args.vs_stock else None
+        if pipeline_b.pass_ is not None and res.hook_b is not None and res.hook_b.after is not None:
             rewritten = res.hook_b.after
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
@@ -155,17 +167,73 @@ def _cmd_bench(args) -> int:
         print(f"hlo bench: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"a_median_us": res.a.median_us, "b_median_us": res.b.median_us if res.b else None,
-                          "speedup": res.speedup, "speedup_p10": res.speedup_p10, "speedup_p90": res.speedup_p90,
-                          "outputs": res.verdict, "backend": res.backend, "device": res.device,
-                          "pipeline_a": res.pipeline_a, "pipeline_b": res.pipeline_b, "reps": res.reps}, indent=2))
+        print(json.dumps({**res.as_dict(), "mode": mode, "mode_why": why, "passes": args.passes or "",
+                          **({"vs_stock": vs} if vs is not None else {})}, indent=2))
     else:
         print(res.table())
+        if vs is not None:
+            print(vs["summary"])
     if not args.no_record:
         row = record(res, module_text=original.to_text(), rewritten_text=rewritten.to_text(), passes=args.passes or "",
-                     db=args.db)
-        print(f"recorded as row {row} in {args.db or 'the default results db'}")
+                     db=args.db, extra={"mode": mode})
+        if not args.json:
+            print(f"recorded as row {row} in {args.db or 'the default results db'}")
     return 0 if res.verdict in ("exact", "close", "unchecked") else 1
+
+
+def _bench_b(args, original, pipeline: list) -> tuple[Pipeline, object, str, str]:
+    """B's pipeline and module, the mode in a few words, and why that mode."""
+    from passes import PassManager  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
+    from .debug.rewrite import rewrite_route  # lazy: imports the passes, as above
+
+    if args.hook:
+        base = args.pipeline_b or "as-written"
+        return (Pipeline(base).hooked(PassManager(pipeline), HookStage(args.hook)), original,
+                f"stock vs {args.passes} inside XLA at {args.hook}, B {base}", "--hook")
+    if args.against:
+        base = args.pipeline_b or "as-written"
+        return (Pipeline(base), _load(args.against), f"stock vs {args.against}, B {base}",
+                "--pipeline-b" if args.pipeline_b else "an already rewritten module is timed as written; "
+                "--pipeline-b stock to let XLA optimize it too")
+    if not pipeline:
+        base = args.pipeline_b or "as-written"
+        return (Pipeline(base), original, f"{args.pipeline_a} vs {base} on the same module",
+                "no --passes: XLA's pipelines compared" if not args.pipeline_b else "--pipeline-b")
+    if args.pipeline_b:
+        return (Pipeline(args.pipeline_b), _apply_passes(original, pipeline),
+                f"stock vs {args.passes} on the module, B {args.pipeline_b}", "--pipeline-b")
+    pipeline_b, on_text, route = rewrite_route(pipeline, args.backend)
+    if on_text:
+        rewritten = original.clone()
+        changed = PassManager(pipeline).run(rewritten)
+        return (pipeline_b, rewritten, f"stock vs stock on the module after {args.passes}",
+                "no fusion pass: cleanup passes are measured with XLA's whole pipeline on both sides"
+                + ("" if changed else "; the passes changed nothing"))
+    return (pipeline_b, original, f"stock vs {route}",
+            "a fusion pass: it decides the fusions inside XLA, whose own fusion is off on B")
+
+
+def _vs_stock(measurement: Measurement, original, rewritten, pipeline_b: Pipeline) -> dict:
+    """Does stock XLA already do this?  XLA's optimized stock module against XLA's
+    module of ours (B), diffed as ``hlo diff`` does: what ours has that stock's lacks."""
+    from visualize.diff import diff_modules  # lazy: the diff and its matching, only for --vs-stock
+
+    stock = measurement.compile(original, STOCK).optimized_module
+    ours = measurement.compile(rewritten, pipeline_b).optimized_module
+    d = diff_modules(stock, ours)
+    deltas = {op: a - b for op, b, a in d.opcode_counts if a != b}
+    same = not deltas and stock.instruction_count == ours.instruction_count
+    counts = d.counts()
+    if same:
+        summary = (f"vs stock: XLA's stock result and ours have the same {ours.instruction_count} instructions, "
+                   f"opcode for opcode: stock XLA already does what the passes do")
+    else:
+        shown = ", ".join(f"{op} {n:+d}" for op, n in list(deltas.items())[:8]) or "no opcode count changes"
+        summary = (f"vs stock: ours {ours.instruction_count} instructions, stock's {stock.instruction_count}; "
+                   f"outside fusion bodies ours has {shown} ({counts['changed']} changed, {counts['removed']} removed, "
+                   f"{counts['added']} added; hlo diff for the whole)")
+    return {"stock_instructions": stock.instruction_count, "ours_instructions": ours.instruction_count,
+            "opcode_deltas": deltas, "diff_counts": counts, "already_in_stock": same, "summary": summary}
 
 
 def _bench_deviceless(args) -> int:
@@ -220,17 +288,38 @@ def _cmd_history(args) -> int:
     if not rows:
         print("no results yet")
         return 0
-    cols = ["id", "created", "module", "passes", "backend", "pipeline_b", "a_median_us", "b_median_us", "speedup",
-            "verdict", "git_commit"]
+    from rich.console import Console
+    from rich.table import Table
 
-    def cell(r, c):
-        v = r.get(c)
-        return f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v))
-
-    table = [cols] + [[cell(r, c) for c in cols] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
-    for row in table:
-        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+    con = Console()
+    wide = con.width >= 140  # at 80 columns: the columns that matter, none wrapped into one letter a line
+    cols = ["id", "module", "passes", "B pipeline", "A", "B", "speedup", "outputs"]
+    if wide:
+        cols[1:1] = ["created"]
+        cols[4:4] = ["backend"]
+        cols += ["p10-p90", "git"]
+    t = Table(box=None, header_style="bold underline", padding=(0, 1, 0, 0), pad_edge=False)
+    for c in cols:
+        if c in ("module", "passes"):
+            t.add_column(c, overflow="ellipsis", no_wrap=True, min_width=len(c), max_width=None if wide else 16)
+        else:
+            t.add_column(c, no_wrap=True, min_width=len(c),
+                         justify="right" if c in ("id", "A", "B", "speedup", "p10-p90") else "left")
+    noisy = False
+    for r in rows:
+        p10, p90, sp = r.get("speedup_p10"), r.get("speedup_p90"), r.get("speedup")
+        noise = p10 is not None and p90 is not None and p10 <= 1.0 <= p90
+        noisy |= noise
+        cell = {"id": str(r["id"]), "created": (r.get("created") or "").replace("T", " ")[:16],
+                "module": r.get("module") or "", "passes": r.get("passes") or "-", "backend": r.get("backend") or "",
+                "B pipeline": r.get("pipeline_b") or "-", "A": fmt_us(r.get("a_median_us")), "B": fmt_us(r.get("b_median_us")),
+                "speedup": "-" if sp is None else f"{sp:.3f}x" + ("~" if noise else ""),
+                "outputs": r.get("verdict") or "", "git": (r.get("git_commit") or "")[:8],
+                "p10-p90": "-" if p10 is None or p90 is None else f"{p10:.2f}-{p90:.2f}"}
+        t.add_row(*[cell[c] for c in cols])
+    con.print(t)
+    con.print("A, B: median run times (A: the module as given, B: the rewrite under B pipeline); speedup A/B"
+              + ("; ~ within noise: its p10-p90 range spans 1.0" if noisy else ""))
     return 0
 
 
@@ -249,13 +338,16 @@ def register(subparsers) -> None:
     c.add_argument("--target", help="compile XLA:GPU for this GPU without one (h100, h200, a100, b200, or a .txtpb)")
     c.add_argument("--dump-optimized", metavar="OUT", help="write XLA's optimized module here")
     c.add_argument("--dump-dir", help="XLA dumps every pass here (--xla_dump_to)")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="the figures as JSON (XLA's cost keys with readable names)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     c.set_defaults(func=_cmd_compile)
 
     r = subparsers.add_parser("run", help="compile and run a module on deterministic inputs; print output stats")
     r.add_argument("file")
     _common(r)
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--json", action="store_true", help="each output's dtype, shape, min, max and mean as JSON")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     r.set_defaults(func=_cmd_run)
 
     k = subparsers.add_parser("compare", help="run A and B on the same inputs; exit 0 if they agree, 1 if not, 2 on errors")
@@ -265,9 +357,12 @@ def register(subparsers) -> None:
     k.add_argument("--pipeline-a", default="stock", choices=list(PIPELINES))
     k.add_argument("--pipeline-b", default="stock", choices=list(PIPELINES))
     k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--json", action="store_true", help="the verdict and each output's errors as JSON")
+    k.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     k.set_defaults(func=_cmd_compare)
 
-    b = subparsers.add_parser("bench", help="time the original (stock) against the rewrite (as-written), interleaved")
+    b = subparsers.add_parser("bench", help="time the original (stock) against the rewrite, interleaved; the rewrite's "
+                                            "pipeline follows the passes (the output says which and why)")
     b.add_argument("file")
     _common(b, pipeline=False)
     b.add_argument("--passes", help="comma-separated Python passes that make the rewrite (`hlo opt --list` lists "
@@ -278,7 +373,12 @@ def register(subparsers) -> None:
                    help="run --passes inside XLA's pipeline at this stage instead of on the file "
                         "(fusion pipelines: --hook pre-scheduler)")
     b.add_argument("--pipeline-a", default="stock", choices=list(PIPELINES))
-    b.add_argument("--pipeline-b", default="as-written", choices=list(PIPELINES))
+    b.add_argument("--pipeline-b", default=None, choices=list(PIPELINES),
+                   help="B's pipeline (default: follows the passes: stock for cleanup passes, as-written with "
+                        "--hook for fusion passes; as-written without --passes)")
+    b.add_argument("--vs-stock", action="store_true",
+                   help="also diff XLA's optimized stock module against ours: does stock XLA already do this?")
+    b.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     b.add_argument("--target", help="no GPU here: compile XLA:GPU for this GPU (h100, h200...) and compare stock "
                                     "with --passes by model, not by time")
     b.add_argument("--mode", choices=list(FUSION_MODES),

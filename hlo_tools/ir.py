@@ -8,6 +8,7 @@ Attributes that passes do not model are kept as the exact text XLA printed.
 
 from __future__ import annotations
 
+import html
 import itertools
 from typing import Iterable, Iterator
 
@@ -36,6 +37,18 @@ COMPUTATION_ATTRS = frozenset(
         "comparator",
     }
 )
+
+
+def literal_text(value: str | float | int | bool) -> str:
+    """A constant's literal as HLO text: text unchanged, ``True`` as ``true``,
+    numbers as Python prints them (``inf``, ``nan`` and ``-inf`` as XLA writes them)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)  # 0.5, 1e-05, inf, -inf, nan: each as XLA's parser reads it
+    raise TypeError(f"a literal is HLO text or a Python number, not {type(value).__name__}")
 
 
 class Instruction:
@@ -135,15 +148,21 @@ class Instruction:
 
     # -- construction helpers -------------------------------------------------
     @classmethod
-    def create(cls, opcode: HloOpcode | str, shape: Shape | str, operands=(), name: str | None = None, **attributes) -> "Instruction":
+    def create(cls, opcode: HloOpcode | str, shape: Shape | str, operands=(), name: str | None = None, *,
+               literal: str | float | int | bool | None = None, **attributes) -> "Instruction":
         """Builds an instruction; keyword attributes are HLO attribute texts
-        (``dimensions="{0}"``) or typed values that ``attributes.format_value`` knows."""
+        (``dimensions="{0}"``) or typed values that ``attributes.format_value`` knows.
+        ``literal``: a constant's value, as HLO text (``"{1, 2}"``) or a Python
+        number, checked against ``shape`` as XLA's parser checks it."""
         if isinstance(opcode, str):
             opcode = HloOpcode(opcode)
         if isinstance(shape, str):
             shape = parse_shape(shape)
         attrs = {k.replace("control_predecessors", "control-predecessors"): _attrs.format_value(k, v) for k, v in attributes.items()}
-        return cls(name or opcode.value, opcode, shape, tuple(operands), attrs)
+        instr = cls(name or opcode.value, opcode, shape, tuple(operands), attrs)
+        if literal is not None:
+            instr.literal = literal_text(literal)  # the setter checks the opcode and the shape
+        return instr
 
     # -- guarded fields ---------------------------------------------------------
     @property
@@ -985,3 +1004,28 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<Module {self.name}: {len(self.computations)} computations, {self.instruction_count} instructions>"
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the module's size, entry signature and commonest opcodes."""
+        esc = html.escape
+        ops: dict[str, int] = {}
+        for i in self.instructions():
+            ops[i.opcode_text] = ops.get(i.opcode_text, 0) + 1
+        entry = self.entry
+        sig = ""
+        if entry is not None:
+            shapes = [p.shape.to_text(False) for p in entry.parameters]
+            params = ", ".join(shapes[:6]) + (f", ... {len(shapes) - 6} more" if len(shapes) > 6 else "")
+            root = entry.root.shape.to_text(False) if entry.root is not None else "?"
+            sig = f"({params}) -> {root}"
+        param_bytes = sum(p.shape.byte_size for p in entry.parameters) if entry is not None else 0
+        out_bytes = entry.root.shape.byte_size if entry is not None and entry.root is not None else 0
+        top = sorted(ops.items(), key=lambda kv: -kv[1])[:8]
+        rows = [("instructions", f"{self.instruction_count:,} ({entry.instruction_count if entry else 0:,} in the entry)"),
+                ("computations", f"{len(self.computations):,}"), ("fusions", f"{ops.get('fusion', 0):,}"),
+                ("parameters", f"{param_bytes:,} bytes"), ("outputs", f"{out_bytes:,} bytes"),
+                ("opcodes", ", ".join(f"{op} {n}" for op, n in top))]
+        body = "".join(f"<tr><th style='text-align:left'>{esc(k)}</th><td style='text-align:left'>{esc(v)}</td></tr>"
+                       for k, v in rows)
+        return (f"<div class='hlo-module'><b>HloModule {esc(self.name)}</b> <code>{esc(sig)}</code>"
+                f"<table>{body}</table></div>")

@@ -198,6 +198,11 @@ class Shape:
         return cls(element_type, tuple(dims), layout)
 
     @classmethod
+    def scalar(cls, element_type: PrimitiveType | str) -> "Shape":
+        """A rank-0 array of ``element_type`` (``f32[]``), the shape of a scalar constant."""
+        return cls.array(element_type, ())
+
+    @classmethod
     def tuple_of(cls, shapes) -> "Shape":
         return cls(PrimitiveType.TUPLE, tuple_shapes=tuple(shapes))
 

@@ -64,7 +64,8 @@ def one_line(r: subprocess.CompletedProcess) -> str:
 
 
 def test_bench_passes_without_hook_reports_the_abort_in_one_line(files):
-    r = hlo("bench", files["dec"], "--passes", ABORTING_PASSES, "--reps", "2", "--warmup", "0", "--no-record")
+    r = hlo("bench", files["dec"], "--passes", ABORTING_PASSES, "--pipeline-b", "as-written", "--reps", "2", "--warmup",
+            "0", "--no-record")
     assert re.match(ONE_ABORT_LINE.format(cmd="bench", label=r" \(as-written\)"), one_line(r))
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import xla, xla_worker
+from .display import finite, html_table, speedup_label, speedup_verdict
 from .errors import XlaCompileError
 from .xla_compile import CompileResult, Hook, adopt_hook_state, compile, parse_flags
 from .xla_inputs import make_inputs
@@ -77,7 +78,47 @@ class BenchResult:
         lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
         lines.append(f"{self.backend} {self.device}; {self.reps} reps after {self.warmup} warm-up, "
                      f"{self.input_sets} input sets; outputs: {self.verdict}")
+        if self.b is not None:
+            lines.append(self.noise)
         return "\n".join(lines)
+
+    @property
+    def noise(self) -> str:
+        """What the speedup's p10-p90 range says (``display.speedup_verdict``)."""
+        return speedup_verdict(self.speedup_p10, self.speedup_p90)
+
+    @property
+    def within_noise(self) -> bool:
+        """The p10-p90 range of the speedup spans 1.0: not a result."""
+        return self.speedup_p10 is not None and self.speedup_p10 <= 1.0 <= self.speedup_p90
+
+    def as_dict(self) -> dict:
+        """The result as JSON-ready data (``hlo bench --json``); no samples."""
+        def timing(t: Timing | None) -> dict | None:
+            return None if t is None else {"median_us": t.median_us, "p10_us": t.p10_us, "p90_us": t.p90_us}
+
+        return finite({"a": {"module": self.name_a, "pipeline": self.pipeline_a, **timing(self.a)},
+                       "b": None if self.b is None else {"module": self.name_b, "pipeline": self.pipeline_b,
+                                                         **timing(self.b)},
+                       "a_median_us": self.a.median_us, "b_median_us": self.b.median_us if self.b else None,
+                       "speedup": self.speedup, "speedup_p10": self.speedup_p10, "speedup_p90": self.speedup_p90,
+                       "within_noise": self.within_noise, "noise": self.noise if self.b is not None else None,
+                       "outputs": self.verdict, "backend": self.backend, "device": self.device,
+                       "pipeline_a": self.pipeline_a, "pipeline_b": self.pipeline_b, "reps": self.reps,
+                       "warmup": self.warmup, "input_sets": self.input_sets,
+                       "compile_seconds": list(self.compile_seconds)})
+
+    def _repr_html_(self) -> str:
+        rows = [(f"A {self.name_a}", self.pipeline_a, _fmt(self.a.median_us), _fmt(self.a.p10_us), _fmt(self.a.p90_us))]
+        if self.b is not None:
+            rows.append((f"B {self.name_b}", self.pipeline_b, _fmt(self.b.median_us), _fmt(self.b.p10_us),
+                         _fmt(self.b.p90_us)))
+        notes = [f"speedup A/B {speedup_label(self.speedup, self.speedup_p10, self.speedup_p90)}; "
+                 f"outputs: {self.verdict}"] if self.b is not None else [f"outputs: {self.verdict}"]
+        if self.b is not None:
+            notes.append(self.noise)
+        notes.append(f"XLA:{self.backend.upper()} on {self.device}; {self.reps} ABBA reps after {self.warmup} warm-up")
+        return html_table("benchmark", ("", "pipeline", "median", "p10", "p90"), rows, notes)
 
 
 class _Runner:

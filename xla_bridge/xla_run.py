@@ -15,6 +15,7 @@ from hlo_tools.ir import Module
 from hlo_tools.parser import parse
 
 from . import xla, xla_worker
+from .display import finite, html_table
 from .errors import NoDeviceError, XlaCompileError
 from .xla_compile import CompileResult, compile, parse_flags
 from .xla_inputs import make_inputs
@@ -154,6 +155,24 @@ class Comparison:
         lines = [f"{self.names[0]} vs {self.names[1]}: {self.verdict}" + (f" ({self.message})" if self.message else "")]
         lines += ["  " + str(o) for o in self.outputs]
         return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        """The comparison as JSON-ready data (``hlo compare --json``); no inputs."""
+        return finite({"a": self.names[0], "b": self.names[1], "verdict": self.verdict, "ok": self.ok,
+                       "message": self.message,
+                       "outputs": [{"index": o.index, "shape": list(o.shape), "dtype": o.dtype, "exact": o.exact,
+                                    "ok": o.ok, "max_abs": o.max_abs, "max_rel": o.max_rel,
+                                    "mismatches": o.mismatches, "size": o.size, "worst": list(o.worst),
+                                    "expected": o.expected, "actual": o.actual, "rtol": o.rtol, "atol": o.atol,
+                                    "note": o.note} for o in self.outputs]})
+
+    def _repr_html_(self) -> str:
+        rows = [(o.index, f"{o.dtype}{list(o.shape)}", "bitwise equal" if o.exact else "ok" if o.ok else
+                 f"MISMATCH {o.mismatches}/{o.size}", f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", o.note)
+                for o in self.outputs]
+        title = f"{self.names[0]} vs {self.names[1]}: {self.verdict}"
+        return html_table(title, ("output", "shape", "status", "max abs err", "max rel err", "note"), rows,
+                          [self.message] if self.message else [])
 
 
 def _as_float(x: np.ndarray) -> np.ndarray:

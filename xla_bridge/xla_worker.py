@@ -224,6 +224,30 @@ def naming(label: str) -> Iterator[None]:
 
 # -- the parent's side ------------------------------------------------------------------
 
+#: Callbacks ``(phase, module)`` told what the worker is doing, in the parent
+#: (``listening``): a command's progress line follows them.
+_listeners: list[Callable[[str, str], None]] = []
+
+
+@contextlib.contextmanager
+def listening(callback: Callable[[str, str], None]) -> Iterator[None]:
+    """Within the block, ``callback(phase, module)`` hears each call's start and
+    each note the worker sends ("compiling", "running"), as they arrive."""
+    _listeners.append(callback)
+    try:
+        yield
+    finally:
+        _listeners.remove(callback)
+
+
+def _tell(where: tuple[str, str]) -> None:
+    for callback in list(_listeners):
+        try:
+            callback(*where)
+        except Exception:  # noqa: BLE001 - a progress display must never fail the call it shows
+            pass
+
+
 
 def _env_key() -> tuple:
     return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)))
@@ -336,6 +360,7 @@ class Worker:
             self.calls += 1
             offset = self._stderr_size()
             where = (phase, module)
+            _tell(where)
             try:
                 _write_frame(self.proc.stdin, request)
             except (BrokenPipeError, OSError):  # it died since the last call: once more, fresh
@@ -350,6 +375,7 @@ class Worker:
                     reply = pickle.loads(frame)
                     if reply[0] == "note":
                         where = (reply[1], reply[2])
+                        _tell(where)
                     elif reply[0] == "ok":
                         self._forward_stderr(offset)
                         return reply[1]

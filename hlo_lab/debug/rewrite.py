@@ -25,18 +25,28 @@ def default_pipeline(passes: Sequence[Pass]) -> str:
     return "as-written" if has_fusion_pass(passes) else "stock"
 
 
+def rewrite_route(passes: Sequence[Pass], backend: str) -> tuple[Pipeline, bool, str]:
+    """The rule: (B's pipeline, whether the passes run on the module's text first,
+    the route in words).  A fusion pass runs inside XLA where XLA keeps its fusions
+    (as-written at ``HookStage.for_fusion``); other passes run on the text and B is
+    compiled stock, as A is."""
+    passes = list(passes)
+    if has_fusion_pass(passes):
+        return (Pipeline.fusion(PassManager(passes), backend), False,
+                f"as-written + passes at {HookStage.for_fusion(backend)}")
+    return STOCK, True, "stock, on the rewritten module"
+
+
 def measure_rewrite(measurement: Measurement, module: Module, passes: Sequence[Pass],
                     reps: int) -> tuple[BenchResult | None, str]:
     """Stock XLA (A) against the rewrite (B) on ``module``, ABBA-interleaved, outputs
     compared; (None, route) when the passes change nothing."""
     passes = list(passes)
-    if has_fusion_pass(passes):
-        route = f"as-written + passes at {HookStage.for_fusion(measurement.backend)}"
-        res = measurement.benchmark(module, module, STOCK, Pipeline.fusion(PassManager(passes), measurement.backend),
-                                    reps=reps)
+    pipeline_b, on_text, route = rewrite_route(passes, measurement.backend)
+    if not on_text:
+        res = measurement.benchmark(module, module, STOCK, pipeline_b, reps=reps)
         return (res if res.hook_b is not None and res.hook_b.changed else None), route
-    route = "stock, on the rewritten module"
     rewritten = module.clone()
     if not PassManager(passes).run(rewritten):
         return None, route
-    return measurement.benchmark(module, rewritten, STOCK, STOCK, reps=reps), route
+    return measurement.benchmark(module, rewritten, STOCK, pipeline_b, reps=reps), route

@@ -32,6 +32,7 @@ from hlo_tools import HloError, Module, parse
 from hlo_tools.fileio import write_output
 from hlo_tools.testing import check_lines, run_filecheck
 from passes import Pass, PassManager, registry
+from xla_bridge.display import speedup_verdict as verdict  # the one rule, shared with hlo bench and tune
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.measure import Measurement
 
@@ -138,15 +139,6 @@ def _verify_test(test_text: str, passes: list[Pass], before_text: str) -> None:
         raise UpstreamError(f"the generated checks do not match our output:\n{got.diagnostic}")
     if run_filecheck(before_text, checks):
         raise UpstreamError("the generated checks also match the input: they would not catch a regression")
-
-
-def verdict(p10: float, p90: float) -> str:
-    """What a speedup's p10-p90 range says: faster, slower, or within noise."""
-    if p10 > 1.0:
-        return "Faster than stock: the whole p10-p90 range is above 1.0."
-    if p90 < 1.0:
-        return "Slower than stock: the whole p10-p90 range is below 1.0."
-    return "Within noise: the p10-p90 range spans 1.0."
 
 
 def _summary(cls: type) -> str:

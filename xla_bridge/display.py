@@ -1,0 +1,117 @@
+"""How measurements read, in one place: times with units that scale, what a
+speedup's p10-p90 range says (faster, slower or within noise), clean names for
+XLA's cost-analysis keys, and the small HTML tables notebooks show
+(``_repr_html_``).  Every command and report that prints a speedup or a time
+uses these, so the same number reads the same everywhere."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from typing import Iterable, Sequence
+
+
+def fmt_seconds(s: float | None) -> str:
+    """A duration with a unit that fits it: ``614 ps``, ``12.3 ns``, ``4.56 us``,
+    ``7.89 ms``, ``1.23 s`` (three significant digits)."""
+    if s is None or not math.isfinite(s):
+        return "-"
+    a = abs(s)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        if a >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return "0 s" if a == 0 else f"{s / 1e-12:.3g} ps"
+
+
+def fmt_us(us: float | None) -> str:
+    """A time given in microseconds, as ``fmt_seconds`` writes it."""
+    return fmt_seconds(None if us is None else us * 1e-6)
+
+
+NOISE = "within noise"
+
+
+def speedup_verdict(p10: float | None, p90: float | None) -> str:
+    """What a speedup's p10-p90 range says: faster, slower, or within noise (the
+    range spans 1.0, so this machine cannot tell the two apart)."""
+    if p10 is None or p90 is None:
+        return "No speedup: only A was timed."
+    if p10 > 1.0:
+        return "Faster than stock: the whole p10-p90 range is above 1.0."
+    if p90 < 1.0:
+        return "Slower than stock: the whole p10-p90 range is below 1.0."
+    return "Within noise: the p10-p90 range spans 1.0."
+
+
+def speedup_label(speedup: float | None, p10: float | None, p90: float | None) -> str:
+    """``1.23x (p10-p90 1.10-1.35x)``, with ``within noise`` when the range spans 1.0."""
+    if speedup is None:
+        return "-"
+    text = f"{speedup:.3f}x"
+    if p10 is not None and p90 is not None:
+        text += f" (p10-p90 {p10:.3f}-{p90:.3f}x)"
+        if p10 <= 1.0 <= p90:
+            text += f", {NOISE}"
+    return text
+
+
+#: XLA's cost-analysis totals -> readable names.  XLA adds per-operand and
+#: per-output keys (``bytes accessed0{}``, ``bytes accessedout{}``,
+#: ``utilization4{}``); ``clean_cost`` groups those.
+_COST_NAMES = {"flops": "flops", "transcendentals": "transcendentals", "bytes accessed": "bytes_accessed",
+               "optimal_seconds": "optimal_seconds", "utilization": "utilization"}
+_PER_OPERAND = re.compile(r"^(bytes accessed|utilization)\s*(out|\d+)\s*\{([\d,\s]*)\}$")
+
+
+def _name(key: str) -> str:
+    return _COST_NAMES.get(key, re.sub(r"[^0-9a-zA-Z]+", "_", key).strip("_").lower())
+
+
+def clean_cost(cost: dict | None) -> dict:
+    """XLA's cost analysis with readable keys: the module totals (``bytes accessed``
+    -> ``bytes_accessed``), then ``operands`` (operand number -> its
+    ``bytes_accessed`` and ``utilization``; ``"0{1}"`` for a tuple operand's
+    element) and ``outputs`` (``"root"`` for the whole output, else its shape index)."""
+    if not cost:
+        return {}
+    totals: dict = {}
+    operands: dict[str, dict] = {}
+    outputs: dict[str, dict] = {}
+    for key, value in cost.items():
+        m = _PER_OPERAND.match(key.strip())
+        if not m:
+            totals[_name(key)] = value
+            continue
+        what, which, index = _name(m.group(1)), m.group(2), m.group(3).replace(" ", "")
+        if which == "out":
+            outputs.setdefault(index or "root", {})[what] = value
+        else:
+            operands.setdefault(which + (f"{{{index}}}" if index else ""), {})[what] = value
+    out = dict(sorted(totals.items()))
+    if operands:
+        out["operands"] = dict(sorted(operands.items(), key=lambda kv: (int(re.match(r"\d+", kv[0]).group()), kv[0])))
+    if outputs:
+        out["outputs"] = outputs
+    return out
+
+
+def finite(x):
+    """``x`` with non-finite floats as None, so ``json.dumps`` writes valid JSON."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+def html_table(title: str, header: Sequence[str], rows: Iterable[Sequence[object]], notes: Sequence[str] = ()) -> str:
+    """A small HTML table (a notebook's ``_repr_html_``): the title in bold, the
+    rows, then one paragraph per note; every cell escaped."""
+    esc = html.escape
+    head = "".join(f"<th>{esc(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    foot = "".join(f"<p>{esc(n)}</p>" for n in notes)
+    return f"<div><b>{esc(title)}</b><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{foot}</div>"
