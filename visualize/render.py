@@ -7,10 +7,12 @@ process is killed, never left running, and ``LayoutTimeout`` says so.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Iterator, Literal
 
 from hlo_tools.fileio import write_output
 
@@ -22,6 +24,21 @@ INSTALL_HINT = "install Graphviz's `dot` (Debian: apt-get install -y graphviz)"
 #: Seconds one ``dot`` run may take.  Graphs within the default budget lay out in
 #: a few seconds here (bench/viz_speed.py --sweep); past this, the view is too big.
 DEFAULT_TIMEOUT = 20.0
+_limit: float | None = DEFAULT_TIMEOUT  # what timeout="default" means now (see time_limit)
+
+Timeout = float | None | Literal["default"]
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Within the block, ``dot`` runs that do not pass a timeout (the pages'
+    ``svg_text`` calls among them, from their worker threads too) get ``seconds``."""
+    global _limit
+    before, _limit = _limit, seconds
+    try:
+        yield
+    finally:
+        _limit = before
 
 
 class LayoutTimeout(VisualizeError):
@@ -38,10 +55,13 @@ def dot_binary() -> str | None:
     return shutil.which("dot")
 
 
-def render(dot_source: str, fmt: str = "svg", *, timeout: float | None = DEFAULT_TIMEOUT) -> bytes:
+def render(dot_source: str, fmt: str = "svg", *, timeout: Timeout = "default") -> bytes:
     """Lays out and renders DOT source with ``dot -T<fmt>``; raises VisualizeError
     when ``dot`` is missing or rejects the source (its message is included), and
-    LayoutTimeout after ``timeout`` seconds (None: no limit)."""
+    LayoutTimeout after ``timeout`` seconds (None: no limit; "default": DEFAULT_TIMEOUT
+    or what ``time_limit`` set)."""
+    if timeout == "default":
+        timeout = _limit
     if fmt not in RENDERED:
         raise VisualizeError(f"cannot render format {fmt!r}; expected one of {', '.join(RENDERED)}")
     binary = dot_binary()
@@ -70,13 +90,13 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def svg_text(dot_source: str, *, timeout: float | None = DEFAULT_TIMEOUT) -> str:
+def svg_text(dot_source: str, *, timeout: Timeout = "default") -> str:
     """Rendered SVG as text, without the XML prolog (ready to inline in HTML)."""
     svg = render(dot_source, "svg", timeout=timeout).decode()
     return svg[svg.index("<svg"):]
 
 
-def write_graph(dot_source: str, path: str | os.PathLike, *, timeout: float | None = DEFAULT_TIMEOUT) -> Path:
+def write_graph(dot_source: str, path: str | os.PathLike, *, timeout: Timeout = "default") -> Path:
     """Writes DOT source or its rendering, by the path's suffix (.dot .gv .svg .png .pdf)."""
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 
+from .style import Category, category
+
 
 class VisualizeError(ValueError):
     """A focus option names something the module does not have, or a renderer is missing."""
@@ -239,3 +241,19 @@ def select(module: Module, options: FocusOptions = FocusOptions()) -> View:
     expanded_kept = frozenset(n for n in expanded if n in {i.name for i in drawn})
     return View(module, comps, drawn, expanded_kept, center.name if center is not None else None,
                 "; ".join(notes) or None, len(candidates) - len(drawn))
+
+
+def suggest_focus(view: View) -> Instruction | None:
+    """An instruction worth ``--around``: among those a cut view does not show
+    (else the collapsed fusions it shows), the largest matmul, else the largest
+    fusion, else the largest instruction, by output bytes; None when there is none."""
+    names = view.names
+    pool = [i for c in view.computations for i in c if i.name not in names
+            and i.opcode not in (HloOpcode.PARAMETER, HloOpcode.CONSTANT)]
+    if not pool:
+        pool = [i for i in view.instructions if i.opcode is HloOpcode.FUSION and i.name not in view.expanded]
+    for wanted in (Category.MATMUL, Category.FUSION, None):
+        matching = [i for i in pool if wanted is None or category(i) is wanted]
+        if matching:
+            return max(matching, key=lambda i: i.shape.byte_size)
+    return None
