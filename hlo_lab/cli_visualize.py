@@ -119,22 +119,23 @@ def _select(module: Module, options: FocusOptions) -> View:
 
 
 def _say_what_was_cut(view: View, options: FocusOptions) -> None:
-    """One note on stderr when the view is not the whole scope: what was dropped
-    (the view's notice) and the options that show more."""
+    """The view's notice on stderr (what was dropped), and, when the budget
+    dropped something, the options that show more."""
     from visualize.view import suggest_focus  # lazy: start-up (module docstring)
 
-    if not view.notice or (view.hidden == 0 and "collapsed" not in view.notice):
-        if view.notice:
-            print(f"note: {view.notice}", file=sys.stderr)
+    if not view.notice:
         return
-    focus = suggest_focus(view)
-    around = f"--around {focus.name} --radius 3" if focus is not None else "--around NAME --radius K"
-    more = [around]
+    print(f"note: {view.notice}", file=sys.stderr)
+    if "collapsed" not in view.notice and "within the budget" not in view.notice:
+        return  # only the focus cut (--around): nothing the budget hid
+    more = []
+    if not options.around:
+        focus = suggest_focus(view)
+        more.append(f"--around {focus.name} --radius 3" if focus is not None else "--around NAME --radius K")
     if not options.collapse_fusions and "collapsed" not in view.notice:
         more.append("--collapse-fusions")
     more.append(f"--max-nodes {options.max_nodes * 2} --max-edges {options.edge_budget * 2} "
                 f"(dot's time grows faster than the graph: add --timeout 60)")
-    print(f"note: {view.notice}", file=sys.stderr)
     print(f"note: to see more: {'; '.join(more)}", file=sys.stderr)
 
 
