@@ -9,12 +9,20 @@ of 270 ms, and with the analysis commands' imports (``cli_analysis``) about
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import sys
+
+from typing import TYPE_CHECKING, Iterator
 
 from hlo_tools.errors import HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
+
+if TYPE_CHECKING:  # annotations only: visualize is imported lazily (start-up, above)
+    from hlo_tools.ir import Module
+    from visualize import FocusOptions, View
 
 
 def _add_focus_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,15 +33,20 @@ def _add_focus_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--radius", type=int, default=2, metavar="K", help="hops from --around (default 2)")
     g.add_argument("--collapse-fusions", action="store_true", help="draw each fusion as one node")
     g.add_argument("--max-nodes", type=int, default=500, metavar="N", help="node budget; what is cut is said in the graph (default 500)")
+    g.add_argument("--max-edges", type=int, metavar="M",
+                   help="edge budget: dot's time follows the edges (default 1.6 x --max-nodes: 800)")
+    g.add_argument("--timeout", type=float, default=20.0, metavar="S",
+                   help="seconds Graphviz may lay out; past it, dot is stopped and a view half the size is drawn (default 20)")
 
 
 def _focus(args: argparse.Namespace):
     from visualize import FocusOptions  # lazy: start-up (module docstring)
 
-    if args.radius < 0 or args.max_nodes < 1:
-        raise SystemExit("hlo viz: --radius must be >= 0 and --max-nodes >= 1")
+    if args.radius < 0 or args.max_nodes < 1 or (args.max_edges is not None and args.max_edges < 1) or args.timeout <= 0:
+        raise SystemExit("hlo viz: --radius must be >= 0, --max-nodes and --max-edges >= 1, --timeout > 0")
     return FocusOptions(computation=args.computation, whole_module=args.whole_module, around=args.around,
-                        radius=args.radius, collapse_fusions=args.collapse_fusions, max_nodes=args.max_nodes)
+                        radius=args.radius, collapse_fusions=args.collapse_fusions, max_nodes=args.max_nodes,
+                        max_edges=args.max_edges)
 
 
 def _cmd_viz(args: argparse.Namespace) -> int:
@@ -72,23 +85,95 @@ def _read_summary(path: str) -> list[dict]:
 
 
 def _write(args: argparse.Namespace, before, after) -> int:
-    from visualize import VisualizeError, before_after_html, select, single_html, to_dot, write_graph  # lazy: start-up
+    from visualize import VisualizeError  # lazy: start-up (module docstring)
+    from visualize.render import LayoutTimeout  # lazy: start-up (module docstring)
 
     options = _focus(args)
     out: str = args.output
-    if out.endswith(".html"):
-        summary = _read_summary(args.summary) if args.summary else None
-        text = before_after_html(before, after, options, summary=summary) if after is not None else single_html(before, options)
-        write_output(out, text)
-    else:
-        if after is not None:
-            raise VisualizeError("--after makes a before/after page: write it to a .html file")
-        view = select(before, options)
-        write_graph(to_dot(view), out)
-        if view.notice:
-            print(f"note: {view.notice}", file=sys.stderr)
+    suffix = out.rsplit(".", 1)[-1].lower() if "." in out else ""
+    if after is not None and suffix != "html":
+        raise VisualizeError("--after makes a before/after page: write it to a .html file")
+    summary = _read_summary(args.summary) if args.summary else None
+    view = _select(before, options)
+    _say_what_was_cut(view, options)
+    try:
+        data = _draw(args, before, after, options, view, summary)
+    except LayoutTimeout:
+        smaller = dataclasses.replace(options, max_nodes=max(1, min(options.max_nodes, view.node_count) // 2),
+                                      max_edges=max(1, min(options.edge_budget, view.edge_count) // 2))
+        print(f"hlo viz: Graphviz's dot did not finish within {args.timeout:g} s on {view.node_count} nodes and "
+              f"{view.edge_count} edges (stopped); drawing a smaller view: --max-nodes {smaller.max_nodes} "
+              f"--max-edges {smaller.max_edges}", file=sys.stderr)
+        view = _select(before, smaller)
+        _say_what_was_cut(view, smaller)
+        data = _draw(args, before, after, smaller, view, summary)  # a second LayoutTimeout is the error
+    write_output(out, data)
     print(f"wrote {out}")
     return 0
+
+
+def _select(module: Module, options: FocusOptions) -> View:
+    from visualize import select  # lazy: start-up (module docstring)
+
+    return select(module, options)
+
+
+def _say_what_was_cut(view: View, options: FocusOptions) -> None:
+    """The view's notice on stderr (what was dropped), and, when the budget
+    dropped something, the options that show more."""
+    from visualize.view import suggest_focus  # lazy: start-up (module docstring)
+
+    if not view.notice:
+        return
+    print(f"note: {view.notice}", file=sys.stderr)
+    if "collapsed" not in view.notice and "within the budget" not in view.notice:
+        return  # only the focus cut (--around): nothing the budget hid
+    more = []
+    if not options.around:
+        focus = suggest_focus(view)
+        more.append(f"--around {focus.name} --radius 3" if focus is not None else "--around NAME --radius K")
+    if not options.collapse_fusions and "collapsed" not in view.notice:
+        more.append("--collapse-fusions")
+    more.append(f"--max-nodes {options.max_nodes * 2} --max-edges {options.edge_budget * 2} "
+                f"(dot's time grows faster than the graph: add --timeout 60)")
+    print(f"note: to see more: {'; '.join(more)}", file=sys.stderr)
+
+
+def _draw(args: argparse.Namespace, before: Module, after: Module | None, options: FocusOptions, view: View,
+          summary: list[dict] | None) -> bytes | str:
+    """The output file's content; the Graphviz layout runs under the timeout, with progress."""
+    from visualize import VisualizeError, before_after_html, single_html, to_dot  # lazy: start-up (module docstring)
+    from visualize.render import RENDERED, render, time_limit  # lazy: start-up (module docstring)
+
+    out: str = args.output
+    suffix = out.rsplit(".", 1)[-1].lower() if "." in out else ""
+    if suffix in ("dot", "gv"):
+        return to_dot(view)  # text: no layout
+    if suffix != "html" and suffix not in RENDERED:
+        raise VisualizeError(f"{out}: unknown output suffix {'.' + suffix if suffix else '(none)'!r}; "
+                                        "use .dot, .svg, .png, .pdf or .html")
+    what = f"laying out {view.node_count:,} nodes, {view.edge_count:,} edges with Graphviz (limit {args.timeout:g} s)"
+    with _progress(what, args.quiet), time_limit(args.timeout):
+        if suffix != "html":
+            return render(to_dot(view), suffix, timeout=args.timeout)
+        if after is not None:
+            return before_after_html(before, after, options, summary=summary)
+        return single_html(before, options)
+
+
+@contextlib.contextmanager
+def _progress(what: str, quiet: bool) -> Iterator[None]:
+    """A spinner with the elapsed time on stderr while dot works (rich); nothing when quiet."""
+    if quiet:
+        yield
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as progress:
+        progress.add_task(what, total=None)
+        yield
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -115,6 +200,7 @@ def register(subparsers) -> None:
     v.add_argument("-o", "--output", required=True, help="output file; its suffix picks the format")
     v.add_argument("--after", metavar="FILE", help="the module after a pass: makes a before/after page (.html)")
     v.add_argument("--summary", metavar="JSON", help="pass summary for the page: a JSON list of objects, one per pass")
+    v.add_argument("-q", "--quiet", action="store_true", help="no progress while Graphviz lays out")
     _add_focus_arguments(v)
     v.set_defaults(func=_cmd_viz)
     d = subparsers.add_parser("diff", help="what changed between two modules: added, removed, fused, per-opcode counts")

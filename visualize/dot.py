@@ -13,6 +13,8 @@ from hlo_tools.opcode import HloOpcode
 from .style import COLORS, Category, category, format_bytes, shorten
 from .view import FocusOptions, View, select
 
+#: dot's ``nslimit``: the x-coordinate network simplex stops after this many passes over the nodes.
+NSLIMIT = 2
 #: Literals longer than this are elided from constant labels.
 MAX_LITERAL_CHARS = 24
 
@@ -59,7 +61,10 @@ def to_graph(view: View, *, id_prefix: str = "", classes: Mapping[str, str] | No
     g = graphviz.Digraph(name=view.module.name, strict=False)
     # Edge byte counts are xlabels: placed after layout, so dot stays fast (a real
     # label is a virtual node in the layout: 25x slower on a 441-node module).
-    g.attr(rankdir="TB", fontname="Helvetica", fontsize="10", newrank="true", forcelabels="true")
+    # nslimit caps dot's network simplex for x coordinates at 2 x nodes iterations: long
+    # edges of train steps (parameters to the backward pass) add tens of thousands of
+    # virtual nodes, and uncapped, 787 edges took over 40 s; capped, 3 s (bench/viz_speed.py --sweep).
+    g.attr(rankdir="TB", fontname="Helvetica", fontsize="10", newrank="true", forcelabels="true", nslimit=str(NSLIMIT))
     g.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="9", margin="0.05,0.03")
     g.attr("edge", fontname="Helvetica", fontsize="8", color="#555555", arrowsize="0.6")
     if view.notice:

@@ -15,14 +15,21 @@ from dataclasses import dataclass
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 
+from .style import Category, category
+
 
 class VisualizeError(ValueError):
     """A focus option names something the module does not have, or a renderer is missing."""
 
 
+#: The default edge budget per node of budget: 800 edges for the default 500 nodes,
+#: which dot lays out in 1-3 s here on the corpus's CPU train steps (bench/viz_speed.py --sweep).
+EDGES_PER_NODE = 1.6
+
+
 @dataclass(frozen=True)
 class FocusOptions:
-    """What to draw. Defaults: the entry computation, fusions expanded, at most 500 nodes."""
+    """What to draw. Defaults: the entry computation, fusions expanded, at most 500 nodes and 800 edges."""
 
     computation: str | None = None  # a computation's name; None: the entry
     whole_module: bool = False  # every non-fused computation, each as a cluster
@@ -32,6 +39,15 @@ class FocusOptions:
     # node budget; fused instructions of expanded fusions count. dot is superlinear:
     # 500 nodes lay out in ~1 s here, 1000 in ~15-30 s (bench/viz_speed.py).
     max_nodes: int = 500
+    # edge budget (edges inside expanded fusions count): dot's time follows the edges,
+    # and how many ranks they span, more than the nodes (bench/viz_speed.py --sweep).
+    # None: EDGES_PER_NODE x max_nodes, so 800 by default and a larger --max-nodes alone widens both.
+    max_edges: int | None = None
+
+    @property
+    def edge_budget(self) -> int:
+        """``max_edges``, or the default that follows ``max_nodes``."""
+        return self.max_edges if self.max_edges is not None else int(EDGES_PER_NODE * self.max_nodes)
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,14 @@ class View:
     @functools.cached_property
     def names(self) -> frozenset[str]:
         return frozenset(i.name for i in self.instructions)
+
+    @functools.cached_property
+    def edge_count(self) -> int:
+        """Edges the drawing will have: operand edges between drawn top-level
+        instructions plus those inside expanded fusions."""
+        names = self.names
+        return sum(_edges_within(i, self.expanded) + sum(1 for o in i.operands if o.name in names)
+                   for i in self.instructions)
 
     @property
     def node_count(self) -> int:
@@ -71,6 +95,13 @@ def _weight(instr: Instruction, expanded: frozenset[str] | set[str]) -> int:
     if instr.name in expanded:
         return len(instr.fused_computation)
     return 1
+
+
+def _edges_within(instr: Instruction, expanded: frozenset[str] | set[str]) -> int:
+    """Edges drawn inside ``instr``'s cluster (0 unless it is an expanded fusion)."""
+    if instr.name in expanded:
+        return sum(len(i.operands) for i in instr.fused_computation)
+    return 0
 
 
 def fused_computations(module: Module) -> set[int]:
@@ -125,6 +156,27 @@ def _distances(starts: list[Instruction], limit: int | None) -> dict[Instruction
     return dist
 
 
+def _within_budget(ranked: list[Instruction], expanded: set[str], options: FocusOptions) -> tuple[list[Instruction], str | None]:
+    """The longest prefix of ``ranked`` whose drawing stays within both budgets
+    (at least one instruction, so a view is never empty), and the budget that
+    stopped it in words (None when everything fits)."""
+    kept: list[Instruction] = []
+    seen: set[Instruction] = set()
+    nodes = edges = 0
+    for instr in ranked:
+        new_edges = _edges_within(instr, expanded) + sum(1 for o in instr.operands if o in seen)
+        new_edges += sum(1 for u in set(instr.users) if u in seen for o in u.operands if o is instr)
+        nodes_after, edges_after = nodes + _weight(instr, expanded), edges + new_edges
+        if kept and nodes_after > options.max_nodes:
+            return kept, f"the budget of {options.max_nodes} nodes"
+        if kept and edges_after > options.edge_budget:
+            return kept, f"the budget of {options.edge_budget} edges"
+        kept.append(instr)
+        seen.add(instr)
+        nodes, edges = nodes_after, edges_after
+    return kept, None
+
+
 def select(module: Module, options: FocusOptions = FocusOptions()) -> View:
     """Applies the focus options and the node budget; see ``FocusOptions``."""
     center: Instruction | None = None
@@ -164,29 +216,22 @@ def select(module: Module, options: FocusOptions = FocusOptions()) -> View:
     elif expand_center:  # the focused instruction is inside it: keep it visible
         expanded = {expand_center}
     notes: list[str] = []
-    total = sum(_weight(i, expanded) for i in ranked)
-    if total > options.max_nodes and expanded:
+    over = _within_budget(ranked, expanded, options)[1] if expanded else None
+    if over:
         # collapse fusions before cutting instructions; keep the focused fusion open if that fits
         keep = {expand_center} & expanded if expand_center else set()
-        if sum(_weight(i, keep) for i in ranked) > options.max_nodes:
+        if _within_budget(ranked, keep, options)[1]:
             keep = set()
-        notes.append(f"{len(expanded) - len(keep)} fusions collapsed to one node each to fit the budget of {options.max_nodes} nodes")
+        notes.append(f"{len(expanded) - len(keep)} fusions collapsed to one node each to fit {over}")
         expanded = keep
 
-    kept: list[Instruction] = []
-    used = 0
-    for instr in ranked:
-        w = _weight(instr, expanded)
-        if used + w > options.max_nodes and kept:
-            break
-        kept.append(instr)
-        used += w
+    kept, over = _within_budget(ranked, expanded, options)
     cut = ranked[len(kept):]
     if cut:
         hist = collections.Counter(i.opcode_text for i in cut).most_common(6)
         what = ", ".join(f"{n} {op}" for op, n in hist)
         basis = f"nearest to %{center.name}" if center is not None else "nearest to the root"
-        notes.append(f"showing {len(kept)} of {len(ranked)} instructions {scope} ({basis}); "
+        notes.append(f"showing {len(kept)} of {len(ranked)} instructions {scope} ({basis}) within {over}; "
                      f"{len(cut)} not shown: {what}{', …' if len(hist) == 6 else ''}")
     elif center is not None:
         notes.append(f"showing the {len(kept)} instructions {scope} of {len(candidates)} in %{center.parent.name}")
@@ -196,3 +241,19 @@ def select(module: Module, options: FocusOptions = FocusOptions()) -> View:
     expanded_kept = frozenset(n for n in expanded if n in {i.name for i in drawn})
     return View(module, comps, drawn, expanded_kept, center.name if center is not None else None,
                 "; ".join(notes) or None, len(candidates) - len(drawn))
+
+
+def suggest_focus(view: View) -> Instruction | None:
+    """An instruction worth ``--around``: among those a cut view does not show
+    (else the collapsed fusions it shows), the largest matmul, else the largest
+    fusion, else the largest instruction, by output bytes; None when there is none."""
+    names = view.names
+    pool = [i for c in view.computations for i in c if i.name not in names
+            and i.opcode not in (HloOpcode.PARAMETER, HloOpcode.CONSTANT)]
+    if not pool:
+        pool = [i for i in view.instructions if i.opcode is HloOpcode.FUSION and i.name not in view.expanded]
+    for wanted in (Category.MATMUL, Category.FUSION, None):
+        matching = [i for i in pool if wanted is None or category(i) is wanted]
+        if matching:
+            return max(matching, key=lambda i: i.shape.byte_size)
+    return None
