@@ -6,6 +6,7 @@ here, not as a side effect of importing its module.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import sys
 import traceback
@@ -54,8 +55,20 @@ PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
 USER_PASSES: dict[str, type[Pass]] = {}
 
 
+#: The entry-point group an installed package lists its passes in, name -> class:
+#:     [project.entry-points."hlo_pass_lab.passes"]
+#:     my-fusion = "mypkg.fusion:MyFusion"
+ENTRY_POINT_GROUP = "hlo_pass_lab.passes"
+
+
+def installed_passes() -> dict[str, importlib.metadata.EntryPoint]:
+    """The passes installed packages declare (``ENTRY_POINT_GROUP``), by name; loaded
+    only when named, so a broken package costs nothing until it is used."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def available_passes() -> list[str]:
-    return sorted({**PASSES, **USER_PASSES})
+    return sorted({**PASSES, **USER_PASSES, **installed_passes()})
 
 
 def load_passes(path: str | Path) -> list[str]:
@@ -96,6 +109,20 @@ def load_passes(path: str | Path) -> list[str]:
 REPLAY = "replay:"
 
 
+def _load_installed(name: str) -> type[Pass] | None:
+    ep = installed_passes().get(name)
+    if ep is None:
+        return None
+    try:
+        cls = ep.load()
+    except Exception as e:  # noqa: BLE001 - the package's code: any error is the package's
+        raise KeyError(f"pass {name!r} from {ep.value} ({ENTRY_POINT_GROUP}) does not load: "
+                       f"{type(e).__name__}: {e}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Pass)):
+        raise KeyError(f"pass {name!r} from {ep.value} ({ENTRY_POINT_GROUP}) is not a Pass subclass")
+    return cls
+
+
 def get_pass(name: str, **options) -> Pass:
     """A new ``name`` pass built with ``options`` (``replay:FILE``: the decision set
     in FILE); KeyError listing the known names, or saying what is wrong with FILE."""
@@ -109,7 +136,7 @@ def get_pass(name: str, **options) -> Pass:
             raise KeyError(f"{name}: cannot read {path}: {e.strerror or e}") from None
         except (ValueError, KeyError, TypeError) as e:
             raise KeyError(f"{name}: {path} is not a decisions file written by hlo tune: {e}") from None
-    cls = PASSES.get(name) or USER_PASSES.get(name)
+    cls = PASSES.get(name) or USER_PASSES.get(name) or _load_installed(name)
     if cls is None:
         raise KeyError(f"unknown pass {name!r}; available: {', '.join(available_passes())} "
                        "(--load FILE.py adds passes of your own)")

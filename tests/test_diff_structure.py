@@ -57,3 +57,13 @@ def test_a_real_change_still_shows(pair):
     assert " multiply(" in text
     d = diff_modules(before, parse(text.replace(" multiply(", " add(", 1)))
     assert d.counts()["changed"] >= 1 and d.changes
+
+
+def test_a_diff_shows_itself_in_a_notebook():
+    entry = next(e for e in corpus.load() if e.name == "llama3-tiny-decode-f32")
+    d = diff_modules(parse(entry.text("before_optimizations")), parse(entry.text("cpu_after_optimizations")))
+    page = d._repr_html_()
+    assert page.startswith("<div><b>diff jit_decode -&gt; jit_decode</b><table>")
+    fusions = next(a for o, b, a in d.opcode_counts if o == "fusion")
+    assert f"<td>fusion</td><td>0</td><td>{fusions}</td><td>+{fusions}</td>" in page
+    assert f"fused {d.counts()['fused']}" in page

@@ -3,6 +3,10 @@ report apart; FixedPoint repeats one pass; the registry is an explicit table."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 import corpus
@@ -164,3 +168,29 @@ def test_the_registry_is_the_table_it_was():
     with pytest.raises(KeyError, match="unknown pass 'nope'"):
         parse_pipeline("dce, nope")
 
+
+
+def test_an_installed_package_reaches_the_cli_through_its_entry_point(tmp_path, monkeypatch):
+    """A package that lists a pass under ``hlo_pass_lab.passes`` (a real dist-info
+    folder on sys.path, as pip writes one) is found by name, by get_pass and by
+    ``hlo opt --passes`` in a fresh process."""
+    pkg = tmp_path / "site"
+    (pkg / "my_passes.py").parent.mkdir()
+    (pkg / "my_passes.py").write_text(
+        "from dataclasses import dataclass\nfrom passes import Pass\n\n\n@dataclass(frozen=True)\n"
+        "class Nothing(Pass):\n    name = 'do-nothing'\n\n    def run(self, module):\n        return False\n")
+    info = pkg / "my_passes-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-passes\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[hlo_pass_lab.passes]\ndo-nothing = my_passes:Nothing\nbroken = my_passes:Gone\n")
+    monkeypatch.syspath_prepend(str(pkg))
+    assert "do-nothing" in available_passes()
+    assert type(get_pass("do-nothing")).__name__ == "Nothing"
+    with pytest.raises(KeyError, match="pass 'broken' from my_passes:Gone .* does not load: AttributeError"):
+        get_pass("broken")
+    module = tmp_path / "m.hlo"
+    module.write_text(SRC)
+    r = subprocess.run([sys.executable, "-m", "hlo_lab.cli", "opt", str(module), "--passes", "dce,do-nothing"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(pkg)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "do-nothing" in r.stderr and r.stdout.startswith("HloModule m")  # the pass table, then the module

@@ -6,36 +6,19 @@ header's error count links to the errors near the top."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from fusion_analysis import scan
 from tests.dump_model import make_dump
-from tests.test_visualize_browser import CHROMEDRIVER, CHROMIUM, FLAGS, _ensure_browser
+from tests.test_visualize_browser import chromium
 
 
 @pytest.fixture(scope="module")
 def browser():
     """As tests/test_visualize_browser.py's (same Chromium, flags and skips), without Graphviz: this page has none."""
-    why = _ensure_browser()
-    if why:
-        pytest.skip(f"headless Chromium unavailable: {why}")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed (pip install selenium)")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in FLAGS:
-        opts.add_argument(flag)
-    profile = tempfile.mkdtemp(prefix="scan-chromium-")
-    opts.add_argument(f"--user-data-dir={profile}")
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)  # no Selenium Manager: no network
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    yield from chromium("scan-chromium-")
 
 
 @pytest.fixture(scope="module")

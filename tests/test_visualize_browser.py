@@ -35,11 +35,17 @@ def _ensure_browser() -> str | None:
 
 @pytest.fixture(scope="module")
 def browser():
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's `dot` is missing (apt-get install -y graphviz)")
+    yield from chromium("viz-chromium-")
+
+
+def chromium(prefix: str):
+    """A headless Chromium driver for a module-scoped fixture (``yield from``), or a
+    skip saying what is missing; its profile folder is removed afterwards."""
     why = _ensure_browser()
     if why:
         pytest.skip(f"headless Chromium unavailable: {why}")
-    if shutil.which("dot") is None:
-        pytest.skip("Graphviz's `dot` is missing (apt-get install -y graphviz)")
     webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed (pip install selenium)")
     from selenium.webdriver.chrome.service import Service
 
@@ -47,7 +53,7 @@ def browser():
     opts.binary_location = CHROMIUM
     for flag in FLAGS:
         opts.add_argument(flag)
-    profile = tempfile.mkdtemp(prefix="viz-chromium-")
+    profile = tempfile.mkdtemp(prefix=prefix)
     opts.add_argument(f"--user-data-dir={profile}")
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)  # no Selenium Manager: no network
     yield driver

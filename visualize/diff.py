@@ -92,6 +92,16 @@ class ModuleDiff:
                 ADDED: sum(1 for s in self.after_status.values() if s == ADDED),
                 "fusions": sum(1 for n in self.fused_into if self.fused_into[n])}
 
+    def _repr_html_(self) -> str:
+        """The notebook view: the counts, then the opcodes whose count changed."""
+        from xla_bridge.display import html_table  # lazy: the bridge's display helpers, only in a notebook
+
+        counts = self.counts()
+        rows = [(o, b, a, f"{a - b:+d}") for o, b, a in self.opcode_counts if a != b]
+        notes = [", ".join(f"{k} {v}" for k, v in counts.items())]
+        return html_table(f"diff {self.before.name} -> {self.after.name}", ("opcode", "before", "after", "delta"),
+                          rows, notes)
+
     def as_dict(self) -> dict:
         return {"before": self.before.name, "after": self.after.name, "counts": self.counts(),
                 "fused_into": {k: list(v) for k, v in self.fused_into.items()},
@@ -145,11 +155,8 @@ def _structure(b_walk: list[Instruction], a_walk: list[Instruction], out: dict[I
             ops = [out.get(fb.value(o)) for o in b.operands]
             if any(o is None for o in ops):
                 continue
-            q = index.get(_place(b, fb, out.get))
-            while q and q[0] in taken:
-                q.popleft()
-            if q:
-                a = q.popleft()
+            a = _take(index.get(_place(b, fb, out.get)), taken)
+            if a is not None:
                 out[b] = a
                 taken.add(a)
         for b in reversed(b_walk):
@@ -160,6 +167,13 @@ def _structure(b_walk: list[Instruction], a_walk: list[Instruction], out: dict[I
                 pair(fb.value(ob), fa.value(oa))
         if len(out) == before:
             return
+
+
+def _take(queue: collections.deque | None, taken: set) -> Instruction | None:
+    """The first instruction of ``queue`` not ``taken`` yet (dropping those that are), or None."""
+    while queue and queue[0] in taken:
+        queue.popleft()
+    return queue.popleft() if queue else None
 
 
 def match(before: Module, after: Module, *, structure: bool = True) -> dict[Instruction, Instruction]:
@@ -201,11 +215,8 @@ def match(before: Module, after: Module, *, structure: bool = True) -> dict[Inst
             if b in out:
                 continue
             k = key_fn(b)
-            q = queues.get(k) if k is not None else None
-            while q and q[0] in taken:
-                q.popleft()
-            if q:
-                a = q.popleft()
+            a = _take(queues.get(k) if k is not None else None, taken)
+            if a is not None:
                 out[b] = a
                 taken.add(a)
     return out
