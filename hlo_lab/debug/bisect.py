@@ -204,34 +204,36 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
 
     t0 = time.perf_counter()
     passes = list(passes)
-    base = pipeline or ("as-written" if hook is None and default_pipeline(passes) == "as-written" else "stock")
+    base = pipeline or (default_pipeline(passes) if hook is None else "stock")
     label = base if hook is None else f"{base} + passes at {hook}"
     runner = _runner(module, backend, reference, seed, rtol, atol, flags, progress)
     out = BisectResult(module.name, "ours", label, reference, [p.name for p in passes], probes=runner.probes)
 
-    def candidate(k: int, limit: int | None = None) -> tuple[Any, list]:
+    def candidate(k: int, limit: int | None = None) -> list:
         """The prefix of k passes (the k-th with ``limit`` decisions) as the pass list to run."""
         chosen = passes[:k]
         if limit is not None:
             chosen = chosen[:-1] + [Fueled(chosen[-1], limit)]
         return chosen
 
-    def what(k: int, limit: int | None = None) -> str:
-        names = [p.name for p in passes[:k]]
-        if limit is not None:
-            names[-1] += f"[fuel={limit}]"
-        return "no pass" if not names else ",".join(names) if len(names) <= 3 else f"{k} passes (..{names[-1]})"
+    def what(chosen: list) -> str:
+        names = [p.name for p in chosen]  # a Fueled pass says its budget: "name[fuel=N]"
+        return "no pass" if not names else ",".join(names) if len(names) <= 3 else f"{len(names)} passes (..{names[-1]})"
+
+    def on_text(label: str, start, run: list) -> Probe:
+        """``run`` on a copy of ``start`` here, the result compiled under ``base``."""
+        m = start.clone()
+        try:
+            PassManager(run).run(m)
+        except Exception as e:  # noqa: BLE001 - the pass under test may raise anything
+            return runner.pass_error(label, e)
+        return runner.judge(label, m, Pipeline(base), flags)
 
     def probe(k: int, limit: int | None = None) -> Probe:
         chosen = candidate(k, limit)
         if hook is not None:
-            return runner.judge(what(k, limit), module, Pipeline(base).hooked(PassManager(chosen), hook), flags)
-        m = module.clone()
-        try:
-            PassManager(chosen).run(m)
-        except Exception as e:  # noqa: BLE001 - the pass under test may raise anything
-            return runner.pass_error(what(k, limit), e)
-        return runner.judge(what(k, limit), m, Pipeline(base), flags)
+            return runner.judge(what(chosen), module, Pipeline(base).hooked(PassManager(chosen), hook), flags)
+        return on_text(what(chosen), module, chosen)
 
     full = probe(len(passes))
     if not full.failed:
@@ -257,14 +259,21 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
             seen = Measurement(backend, flags=flags, contained=True).compile(
                 module, Pipeline(base).hooked(PassManager(passes[:k - 1]), hook, reprint=True)).hook
             start = seen.after if seen.after is not None else parse(seen.seen[-1])
-        _bisect_decisions(out, start, passes[k - 1], k, lambda k, n: fails(probe(k, n)), fuel)
+
+        def decision_fails(n: int) -> bool:
+            if hook is not None:
+                return fails(probe(k, n))
+            # the passes before the culprit ran once, into ``start``: only the culprit runs again
+            return fails(on_text(what(candidate(k, n)), start, [Fueled(culprit, n)]))
+
+        _bisect_decisions(out, start, culprit, decision_fails)
     out.seconds = time.perf_counter() - t0
     return out
 
 
-def _bisect_decisions(out: BisectResult, start, culprit, k: int, fails: Callable[[int, int], bool], fuel) -> None:
-    """Counts the decisions the culprit (pass k) makes on ``start``, the module it
-    sees, with unlimited fuel, and bisects the budget to the first failing one;
+def _bisect_decisions(out: BisectResult, start, culprit, fails: Callable[[int], bool]) -> None:
+    """Counts the decisions the culprit makes on ``start``, the module it sees, with
+    unlimited fuel, and bisects the budget (``fails(n)``) to the first failing one;
     keeps the modules just before and after that decision."""
     with fuel() as log:
         culprit.run(start.clone())
@@ -272,10 +281,10 @@ def _bisect_decisions(out: BisectResult, start, culprit, k: int, fails: Callable
     if not log.decisions:
         out.decisions, out.note = None, f"{culprit.name} takes no fuel (passes.fuel): its decisions cannot be bisected"
         return
-    if fails(k, 0):
+    if fails(0):
         out.note = f"{culprit.name} fails with no decision made: what breaks the module is not a fuelled decision"
         return
-    n = _first_failing(0, len(log.decisions), lambda n: fails(k, n))
+    n = _first_failing(0, len(log.decisions), fails)
     out.first_bad_decision, out.decision = n, log.decisions[n - 1]
     out.before, out.after = start.clone(), start.clone()
     with fuel(n - 1):

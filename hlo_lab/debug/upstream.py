@@ -37,7 +37,7 @@ from xla_bridge.errors import XlaCompileError
 from xla_bridge.measure import Measurement
 
 from .rewrite import measure_rewrite
-from .reduce.predicates import NothingToReduce
+from .reduce.predicates import NothingToReduce, pass_fires
 from .reduce.reducer import reduce_module
 
 __all__ = ["Bundle", "UpstreamError", "make_bundle", "verdict"]
@@ -74,16 +74,6 @@ class Bundle:
         return dict(vars(self))
 
 
-def _fires(passes: Sequence[Pass]) -> Callable[[Module], bool]:
-    def predicate(candidate: Module) -> bool:
-        try:
-            return PassManager(list(passes)).run(candidate.clone())
-        except Exception:  # noqa: BLE001 - a pass that breaks on a candidate does not fire on it
-            return False
-
-    predicate.description = "the passes still change the module"  # type: ignore[attr-defined]
-    return predicate
-
 
 def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Path, *, backend: str = "cpu",
                 reps: int = 50, seconds: float = 120.0, progress: Callable[[str], None] | None = None) -> Bundle:
@@ -105,7 +95,7 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     # `hlo opt` does, and the reduced pair is validated the way the whole module was.
     say(f"reducing {module.instruction_count} instructions while {spec} still changes the module")
     try:
-        red = reduce_module(module, _fires(passes), seconds=seconds)
+        red = reduce_module(module, pass_fires(passes), seconds=seconds)
     except NothingToReduce:
         raise UpstreamError(f"{spec} changes XLA's module at the hook but not {module.name} as given, which a test "
                             "would start from: give the module the passes act on") from None

@@ -118,20 +118,22 @@ def still_slower(passes: str | Sequence, *, backend: str = "cpu", margin: float 
     return predicate
 
 
-def pass_fires(passes: str) -> Predicate:
-    """Holds while our pipeline ``passes`` changes a candidate (no XLA)."""
+def pass_fires(passes: str | Sequence) -> Predicate:
+    """Holds while our pipeline ``passes`` (names or ``Pass`` objects) changes a
+    candidate (no XLA); a pass that breaks on a candidate does not fire on it."""
     from passes import PassManager  # lazy: every pass module, for predicates that run ours
     from passes.fusion.pipeline import passes_of  # lazy: as above
 
-    passes_of(passes)  # an unknown name fails now, not on the first candidate
+    pipeline = passes_of(passes)  # once: an unknown name fails now, not on the first candidate
 
     def predicate(candidate: Module) -> bool:
         try:
-            return PassManager(passes_of(passes)).run(candidate.clone())
-        except HloError:
+            return PassManager(pipeline).run(candidate.clone())
+        except Exception:  # noqa: BLE001 - the pass under reduction may raise anything on a cut-down module
             return False
 
-    predicate.description = f"{passes} changes the module"
+    named = passes if isinstance(passes, str) else ",".join(p.name for p in pipeline)
+    predicate.description = f"{named} changes the module"
     return predicate
 
 
