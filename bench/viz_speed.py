@@ -30,6 +30,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 from hlo_tools.opcode import HloOpcode  # noqa: E402
 import corpus  # noqa: E402
 from visualize import FocusOptions, diff_modules, select, to_dot  # noqa: E402
+from visualize.dot import NSLIMIT  # noqa: E402
 from visualize.render import LayoutTimeout, render  # noqa: E402
 from visualize.page import before_after_html  # noqa: E402
 from visualize.samples import corpus_module, jax_pair  # noqa: E402
@@ -84,7 +85,7 @@ def sweep(limit: float, names: list[str]) -> int:
             source = to_dot(view)
             label = "none" if max_edges == 10**9 else str(max_edges)
             print(f"{name:34} {label:>9} {view.node_count:>6} {view.edge_count:>6} {_time_dot(source, limit):>7} "
-                  f"{_time_dot(source.replace('nslimit=2', ''), limit):>10}", flush=True)
+                  f"{_time_dot(source.replace(f'nslimit={NSLIMIT}', ''), limit):>10}", flush=True)
     print("'none' + uncapped is the drawing before issue 20 (500 nodes, no edge budget, no nslimit).")
     return 0
 

@@ -11,7 +11,7 @@ import numpy as np
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
-from xla_bridge.display import clean_cost, finite, fmt_seconds, fmt_us
+from xla_bridge.display import clean_cost, finite, fmt_seconds, fmt_us, within_noise
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import FUSION_MODES, STOCK, Measurement, Pipeline
@@ -308,7 +308,7 @@ def _cmd_history(args) -> int:
     noisy = False
     for r in rows:
         p10, p90, sp = r.get("speedup_p10"), r.get("speedup_p90"), r.get("speedup")
-        noise = p10 is not None and p90 is not None and p10 <= 1.0 <= p90
+        noise = within_noise(p10, p90)
         noisy |= noise
         cell = {"id": str(r["id"]), "created": (r.get("created") or "").replace("T", " ")[:16],
                 "module": r.get("module") or "", "passes": r.get("passes") or "-", "backend": r.get("backend") or "",

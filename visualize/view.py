@@ -216,16 +216,15 @@ def select(module: Module, options: FocusOptions = FocusOptions()) -> View:
     elif expand_center:  # the focused instruction is inside it: keep it visible
         expanded = {expand_center}
     notes: list[str] = []
-    over = _within_budget(ranked, expanded, options)[1] if expanded else None
-    if over:
+    kept, over = _within_budget(ranked, expanded, options)
+    if over and expanded:
         # collapse fusions before cutting instructions; keep the focused fusion open if that fits
         keep = {expand_center} & expanded if expand_center else set()
         if _within_budget(ranked, keep, options)[1]:
             keep = set()
         notes.append(f"{len(expanded) - len(keep)} fusions collapsed to one node each to fit {over}")
         expanded = keep
-
-    kept, over = _within_budget(ranked, expanded, options)
+        kept, over = _within_budget(ranked, expanded, options)
     cut = ranked[len(kept):]
     if cut:
         hist = collections.Counter(i.opcode_text for i in cut).most_common(6)

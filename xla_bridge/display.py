@@ -32,6 +32,11 @@ def fmt_us(us: float | None) -> str:
 NOISE = "within noise"
 
 
+def within_noise(p10: float | None, p90: float | None) -> bool:
+    """The p10-p90 range of a speedup spans 1.0: not a result (False when there is none)."""
+    return p10 is not None and p90 is not None and p10 <= 1.0 <= p90
+
+
 def speedup_verdict(p10: float | None, p90: float | None) -> str:
     """What a speedup's p10-p90 range says: faster, slower, or within noise (the
     range spans 1.0, so this machine cannot tell the two apart)."""
@@ -39,7 +44,7 @@ def speedup_verdict(p10: float | None, p90: float | None) -> str:
         return "No speedup: only A was timed."
     if p10 > 1.0:
         return "Faster than stock: the whole p10-p90 range is above 1.0."
-    if p90 < 1.0:
+    if not within_noise(p10, p90):
         return "Slower than stock: the whole p10-p90 range is below 1.0."
     return "Within noise: the p10-p90 range spans 1.0."
 
@@ -51,7 +56,7 @@ def speedup_label(speedup: float | None, p10: float | None, p90: float | None) -
     text = f"{speedup:.3f}x"
     if p10 is not None and p90 is not None:
         text += f" (p10-p90 {p10:.3f}-{p90:.3f}x)"
-        if p10 <= 1.0 <= p90:
+        if within_noise(p10, p90):
             text += f", {NOISE}"
     return text
 

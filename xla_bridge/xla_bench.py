@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import xla, xla_worker
-from .display import finite, html_table, speedup_label, speedup_verdict
+from .display import finite, html_table, speedup_label, speedup_verdict, within_noise
 from .errors import XlaCompileError
 from .xla_compile import CompileResult, Hook, adopt_hook_state, compile, parse_flags
 from .xla_inputs import make_inputs
@@ -90,7 +90,7 @@ class BenchResult:
     @property
     def within_noise(self) -> bool:
         """The p10-p90 range of the speedup spans 1.0: not a result."""
-        return self.speedup_p10 is not None and self.speedup_p10 <= 1.0 <= self.speedup_p90
+        return within_noise(self.speedup_p10, self.speedup_p90)
 
     def as_dict(self) -> dict:
         """The result as JSON-ready data (``hlo bench --json``); no samples."""

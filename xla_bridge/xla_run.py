@@ -254,7 +254,8 @@ def _module_of(x) -> Module:
     return parse(x)
 
 
-def _signature(m: Module) -> list[str]:
+def entry_parameter_shapes(m: Module) -> list[str]:
+    """The entry's parameter shapes without layouts: what inputs two modules must share to run on the same ones."""
     return [p.shape.without_layout().to_text() for p in m.entry.parameters]
 
 
@@ -293,7 +294,7 @@ def compare(a, b, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b
     with xla_worker.naming(names[1]):
         cb = _compiled(b if not isinstance(b, Module) else mb, backend, pipeline_b, flags, None)
     if inputs is None:
-        sa, sb = _signature(ma), _signature(mb)
+        sa, sb = entry_parameter_shapes(ma), entry_parameter_shapes(mb)
         if sa != sb:
             return Comparison("mismatch", (), f"parameters differ: ({', '.join(sa)}) vs ({', '.join(sb)})", names)
         inputs = make_inputs(ma, seed=seed)[0]

@@ -28,7 +28,7 @@ from hlo_tools.opcode import HloOpcode
 from hlo_tools.rewriter import Rewriter
 from xla_bridge import make_inputs
 from xla_bridge.xla_compile import compile
-from xla_bridge.xla_run import Comparison, OutputDiff, compare_outputs, labels, run
+from xla_bridge.xla_run import Comparison, OutputDiff, compare_outputs, entry_parameter_shapes, labels, run
 from xla_bridge.xla_worker import contained
 
 #: Attributes that do not say what an instruction computes: ignored when
@@ -434,10 +434,6 @@ def _elide(path: list[Step], keep: int = 6) -> list[str]:
 # -- the search ------------------------------------------------------------------------------
 
 
-def _signature_of(m: Module) -> list[str]:
-    return [p.shape.without_layout().to_text() for p in sorted(m.entry.parameters, key=lambda p: p.parameter_number)]
-
-
 def first_divergence(a: Module, b: Module, *, pipeline_a: str = "stock", pipeline_b: str = "stock", seed: int = 0,
                      rtol: float | None = None, atol: float | None = None, batch: int = DEFAULT_BATCH,
                      progress: Callable[[int, int], None] | None = None) -> Divergence:
@@ -450,7 +446,7 @@ def first_divergence(a: Module, b: Module, *, pipeline_a: str = "stock", pipelin
     ``DivergenceError`` when the parameters differ, ``XlaCompileError`` (or
     ``XlaAbortError``) when XLA refuses or aborts on either."""
     t0 = time.perf_counter()
-    sa, sb = _signature_of(a), _signature_of(b)
+    sa, sb = entry_parameter_shapes(a), entry_parameter_shapes(b)
     if sa != sb:
         raise DivergenceError(f"A and B take different parameters, so they cannot run on the same inputs: "
                               f"({', '.join(sa)}) vs ({', '.join(sb)})")
