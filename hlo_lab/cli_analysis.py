@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 
 from hlo_tools.errors import HloParseError
@@ -20,8 +21,13 @@ from xla_bridge.display import fmt_seconds
 def _cmd_analyze(args) -> int:
     from fusion_analysis import devices  # lazy: start-up (module docstring)
     from fusion_analysis.report import fmt_bytes  # lazy: start-up
-    from fusion_analysis.scan import analyze_text  # lazy: start-up
+    from fusion_analysis.scan import analyze_text, platform_of  # lazy: start-up
 
+    why = "--device"
+    if args.device is None:  # an optimized stage names its platform, as in `hlo scan`
+        stage = platform_of(os.path.basename(args.file))
+        args.device = stage or "h100"
+        why = "from the file's stage" if stage else "no stage in the file name: the default GPU"
     try:
         devices.load(args.device)  # an unknown device is an error before any parsing
         text = read_text(args.file)
@@ -44,7 +50,9 @@ def _cmd_analyze(args) -> int:
     con = Console()
     narrow = con.width < 120
     c = r["cost"]
-    con.print(f"[bold]{r['module']}[/] on {args.device}: {r['instructions']} instructions, {r['kernels']} kernels")
+    # One fact per line, each under 80 columns: a pipe gets no mid-phrase wraps.
+    con.print(f"[bold]{r['module']}[/]: {r['instructions']} instructions, {r['kernels']} kernels")
+    con.print(f"device model {args.device} ({why})")
     con.print(f"flops {c['flops']:.4g}  transcendentals {c['transcendentals']:.4g}  bytes accessed {fmt_bytes(c['bytes accessed'])}")
     if "xla_cost" in r:
         x = r["xla_cost"]
@@ -53,8 +61,8 @@ def _cmd_analyze(args) -> int:
         else:
             con.print("XLA's HloCostAnalysis: " + "  ".join(
                 f"{k} {x[k] or 0:.4g} ({100 * (c[k] - (x[k] or 0)) / max(abs(x[k] or 0), 1):+.3f}%)" for k in c))
-    con.print(f"roofline time {fmt_seconds(r['time_s'])}, headroom {fmt_seconds(r['headroom_s'])}; "
-              f"{bounds_words(r['bounds'])}")
+    con.print(f"roofline time {fmt_seconds(r['time_s'])}, headroom {fmt_seconds(r['headroom_s'])}")
+    con.print(bounds_words(r["bounds"]))
     t = Table(title="per category")
     for col in ("category", "kernels", "time", "headroom", "bytes", "flops"):
         t.add_column(col, no_wrap=True, justify="left" if col == "category" else "right")
@@ -296,7 +304,9 @@ def _progress(enabled: bool, what: str):
 def register(subparsers) -> None:
     a = subparsers.add_parser("analyze", help="cost, roofline and fusion opportunities of one module")
     a.add_argument("file", help="HLO text (optionally .gz)")
-    a.add_argument("--device", default="h100", help="h100, h200, a100, b200, host, or a JSON spec file")
+    a.add_argument("--device", default=None,
+                   help="h100, h200, a100, b200, host, or a JSON spec file (default: from the file's stage: "
+                        "cpu_after_optimizations -> host, gpu -> h100; h100 when it names none)")
     a.add_argument("--top", type=int, default=10, help="opportunity groups to show")
     a.add_argument("--compare-xla", action="store_true", help="also run XLA's HloCostAnalysis and show the difference")
     a.add_argument("--json", action="store_true", help="print the analysis as JSON")

@@ -206,7 +206,8 @@ def test_analyze_at_80_columns(monkeypatch):
     assert r.returncode == 0, r.stderr
     _fits(r.stdout)
     assert "{'" not in r.stdout, r.stdout  # bounds as words, not a Python dict
-    assert re.search(r"; \d+ kernels \w+-bound", r.stdout), r.stdout
+    assert re.search(r"^\d+ kernels \w+-bound", r.stdout, re.M), r.stdout
+    assert "device model h100 (from the file's stage)" in r.stdout, r.stdout
     assert not re.search(r"\b0\.0\d* us\b", r.stdout), r.stdout  # 284 ns, not 0.000284 us
     assert "┃ kind" in r.stdout and "bytes saved ┃ time saved" in r.stdout
     rows = [line for line in r.stdout.splitlines() if line.startswith("│ producer") or line.startswith("│ sibling")]
