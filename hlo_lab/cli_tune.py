@@ -12,6 +12,7 @@ from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
 from xla_bridge.display import speedup_verdict
 
+from . import progress
 from .cli_args import at_least_one, positive_seconds
 
 
@@ -29,24 +30,6 @@ def _label(path: str) -> str:
         if f".{stage}" in p.name:
             return p.name.split(f".{stage}")[0]
     return p.name.split(".")[0]
-
-
-def _progress(quiet: bool):
-    """A rich progress bar on stderr (``(callback, stop)``); nothing when quiet."""
-    if quiet:
-        return (lambda msg, done, total: None), (lambda: None)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True)
-    progress.start()
-    task = progress.add_task("tune", total=1)
-
-    def update(msg: str, done: int, total: int) -> None:
-        progress.update(task, description=msg, completed=done, total=total)
-
-    return update, progress.stop
 
 
 def _fmt(x) -> str:
@@ -102,15 +85,12 @@ def _cmd_tune(args) -> int:
     out = args.output or str(Path("results") / "tune" / f"{_label(args.file)}.json")
     for path in (out, out + ".hook_input.hlo", out + ".after.hlo"):
         check_writable(path)  # before anything compiles
-    update, stop = _progress(args.quiet)
-    try:
+    with progress.line("tune", progress.wanted(args), counts=True) as update:
         tuner = Tuner(_label(args.file), module.to_text(), budget=args.budget, seconds=args.seconds,
                       backend=args.backend, target=args.target, strategy=args.strategy, seed=args.seed,
                       workers=args.workers, db=args.db, reps=args.reps, final_reps=args.final_reps,
                       baseline=not args.no_baseline, progress=update, model=args.model)
         result = tuner.run()
-    finally:
-        stop()
     if result.main.best is not None:
         best = result.main.best
         save(out, best.proposal.decisions, target=tuner.model, module=result.module, module_hash=tuner.module_hash,

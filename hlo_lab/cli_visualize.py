@@ -9,16 +9,17 @@ of 270 ms, and with the analysis commands' imports (``cli_analysis``) about
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from hlo_tools.errors import HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
+
+from . import progress
 
 if TYPE_CHECKING:  # annotations only: visualize is imported lazily (start-up, above)
     from hlo_tools.ir import Module
@@ -153,27 +154,12 @@ def _draw(args: argparse.Namespace, before: Module, after: Module | None, option
         raise VisualizeError(f"{out}: unknown output suffix {'.' + suffix if suffix else '(none)'!r}; "
                                         "use .dot, .svg, .png, .pdf or .html")
     what = f"laying out {view.node_count:,} nodes, {view.edge_count:,} edges with Graphviz (limit {args.timeout:g} s)"
-    with _progress(what, args.quiet), time_limit(args.timeout):
+    with progress.line(what, progress.wanted(args)), time_limit(args.timeout):
         if suffix != "html":
             return render(to_dot(view), suffix, timeout=args.timeout)
         if after is not None:
             return before_after_html(before, after, options, summary=summary)
         return single_html(before, options)
-
-
-@contextlib.contextmanager
-def _progress(what: str, quiet: bool) -> Iterator[None]:
-    """A spinner with the elapsed time on stderr while dot works (rich); nothing when quiet."""
-    if quiet:
-        yield
-        return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as progress:
-        progress.add_task(what, total=None)
-        yield
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ or a test nothing is drawn, so the output stays what it was."""
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Callable, Iterator
 
 from xla_bridge import xla_worker
@@ -15,31 +14,53 @@ from xla_bridge import xla_worker
 
 def wanted(args) -> bool:
     """Whether ``args`` (a command's namespace) asks for a status line: not quiet,
-    not JSON, and stderr is a terminal."""
-    return not getattr(args, "quiet", False) and not getattr(args, "json", False) and sys.stderr.isatty()
+    not JSON, and stderr is a terminal (as rich sees it: ``FORCE_COLOR`` makes one)."""
+    if getattr(args, "quiet", False) or getattr(args, "json", False):
+        return False
+    from rich.console import Console
+
+    return Console(stderr=True).is_terminal
+
+
+@contextlib.contextmanager
+def line(what: str, enabled: bool, *, counts: bool = False) -> Iterator[Callable[..., None]]:
+    """The one progress display of the ``hlo`` commands: a spinner, a description
+    and the time elapsed on stderr (plus a bar and done/total when ``counts``).
+    Gives ``update(text=None, done=None, total=None)``; a no-op when not ``enabled``."""
+    if not enabled:
+        yield lambda *_a, **_k: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = [SpinnerColumn(), TextColumn("{task.description}")]
+    columns += [BarColumn(), MofNCompleteColumn()] if counts else []
+    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None)
+
+        def update(text: str | None = None, done: int | None = None, total: int | None = None) -> None:
+            changes = {"description": text, "completed": done, "total": total}
+            bar.update(task, **{k: v for k, v in changes.items() if v is not None})
+
+        yield update
 
 
 @contextlib.contextmanager
 def status(what: str, enabled: bool) -> Iterator[Callable[[str], None]]:
     """A context giving ``say(text)`` (a new description); while it is open the
     line follows the XLA worker's notes.  A no-op when not ``enabled``."""
-    if not enabled:
-        yield lambda _text: None
-        return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(what, total=None)
+    with line(what, enabled) as update:
+        if not enabled:
+            yield update
+            return
         current = [what]
 
         def say(text: str) -> None:
             current[0] = text
-            bar.update(task, description=text)
+            update(text)
 
         def heard(phase: str, module: str) -> None:
-            bar.update(task, description=f"{current[0]}: {phase} {module}"[:100])
+            update(f"{current[0]}: {phase} {module}"[:100])
 
         with xla_worker.listening(heard):
             yield say

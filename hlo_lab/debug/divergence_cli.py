@@ -4,25 +4,8 @@ from __future__ import annotations
 
 import json
 
+from .. import progress
 from ..cli_args import at_least_one, non_negative
-
-
-def _progress(quiet: bool):
-    """A rich progress bar on stderr (``(callback, stop)``); nothing when quiet."""
-    if quiet:
-        return None, (lambda: None)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn("reading values (batches)"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True)
-    bar.start()
-    task = bar.add_task("divergence", total=None)
-
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
-
-    return update, bar.stop
 
 
 def _cmd(args) -> int:
@@ -31,13 +14,10 @@ def _cmd(args) -> int:
     from .divergence import first_divergence  # lazy: the bridge and numpy, ~50 ms on each hlo start
 
     a, b = load(args.a), load(args.b)
-    update, stop = _progress(args.quiet)
-    try:
+    with progress.line("reading values (batches)", progress.wanted(args), counts=True) as update:
         d = first_divergence(a, b, pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b, seed=args.seed,
-                             rtol=args.rtol, atol=args.atol, progress=update,
+                             rtol=args.rtol, atol=args.atol, progress=lambda done, total: update(done=done, total=total),
                              **({"batch": args.batch} if args.batch else {}))
-    finally:
-        stop()
     if args.json:
         print(json.dumps(d.as_dict(), indent=1))
     elif args.quiet:

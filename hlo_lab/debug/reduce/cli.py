@@ -7,9 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Callable
 
 from hlo_tools.fileio import check_writable, write_output
 
+from ... import progress
 from ...cli_args import PipelineError, add_load, at_least_one, non_negative, positive_seconds, user_pipeline
 
 
@@ -32,26 +34,17 @@ def _predicate(args: argparse.Namespace):
     return lambda module: predicates.pass_fires(args.until_fires)
 
 
-def _progress(quiet: bool):
-    """A spinner on stderr saying the phase, the tests run and the size reached
-    (``(callback, stop)``); nothing when quiet."""
-    if quiet:
-        return None, (lambda: None)
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True)
-    progress.start()
-    task = progress.add_task("reduce", total=None)
+def _reporting(update) -> Callable[[str, int, int], None]:
+    """The reducer's ``progress(phase, tests, instructions)`` as one status line
+    with the smallest size reached so far."""
     smallest = [0]
 
-    def update(phase: str, tests: int, instructions: int) -> None:
+    def note(phase: str, tests: int, instructions: int) -> None:
         if instructions >= 0 and (not smallest[0] or instructions < smallest[0]):
             smallest[0] = instructions
-        progress.update(task, description=f"reduce: {phase}, {tests} tests, smallest {smallest[0]} instructions")
+        update(f"reduce: {phase}, {tests} tests, smallest {smallest[0]} instructions")
 
-    return update, progress.stop
+    return note
 
 
 def _summary(d: dict, predicate: str, out: str | None) -> str:
@@ -82,16 +75,14 @@ def _cmd_reduce(args) -> int:
             print(f"hlo reduce: {e}", file=sys.stderr)
             return e.status
     module = load(args.file)
-    update, stop = _progress(args.quiet)
     try:
-        predicate = _predicate(args)(module)
-        result = reduce_module(module, predicate, max_tests=args.max_tests, seconds=args.seconds, progress=update)
+        with progress.line("reduce", progress.wanted(args)) as update:
+            predicate = _predicate(args)(module)
+            result = reduce_module(module, predicate, max_tests=args.max_tests, seconds=args.seconds,
+                                   progress=_reporting(update))
     except NothingToReduce as e:
-        stop()
         print(f"hlo reduce: {args.file}: {e}", file=sys.stderr)
         return 1
-    finally:
-        stop()
     d = result.as_dict()
     text = result.module.to_text()
     if args.output:
