@@ -10,27 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from hlo_tools.fileio import make_dirs, write_output
+from xla_bridge.display import fmt_bytes, fmt_seconds
 
 from .md import md_block, md_code, md_escape
 
 CATEGORY_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "memory-bound fusion": "#ff7f0e",
                    "collective": "#2ca02c", "copy": "#8c564b", "other": "#7f7f7f"}
-
-
-def fmt_bytes(b: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(b) < 1000 or unit == "TB":
-            return f"{b:.3g} {unit}"
-        b /= 1000
-    return f"{b:.3g} TB"
-
-
-def fmt_time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
 
 
 def write_reports(report: dict[str, Any], out_dir: str | Path) -> None:
@@ -78,9 +63,9 @@ def _module_row(m: dict[str, Any], slowest: float) -> list[str]:
     cats = m["categories"]
     top = max(cats.items(), key=lambda kv: kv[1]["headroom_s"])[0] if cats else "-"
     o = m["opportunities"]
-    return [m.get("module", ""), m.get("module_key", m["label"]), m.get("stage", ""), _file(m), str(m["kernels"]), fmt_time(m["time_s"]), f"{100 * m['time_s'] / slowest:.0f}%" if slowest else "-",
-            fmt_time(m["headroom_s"]), f"{100 * m['headroom_s'] / m['time_s']:.0f}%" if m["time_s"] else "-", top,
-            fmt_time(o.get("time_saved_s_legal", 0.0)), fmt_bytes(o["bytes_saved_legal"]), str(o["legal"])]
+    return [m.get("module", ""), m.get("module_key", m["label"]), m.get("stage", ""), _file(m), str(m["kernels"]), fmt_seconds(m["time_s"]), f"{100 * m['time_s'] / slowest:.0f}%" if slowest else "-",
+            fmt_seconds(m["headroom_s"]), f"{100 * m['headroom_s'] / m['time_s']:.0f}%" if m["time_s"] else "-", top,
+            fmt_seconds(o.get("time_saved_s_legal", 0.0)), fmt_bytes(o["bytes_saved_legal"]), str(o["legal"])]
 
 
 MODULE_COLUMNS = ["module", "id", "stage", "file", "kernels", "predicted time", "of slowest", "headroom",
@@ -95,12 +80,12 @@ def _opp_rows(report: dict[str, Any], n: int = 25) -> list[list[str]]:
     not move are worth what they cost in time, and some cost nothing."""
     groups = sorted(report["top_opportunities"], key=lambda g: (-g["time_saved_s"], -g["bytes_saved"]))
     return [[g["signature"], g["kind"], g["pattern"] or "", str(g["count"]), str(g["legal"]), str(g["modules"]),
-             fmt_time(g["time_saved_s"]), fmt_bytes(g["bytes_saved"]), (g["examples"] or [""])[0]]
+             fmt_seconds(g["time_saved_s"]), fmt_bytes(g["bytes_saved"]), (g["examples"] or [""])[0]]
             for g in groups[:n]]
 
 
 def _pattern_rows(report: dict[str, Any]) -> list[list[str]]:
-    return [[name, str(p["count"]), str(p["modules"]), fmt_time(p["time_saved_s"]), fmt_bytes(p["bytes_saved"])]
+    return [[name, str(p["count"]), str(p["modules"]), fmt_seconds(p["time_saved_s"]), fmt_bytes(p["bytes_saved"])]
             for name, p in sorted(report["patterns"].items(), key=lambda kv: (-kv[1]["time_saved_s"], -kv[1]["bytes_saved"]))]
 
 
@@ -123,7 +108,7 @@ def _md_table(cols: list[str], rows: list[list[str]]) -> str:
 def _hidden_note(hidden: list[dict[str, Any]], report: dict[str, Any]) -> str:
     total = sum(m["time_s"] for m in hidden)
     return (f"{len(hidden)} modules under {100 * report.get('min_share', 0):g}% of the slowest one's predicted "
-            f"time ({fmt_time(total)} together) are hidden")
+            f"time ({fmt_seconds(total)} together) are hidden")
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -180,7 +165,7 @@ def _points(report: dict[str, Any], device: str) -> list[tuple[float, float, str
                 continue
             kernel, t = (p[4], p[5]) if len(p) >= 6 else ("?", 0.0)
             out.append((p[0], p[1], p[2], f"{kernel} in {m['label']} [{_file(m)}]: {p[2]}, {p[3]}-bound, "
-                                          f"{fmt_time(t)}; {p[0]:.3g} flop/B, {fmt_rate(p[1], 'FLOP/s')}"))
+                                          f"{fmt_seconds(t)}; {p[0]:.3g} flop/B, {fmt_rate(p[1], 'FLOP/s')}"))
     return out
 
 

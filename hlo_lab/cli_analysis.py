@@ -15,12 +15,11 @@ import sys
 from hlo_tools.errors import HloParseError
 from hlo_tools.fileio import check_writable
 from xla_bridge import read_text, xla  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
-from xla_bridge.display import fmt_seconds
+from xla_bridge.display import fmt_bytes, fmt_seconds
 
 
 def _cmd_analyze(args) -> int:
     from fusion_analysis import devices  # lazy: start-up (module docstring)
-    from fusion_analysis.report import fmt_bytes  # lazy: start-up
     from fusion_analysis.scan import analyze_text, platform_of  # lazy: start-up
 
     why = "--device"

@@ -15,7 +15,8 @@ import pytest
 
 import corpus
 from fusion_analysis import scan
-from fusion_analysis.report import fmt_time, html_page, markdown, split_modules
+from fusion_analysis.report import html_page, markdown, split_modules
+from xla_bridge.display import fmt_seconds
 from tests.conftest import run_hlo
 from tests.dump_model import make_dump
 
@@ -79,7 +80,7 @@ def test_opportunities_by_predicted_time_saved(report):
     md = markdown(report)
     table = md[md.index("## Top opportunities"):md.index("## Known patterns")]
     shown = [r.split("|")[7].strip() for r in table.splitlines()[4:] if r.startswith("|")]
-    assert shown[0] == fmt_time(saved[0]).replace(".", "\\.") and len(shown) == min(25, len(saved))
+    assert shown[0] == fmt_seconds(saved[0]).replace(".", "\\.") and len(shown) == min(25, len(saved))
 
 
 def test_errors_at_the_top_with_a_link(report):

@@ -139,10 +139,10 @@ ENTRY main {
 def test_labels_colours_bytes_and_elided_constants():
     module = hlo_tools.parse(HLO_BIG_CONSTANT.replace("{...}", "{" + ", ".join(["{" + ", ".join(["1"] * 64) + "}"] * 64) + "}"))
     src = to_dot(module)
-    assert 'w [label="constant (elided, 16 KiB)\\nf32[64,64]\\n%w"' in src
+    assert 'w [label="constant (elided, 16.4 KB)\\nf32[64,64]\\n%w"' in src
     assert 'c [label="constant 0.5\\nf32[]\\n%c"' in src
     assert 'class="cat-matmul" fillcolor="#f4a582"' in src  # the dot
-    assert 'd -> m [xlabel="16 KiB"]' in src and 'c -> b [xlabel="4 B"]' in src
+    assert 'd -> m [xlabel="16.4 KB"]' in src and 'c -> b [xlabel="4 B"]' in src
 
 
 @needs_dot

@@ -9,8 +9,9 @@ import graphviz
 
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import HloOpcode
+from xla_bridge.display import fmt_bytes
 
-from .style import COLORS, Category, category, format_bytes, shorten
+from .style import COLORS, Category, category, shorten
 from .view import FocusOptions, View, select
 
 #: dot's ``nslimit``: the x-coordinate network simplex stops after this many passes over the nodes.
@@ -30,7 +31,7 @@ def instruction_label(instr: Instruction, view: View) -> str:
             op += f"\\n{len(body)} ops: " + shorten(", ".join(ops), 40)
     elif instr.opcode is HloOpcode.CONSTANT:
         literal = instr.literal or ""
-        op = f"constant {literal}" if len(literal) <= MAX_LITERAL_CHARS else f"constant (elided, {format_bytes(instr.shape.byte_size)})"
+        op = f"constant {literal}" if len(literal) <= MAX_LITERAL_CHARS else f"constant (elided, {fmt_bytes(instr.shape.byte_size)})"
     elif instr.opcode is HloOpcode.PARAMETER:
         op = f"parameter {instr.parameter_number}"
     elif instr.opcode is HloOpcode.CUSTOM_CALL and instr.custom_call_target:
@@ -50,7 +51,7 @@ def instruction_label(instr: Instruction, view: View) -> str:
 
 def _edge_bytes(operand: Instruction, user: Instruction) -> str:
     shape = user.shape if user.opcode is HloOpcode.GET_TUPLE_ELEMENT else operand.shape
-    return format_bytes(shape.byte_size)
+    return fmt_bytes(shape.byte_size)
 
 
 def to_graph(view: View, *, id_prefix: str = "", classes: Mapping[str, str] | None = None) -> graphviz.Digraph:

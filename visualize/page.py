@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from fusion_analysis import devices
 from fusion_analysis.cost import analyze
-from fusion_analysis.report import fmt_bytes, fmt_time
+from xla_bridge.display import fmt_bytes, fmt_seconds
 from fusion_analysis.roofline import roofline
 from hlo_tools.ir import Module
 
@@ -114,7 +114,7 @@ def _change(b: float, a: float) -> str:
 
 def totals_table(totals: dict[str, dict]) -> str:
     """The before/after totals as an HTML table (id ``totals``), one row per figure."""
-    fmt = {"kernels": lambda v: f"{v:,}", "flops": lambda v: f"{v:.3g}", "bytes": fmt_bytes, "time": fmt_time}
+    fmt = {"kernels": lambda v: f"{v:,}", "flops": lambda v: f"{v:.3g}", "bytes": fmt_bytes, "time": fmt_seconds}
     label = {"kernels": "kernels", "flops": "flops", "bytes": "bytes accessed",
              "time": f"predicted time ({totals['device']['name']} roofline)"}
     rows = []

@@ -79,17 +79,6 @@ def category(instr: Instruction) -> Category:
     return Category.OTHER
 
 
-def format_bytes(n: int) -> str:
-    """``1536`` -> ``1.5 KiB``: short, for edge labels."""
-    if n < 1024:
-        return f"{n} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            return f"{n:.3g} {unit}"
-    raise AssertionError  # pragma: no cover
-
-
 def shorten(text: str, limit: int = 48) -> str:
     """Cuts long text (tuple shapes, literals) in the middle with an ellipsis."""
     if len(text) <= limit:

@@ -24,6 +24,16 @@ def fmt_seconds(s: float | None) -> str:
     return "0 s" if a == 0 else f"{s / 1e-12:.3g} ps"
 
 
+def fmt_bytes(b: float) -> str:
+    """A size in decimal units, three significant digits: ``315 KB``, ``1.32 MB``
+    (the cost model's and XLA's ``bytes accessed`` are counts, not memory pages)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(b) < 1000:
+            return f"{b:.3g} {unit}"
+        b /= 1000
+    return f"{b:.3g} TB"
+
+
 def fmt_us(us: float | None) -> str:
     """A time given in microseconds, as ``fmt_seconds`` writes it."""
     return fmt_seconds(None if us is None else us * 1e-6)
