@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.cmd + (f" {args.corpus_cmd}" if args.cmd == "corpus" else "")
     failed = _CANNOT_RUN_EXIT.get(args.cmd, 1)
     try:
-        usage = _unknown_pass(args) or _bad_xla_flag(args)
+        _check_pipeline(args)
+        usage = _bad_xla_flag(args)
         if usage:
             print(f"hlo {name}: {usage}", file=sys.stderr)
             return 2  # a usage error, as argparse reports one
@@ -208,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         status = args.func(args)
         sys.stdout.flush()  # a closed pipe shows up here, inside the handler below
         return status
+    except PipelineError as e:  # a bad --load file (1) or --passes name (2)
+        print(f"hlo {name}: {e}", file=sys.stderr)
+        return e.status
     except BrokenPipeError:
         _stdout_to_devnull()
         return 141  # what a process killed by SIGPIPE reports; the reader has gone, there is nothing to say
@@ -236,17 +240,12 @@ def main(argv: list[str] | None = None) -> int:
 _TAKES_PASSES = ("opt", "bench")
 
 
-def _unknown_pass(args: argparse.Namespace) -> str | None:
-    """The registry's message for an unknown name in ``--passes``, checked before
-    any file is read or compiled; None when every name is known."""
+def _check_pipeline(args: argparse.Namespace) -> None:
+    """Registers ``--load``'s passes and checks every name in ``--passes`` before
+    any file is read or compiled; raises ``PipelineError`` (with its exit status)."""
     spec = getattr(args, "passes", None)
-    if args.cmd not in _TAKES_PASSES or not isinstance(spec, str) or not spec.strip():
-        return None
-    try:
+    if args.cmd in _TAKES_PASSES and isinstance(spec, str) and spec.strip():
         user_pipeline(getattr(args, "load", ()), spec)  # --load's passes registered first, for the command too
-    except PipelineError as e:
-        return str(e)
-    return None
 
 
 def _bad_xla_flag(args: argparse.Namespace) -> str | None:

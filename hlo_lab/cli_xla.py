@@ -243,7 +243,7 @@ def _bench_deviceless(args) -> int:
     time from our roofline and from XLA's own GPU model."""
     from .study import gpu_study  # lazy: the passes and analyses, ~90 ms on each hlo start (measured)
 
-    if not args.passes:  # unknown names were refused before the command ran (cli._unknown_pass)
+    if not args.passes:  # unknown names were refused before the command ran (cli._check_pipeline)
         print("hlo bench: --target needs --passes (e.g. --passes gpu-best)", file=sys.stderr)
         return 2
     from fusion_analysis import devices  # lazy: as above

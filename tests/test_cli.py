@@ -68,3 +68,15 @@ def test_console_script_runs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hlo_lab.cli", "stats", str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "6 instructions in 2 computations" in r.stdout
+
+
+def test_opt_load_errors_keep_their_exit_status(tmp_path, capsys):
+    """A --load file that cannot be imported is bad input (1), an unknown pass name a
+    usage error (2), on opt as on bisect/reduce/upstream; neither reads the module."""
+    bad = tmp_path / "bad_pass.py"
+    bad.write_text("import no_such_module_anywhere\n")
+    missing = str(tmp_path / "never_read.hlo")
+    assert main(["opt", missing, "--load", str(bad), "--passes", "dce", "-o", str(tmp_path / "o.hlo")]) == 1
+    assert "No module named 'no_such_module_anywhere'" in capsys.readouterr().err
+    assert main(["opt", missing, "--passes", "no-such-pass", "-o", str(tmp_path / "o.hlo")]) == 2
+    assert "unknown pass 'no-such-pass'" in capsys.readouterr().err
