@@ -74,15 +74,14 @@ def prepare(module: Module) -> Prepared:
     inlined instructions keep their callee names (``.N`` added where taken),
     deterministically, so A and a rewrite of A get the same names."""
     from passes.dce import remove_unreachable_computations  # lazy: the passes layer, ~80 ms on each hlo start (measured)
-    from passes.fusion.call_inliner import inline_call  # lazy: as above
+    from passes.fusion.call_inliner import inlinable_calls, inline_call  # lazy: as above
 
     copy = module.clone()
     rw = Rewriter()
     origin: dict[str, tuple[str, str]] = {}
     count = 0
     while True:
-        calls = [i for i in copy.entry if i.opcode is HloOpcode.CALL and i.to_apply is not None
-                 and not i.control_predecessors and not i.control_successors]
+        calls = inlinable_calls(copy.entry)
         if not calls:
             break
         for call in calls:

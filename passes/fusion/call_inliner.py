@@ -35,7 +35,9 @@ def inline_call(call: Instruction, rewriter: Rewriter | None = None) -> list[Ins
     return out
 
 
-def _calls(comp: Computation) -> list[Instruction]:
+def inlinable_calls(comp: Computation) -> list[Instruction]:
+    """The ``call``s of ``comp`` that can be inlined: a call with control edges
+    stays, since its order would be lost."""
     return [i for i in comp if i.opcode is HloOpcode.CALL and i.to_apply is not None and not i.control_predecessors and not i.control_successors]
 
 
@@ -49,7 +51,7 @@ class CallInliner(Pass):
         rewriter = Rewriter()
         for comp in list(module.computations):
             while True:
-                calls = _calls(comp)
+                calls = inlinable_calls(comp)
                 if not calls:
                     break
                 for call in calls:

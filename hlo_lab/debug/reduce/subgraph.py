@@ -88,10 +88,11 @@ def keep_fused(module: Module, fusion: str, keep: Collection[str]) -> Module | N
 def inlinable(module: Module) -> list[str]:
     """Names of the entry's fusions and calls that ``inline`` can replace by
     their bodies (a call with control edges stays: its order would be lost)."""
+    from passes.fusion.call_inliner import inlinable_calls  # lazy: passes is heavy
+
+    calls = {id(i) for i in inlinable_calls(module.entry)}
     return [i.name for i in module.entry
-            if (i.opcode is HloOpcode.FUSION and i.fused_computation is not None)
-            or (i.opcode is HloOpcode.CALL and i.to_apply is not None
-                and not i.control_predecessors and not i.control_successors)]
+            if (i.opcode is HloOpcode.FUSION and i.fused_computation is not None) or id(i) in calls]
 
 
 def inline(module: Module, name: str) -> Module | None:
