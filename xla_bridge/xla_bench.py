@@ -67,6 +67,8 @@ class BenchResult:
     verdict: str = "unchecked"     # of comparing B's outputs with A's
     compile_seconds: tuple[float, float | None] = (0.0, None)
     hook_b: Hook | None = field(default=None, repr=False, compare=False)  # what B's hooked pass saw and left
+    #: XLA's optimized texts of A and B: what was timed, for a diff without compiling again
+    optimized: tuple[str, str | None] = field(default=("", None), repr=False, compare=False)
 
     def table(self) -> str:
         rows = [("", "median", "p10", "p90")]
@@ -228,7 +230,8 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
         name_a=ca.module_name, name_b=cb.module_name if cb else "", pipeline_a=ca.pipeline,
         pipeline_b=cb.pipeline if cb else "", backend=ca.backend, device=ca.device, reps=reps, warmup=warmup,
         input_sets=n, a=ta, b=tb, speedup=sp, speedup_p10=sp10, speedup_p90=sp90, verdict=verdict,
-        compile_seconds=(ca.compile_seconds, cb.compile_seconds if cb else None), hook_b=hook_b)
+        compile_seconds=(ca.compile_seconds, cb.compile_seconds if cb else None), hook_b=hook_b,
+        optimized=(ca.optimized_text, cb.optimized_text if cb else None))
 
 
 def _label(x) -> str:
