@@ -15,6 +15,8 @@ from hlo_tools import Module
 from xla_bridge import load
 from xla_bridge.display import fmt_us
 
+from .cli_args import at_least_one, non_negative
+
 
 @dataclass(frozen=True)
 class SchedulerComparison:
@@ -182,7 +184,6 @@ def _tail(op_name: str, n: int = 48) -> str:
 
 
 def register(subparsers) -> None:
-    from .cli_args import at_least_one, non_negative
 
     c = subparsers.add_parser("collectives", help="a sharded module's collectives: counts and bytes per kind and "
                                                   "mesh axis, memory per device, predicted and exposed time")
