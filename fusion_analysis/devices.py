@@ -59,6 +59,16 @@ class Device:
     #: launch cost of a matmul that runs as a library call (the host's YNNPACK or
     #: dot thunk: measured); 0: matmuls launch like any kernel
     library_call_overhead_s: float = 0.0
+    #: the interconnect collectives are priced on (``fusion_analysis.collective_time``):
+    #: bytes/s per GPU per direction and per-step latency within a node (NVLink) and
+    #: across nodes (InfiniBand, one NIC per GPU); 0: not a multi-GPU part
+    nvlink_bandwidth: float = 0.0
+    nvlink_latency_s: float = 0.0
+    gpus_per_node: int = 0
+    ib_bandwidth: float = 0.0
+    ib_latency_s: float = 0.0
+    #: NCCL's latency per step of a tree (all-reduce across nodes)
+    ib_tree_latency_s: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "bandwidth_curve", tuple(sorted((float(b), float(r)) for b, r in self.bandwidth_curve)))
@@ -105,6 +115,20 @@ class Device:
         return cls(**{k: dict(v) if isinstance(v, Mapping) else v for k, v in d.items()})
 
 
+# -- interconnect (collective_time) -------------------------------------------------
+# NVLink 4 on H100/H200 SXM: 18 links x 25 GB/s per direction = 450 GB/s per GPU per
+# direction (900 GB/s bidirectional: H100 and H200 datasheets), 8 GPUs per HGX/DGX
+# node behind NVSwitch. Across nodes: DGX H100 / HGX H200 give each GPU its own
+# ConnectX-7 NIC, 400 Gb/s InfiniBand NDR = 50 GB/s per direction (DGX H100 user
+# guide). Latencies are NCCL's per-step figures for the ring, LL128 protocol
+# (nccl src/graph/tuning.cc hwLat: NVLink ring 1.9 us, network ring 4.0 us, network
+# tree 8.5 us); the launch is XLA's kNcclKernelLaunchOverhead (NCCL_LAUNCH_OVERHEAD_S).
+# XLA's own SoL model (xla/service/gpu/model/sol_gpu_cost_model.cc) uses, for an
+# "NVIDIA H100 80GB HBM3", nic_speed 55.56 GB/s, rtt 68.89 us and 8 GPUs per node.
+HOPPER_INTERCONNECT = dict(nvlink_bandwidth=450e9, nvlink_latency_s=1.9e-6, gpus_per_node=8,
+                           ib_bandwidth=50e9, ib_latency_s=4.0e-6, ib_tree_latency_s=8.5e-6)
+
+
 # -- GPUs ------------------------------------------------------------------------
 # H100 SXM5 80GB: NVIDIA H100 Tensor Core GPU datasheet (2023) and the Hopper
 # architecture whitepaper: 132 SMs, 1.98 GHz boost (also XLA's target config
@@ -128,6 +152,7 @@ H100_SXM = Device(
     # 2 KiB are DeviceDescription's hard-coded values in XLA (stream_executor).
     extra={"fpus_per_core": 128, "threads_per_sm": 2048, "memory_transactions_per_clock": 32,
            "l1_bytes_per_sm": 2048},
+    **HOPPER_INTERCONNECT,
 )
 # H200 SXM 141GB: NVIDIA H200 Tensor Core GPU datasheet (2024): same GH100 compute as
 # H100 SXM (989 TFLOPS dense BF16, 1979 FP8, 494 TF32, 67 FP32), HBM3e 4.8 TB/s,

@@ -13,8 +13,8 @@ strictly between its start and its done, capped at the pair's own time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
 from hlo_tools import Computation, HloOpcode, Instruction
 from hlo_tools.opcode import NO_KERNEL
@@ -57,6 +57,26 @@ class CostModel:
     def async_seconds(self, start: Instruction) -> float:
         moved = max((leaf.byte_size for _, leaf in start.shape.leaves()), default=0)
         return self.async_latency_s + moved / self.link_bytes_per_s
+
+
+@dataclass(frozen=True)
+class TableCostModel(CostModel):
+    """Per-instruction times from a richer model, keyed by ``id(instruction)``:
+    ``compute`` (the roofline's kernel time, a sync collective's price) and
+    ``transfers`` (an async start's collective price, ``collective_time.price``),
+    in place of the flat rates; an instruction in neither table falls back to them.
+    Ids stay valid while a scheduler reorders the same instructions."""
+
+    compute: Mapping[int, float] = field(default_factory=dict)
+    transfers: Mapping[int, float] = field(default_factory=dict)
+
+    def compute_seconds(self, instr: Instruction) -> float:
+        t = self.compute.get(id(instr))
+        return super().compute_seconds(instr) if t is None else t
+
+    def async_seconds(self, start: Instruction) -> float:
+        t = self.transfers.get(id(start))
+        return super().async_seconds(start) if t is None else t
 
 
 def is_async_start(instr: Instruction) -> bool:

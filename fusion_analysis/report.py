@@ -73,6 +73,30 @@ MODULE_COLUMNS = ["module", "id", "stage", "file", "kernels", "predicted time", 
                   "legal opportunities"]
 OPP_COLUMNS = ["signature", "kind", "pattern", "count", "legal", "modules", "time saved", "bytes saved", "example"]
 PATTERN_COLUMNS = ["pattern", "edges", "modules", "time saved", "bytes saved"]
+COMM_COLUMNS = ["module", "stage", "mesh", "collectives (kind: n)", "bytes/device", "bytes per axis",
+                "comm time", "exposed", "peak memory/device"]
+
+
+def _comm_rows(report: dict[str, Any]) -> list[list[str]]:
+    """One row per sharded module (``scan.communication_summary``)."""
+    rows = []
+    for m in sorted(report["modules"], key=lambda m: (m.get("module_key", m["label"]), m.get("stage", ""))):
+        c = m.get("collectives")
+        if not c:
+            continue
+        rows.append([m.get("module_key", m["label"]), m.get("stage", ""), c["mesh"],
+                     ", ".join(f"{k}: {n}" for k, n in c["counts"].items()),
+                     fmt_bytes(sum(c["bytes"].values())),
+                     ", ".join(f"{k}: {fmt_bytes(b)}" for k, b in c["bytes_by_axis"].items()),
+                     f"{fmt_time(c['comm_s'])} ({c['target']})", f"{c['exposed_fraction']:.0%}",
+                     fmt_bytes(c["peak_bytes"]) if c.get("peak_bytes") is not None else "-"])
+    return rows
+
+
+def _comm_note() -> str:
+    return ("Collectives as XLA spells them (an async pair counted once, by its start); bytes are payload per "
+            "device; time on the target's NVLink, exposed = not hidden behind compute by the module's schedule "
+            "(`hlo collectives FILE` for the full inventory).")
 
 
 def _opp_rows(report: dict[str, Any], n: int = 25) -> list[list[str]]:
@@ -149,6 +173,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         _md_table(PATTERN_COLUMNS, _pattern_rows(report)),
     ]
+    comm = _comm_rows(report)
+    if comm:
+        lines += ["", "## Communication (sharded modules)", "", _comm_note(), "", _md_table(COMM_COLUMNS, comm)]
     if report.get("skipped"):
         lines += ["", "## Skipped (not read)", "", _md_table(["file", "reason"], [[x["file"], x["reason"]] for x in report["skipped"]])]
     return "\n".join(lines) + "\n"
@@ -293,6 +320,14 @@ def _html_modules(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _html_comm(report: dict[str, Any]) -> str:
+    rows = _comm_rows(report)
+    if not rows:
+        return ""
+    return (f'<h2 id="communication">Communication (sharded modules)</h2>\n<p>{html.escape(_comm_note())}</p>\n'
+            + _html_table(COMM_COLUMNS, rows))
+
+
 def html_page(report: dict[str, Any]) -> str:
     n_err = len(report["errors"])
     errors = (f'<h2 id="errors">Errors</h2>\n'
@@ -328,6 +363,7 @@ details summary {{ cursor: pointer; color: #036; }}
 {_html_table(OPP_COLUMNS, _opp_rows(report))}
 <h2>Known patterns</h2>
 {_html_table(PATTERN_COLUMNS, _pattern_rows(report))}
+{_html_comm(report)}
 {_html_skipped(report)}
 </body></html>
 """

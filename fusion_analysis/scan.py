@@ -51,12 +51,13 @@ from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import make_dirs, write_output
 from xla_bridge import load
 
-from . import cost, devices, opportunities, roofline
+from . import communication, cost, devices, opportunities, roofline
+from .collectives import infer_mesh
 from .md import md_escape
 from .report import html_page, markdown
 
 #: Bump when the analysis changes what it computes: old cache entries are ignored.
-ANALYSIS_VERSION = 3
+ANALYSIS_VERSION = 4
 SCATTER_POINTS_PER_MODULE = 150
 GROUPS_PER_MODULE = 40
 REPORT_FORMAT = "fusion_analysis.scan/3"
@@ -326,8 +327,26 @@ def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # mod
                         "examples": list(g.examples)}
                        for g in sorted(groups, key=lambda g: (-g.time_saved_s, -g.bytes_saved))[:GROUPS_PER_MODULE]],
         },
+        "collectives": communication_summary(module, dev),
         "seconds": time.perf_counter() - t0,
     }
+
+
+def communication_summary(module, dev: devices.Device) -> dict[str, Any] | None:
+    """A sharded module's collective inventory in brief (``communication.analyze``,
+    mesh from the module's groups), priced on ``dev`` when it has interconnect
+    figures, else on an H100; None for a module on one device."""
+    attrs = module.attributes
+    if int(attrs.get("num_partitions", 1) or 1) * int(attrs.get("replica_count", 1) or 1) < 2:
+        return None
+    target = dev if dev.nvlink_bandwidth else devices.load("h100")
+    r = communication.analyze(module, infer_mesh(module), target, 1)
+    d = r.as_dict()
+    return {"mesh": str(r.mesh), "target": target.name, "counts": d["counts"], "bytes": d["bytes"],
+            "bytes_by_axis": d["bytes_by_axis"], "comm_s": r.comm_s, "exposed_s": r.exposed_s,
+            "exposed_fraction": r.exposed_fraction,
+            "peak_bytes": r.memory.peak_bytes if r.memory else None,
+            "parameters_bytes": r.memory.parameters_bytes if r.memory else None}
 
 
 def _describe(e: BaseException) -> str:

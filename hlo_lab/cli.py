@@ -18,7 +18,7 @@ from xla_bridge import load
 from xla_bridge.xla import XlaCompileError
 from xla_bridge.xla_compile import parse_flags
 
-from . import cli_analysis, cli_debug, cli_passes, cli_tune, cli_visualize, cli_xla
+from . import cli_analysis, cli_debug, cli_passes, cli_tune, cli_visualize, cli_xla, collectives
 from .cli_args import PipelineError, user_pipeline
 
 
@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Modules that add subcommands: each has ``register(subparsers)`` and sets
 #: ``func`` on its parsers.
-_EXTENSIONS = (cli_xla, cli_passes, cli_analysis, cli_visualize, cli_tune, cli_debug)
+_EXTENSIONS = (cli_xla, cli_passes, cli_analysis, cli_visualize, cli_tune, cli_debug, collectives)
 
 
 #: Commands whose failures exit 2 ("cannot compile/run"), so that compare's exit 1

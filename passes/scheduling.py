@@ -303,16 +303,19 @@ class LatencyHidingScheduler(Pass):
     name = "latency-hiding-scheduler"
     max_in_flight: int = 2
     memory_slack: float = 0.0
+    #: the times it schedules by (default: ``CostModel()``'s flat rates; a
+    #: ``TableCostModel`` prices collectives and kernels on a target device)
+    cost: CostModel | None = None
 
     def run(self, module: Module) -> bool:
         return run_scheduler(module, self._choose, keep_input=False)[0]
 
     def _choose(self, comp: Computation, model: BufferModel) -> dict[str, list[Instruction]]:
         limit = profile(comp, model=model).peak_bytes * (1.0 + self.memory_slack)
-        best_name, best, best_cov = "input", list(comp), overlap(comp).covered_s
+        best_name, best, best_cov = "input", list(comp), overlap(comp, cost=self.cost).covered_s
         for k in range(1, self.max_in_flight + 1):
-            order = list_schedule(comp, LatencyHidingPriority(k), model=model)
-            cov = overlap(comp, order).covered_s
+            order = list_schedule(comp, LatencyHidingPriority(k), model=model, cost=self.cost)
+            cov = overlap(comp, order, cost=self.cost).covered_s
             if cov > best_cov and profile(comp, order, model=model).peak_bytes <= limit:
                 best_name, best, best_cov = f"lhs-{k}", order, cov
         return {best_name: best}

@@ -46,6 +46,7 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
             "output": [["opt", "{GOOD}", "-o", "{BAD}/x.hlo"], ["opt", "{GOOD}", "--dump-dir", "{BAD}/dumps"],
                        ["opt", "{GOOD}", "--dump-dir", "{BAD}"]]},
     "analyze": {"input": [["analyze", "{IN}"], ["analyze", "--json", "{IN}"]]},
+    "collectives": {"input": [["collectives", "{IN}"], ["collectives", "--json", "{IN}"]]},
     "scan": {"input": [["scan", "{IN}", "-o", "{OUT}/scan", "-q", "-j", "1"]],
              "output": [["scan", "{GOOD}", "-o", "{BAD}/scan", "-q", "-j", "1"]]},
     "viz": {"input": [["viz", "{IN}", "-o", "{OUT}/g.dot"], ["viz", "{GOOD}", "--after", "{IN}", "-o", "{OUT}/p.html"]],

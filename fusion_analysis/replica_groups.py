@@ -1,0 +1,186 @@
+"""Which devices a collective talks to, and along which mesh axis.
+
+XLA prints a collective's groups in three forms (xla/hlo/ir/collective_device_list.h):
+an explicit list ``{{0,1,2,3},{4,5,6,7}}`` (``{}``: everyone), an iota list
+``[G,S]<=[d0,d1,...]T(p...)`` (``iota(d0*d1*...)`` reshaped to ``dims``,
+transposed by ``p``, reshaped to G groups of S), and the mesh-axes form
+``mesh['batch'=2,'model'=4] {'model'}`` (the devices of a row-major mesh grouped
+along the named axes). Ids in a group are replica, partition or global ids by
+XLA's CollectiveOpGroupMode (xla/service/collective_ops_utils.cc
+``GetCollectiveOpGroupMode``); :func:`device_groups` turns them into device ids.
+
+A mesh maps a device id to coordinates: device id = row-major position in the
+mesh (jax's ``Mesh(devices.reshape(shape))`` over ``jax.devices()``, the
+default device assignment), unless a mesh says otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+Groups = tuple[tuple[int, ...], ...]
+
+
+class ReplicaGroupsError(ValueError):
+    """A replica-groups or source-target-pairs text this module cannot read."""
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Named mesh axes (``batch=2,model=4``); device id = row-major position."""
+
+    axes: tuple[str, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def devices(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+    def __str__(self) -> str:
+        return ",".join(f"{a}={n}" for a, n in zip(self.axes, self.shape))
+
+    @classmethod
+    def parse(cls, spec: str) -> "Mesh":
+        """``batch=2,model=4`` (the ``--mesh`` spelling)."""
+        axes, shape = [], []
+        for part in spec.split(","):
+            name, eq, size = part.strip().partition("=")
+            if not eq or not name or not size.strip().isdigit() or int(size) < 1:
+                raise ReplicaGroupsError(f"mesh {spec!r}: expected NAME=SIZE[,NAME=SIZE...], e.g. batch=2,model=4")
+            axes.append(name.strip())
+            shape.append(int(size))
+        if len(set(axes)) != len(axes):
+            raise ReplicaGroupsError(f"mesh {spec!r}: an axis is named twice")
+        return cls(tuple(axes), tuple(shape))
+
+    def coords(self, device: int) -> tuple[int, ...]:
+        return tuple(int(c) for c in np.unravel_index(device, self.shape))
+
+    def axis_of_groups(self, groups: Groups) -> str:
+        """The axes a group's members vary along: ``model``; ``batch,model``;
+        ``model (2 of 4)`` when a group holds only part of its axes; ``none`` for
+        groups of one device."""
+        varied: set[int] = set()
+        size = 1
+        for g in groups:
+            if len(g) < 2:
+                continue
+            size = max(size, len(g))
+            cs = [self.coords(d) for d in g if d < self.devices]
+            varied |= {k for k in range(len(self.shape)) if len({c[k] for c in cs}) > 1}
+        return self._spell(varied, size)
+
+    def axis_of_pairs(self, pairs: Sequence[tuple[int, int]]) -> str:
+        """The axes along which a permute's sources and targets differ."""
+        varied: set[int] = set()
+        for s, t in pairs:
+            if s != t and s < self.devices and t < self.devices:
+                a, b = self.coords(s), self.coords(t)
+                varied |= {k for k in range(len(self.shape)) if a[k] != b[k]}
+        return self._spell(varied, None)
+
+    def _spell(self, varied: set[int], size: int | None) -> str:
+        if not varied:
+            return "none"
+        names = ",".join(self.axes[k] for k in sorted(varied))
+        full = int(np.prod([self.shape[k] for k in varied]))
+        return names if size is None or size == full else f"{names} ({size} of {full})"
+
+
+_IOTA = re.compile(r"\[([\d,\s]+)\]<=\[([\d,\s]+)\](?:T\(([\d,\s]+)\))?$")
+_MESH = re.compile(r"mesh\[(.*?)\]\s*\{(.*)\}$")
+_MESH_AXIS = re.compile(r"'([^']*)'\s*=\s*(\d+)")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def mesh_of_text(text: str) -> Mesh | None:
+    """The mesh a mesh-axes replica-groups text names, or None for other forms."""
+    m = _MESH.match(text.strip())
+    if not m:
+        return None
+    found = _MESH_AXIS.findall(m.group(1))
+    return Mesh(tuple(a for a, _ in found), tuple(int(n) for _, n in found))
+
+
+def parse_replica_groups(text: str | None, total: int) -> Groups:
+    """Groups of ids from XLA's printed ``replica_groups``; ``total`` is how many
+    ids there are (``{}`` or a missing attribute: one group of all of them)."""
+    t = (text or "").strip()
+    if t in ("", "{}"):
+        return (tuple(range(total)),)
+    if t.startswith("{"):
+        inner = t[1:-1].strip()
+        groups = re.findall(r"\{([\d,\s]*)\}", inner)
+        if not groups or re.sub(r"\{[\d,\s]*\}|[,\s]", "", inner):
+            raise ReplicaGroupsError(f"replica_groups={t!r}: expected {{{{0,1,...}},...}}")
+        return tuple(tuple(_ints(g)) for g in groups)
+    m = _IOTA.match(t)
+    if m:
+        gs, dims = _ints(m.group(1)), _ints(m.group(2))
+        perm = _ints(m.group(3)) if m.group(3) else list(range(len(dims)))
+        if len(gs) != 2 or sorted(perm) != list(range(len(dims))) or np.prod(gs) != np.prod(dims):
+            raise ReplicaGroupsError(f"replica_groups={t!r}: expected [G,S]<=[dims]T(perm) with G*S = prod(dims)")
+        ids = np.arange(int(np.prod(dims))).reshape(dims).transpose(perm).reshape(gs)
+        return tuple(tuple(int(x) for x in row) for row in ids)
+    m = _MESH.match(t)
+    if m:
+        mesh = mesh_of_text(t)
+        assert mesh is not None
+        want = [a.strip().strip("'") for a in m.group(2).split(",") if a.strip()]
+        unknown = [a for a in want if a not in mesh.axes]
+        if unknown or not mesh.axes:
+            raise ReplicaGroupsError(f"replica_groups={t!r}: expected mesh['axis'=N,...] {{'axis',...}} naming "
+                                     f"the mesh's axes (sub-axes are not read)")
+        keep = [mesh.axes.index(a) for a in want]
+        rest = [k for k in range(len(mesh.axes)) if k not in keep]
+        ids = np.arange(mesh.devices).reshape(mesh.shape).transpose(rest + keep)
+        size = int(np.prod([mesh.shape[k] for k in keep])) if keep else 1
+        return tuple(tuple(int(x) for x in row) for row in ids.reshape(-1, size))
+    raise ReplicaGroupsError(f"replica_groups={t!r}: expected {{{{...}}}}, [G,S]<=[dims]T(perm) or mesh[...] {{...}}")
+
+
+def parse_pairs(text: str | None) -> tuple[tuple[int, int], ...]:
+    """``source_target_pairs={{0,1},{1,2}}`` as (source, target) pairs."""
+    t = (text or "").strip()
+    pairs = re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", t)
+    if t not in ("", "{}") and not pairs:
+        raise ReplicaGroupsError(f"source_target_pairs={t!r}: expected {{{{source,target}},...}}")
+    return tuple((int(a), int(b)) for a, b in pairs)
+
+
+#: XLA's CollectiveOpGroupMode names (collective_ops_utils.h).
+CROSS_REPLICA = "cross-replica"
+CROSS_PARTITION = "cross-partition"
+CROSS_REPLICA_AND_PARTITION = "cross-replica-and-partition"
+FLATTENED_ID = "flattened-id"
+
+
+def group_mode(has_channel_id: bool, use_global_device_ids: bool | None) -> str:
+    """XLA's GetCollectiveOpGroupMode: no channel id -> cross-replica; a channel id
+    and no use_global_device_ids attribute (all-to-all, permute) -> cross-partition;
+    use_global_device_ids=false -> cross-replica-and-partition; true -> flattened ids."""
+    if not has_channel_id:
+        return CROSS_REPLICA
+    if use_global_device_ids is None:
+        return CROSS_PARTITION
+    return FLATTENED_ID if use_global_device_ids else CROSS_REPLICA_AND_PARTITION
+
+
+def device_groups(text: str | None, mode: str, replicas: int, partitions: int) -> Groups:
+    """The groups as global device ids (replica * partitions + partition)."""
+    if mode == FLATTENED_ID:
+        return parse_replica_groups(text, replicas * partitions)
+    if mode == CROSS_PARTITION:
+        groups = parse_replica_groups(text, partitions)
+        return tuple(tuple(r * partitions + p for p in g) for r in range(replicas) for g in groups)
+    groups = parse_replica_groups(text, replicas)
+    if mode == CROSS_REPLICA:
+        return tuple(tuple(r * partitions + p for r in g) for p in range(partitions) for g in groups)
+    return tuple(tuple(r * partitions + p for r in g for p in range(partitions)) for g in groups)
