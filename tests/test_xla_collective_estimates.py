@@ -65,6 +65,8 @@ def test_every_async_collective_of_the_scheduled_module_has_a_positive_estimate(
     assert not missing, missing
     assert all(0 < s < 1e-3 for s in llama.seconds.values())
     assert not llama.conflicts
+    assert not llama.unmatched, llama.unmatched  # every collective XLA priced is in the inventory
+    assert any(c.asynchronous and c.opcode == "reduce-scatter-start" for c in llama.collectives)
     # names are the scheduled module's, and it carries them
     for name in llama.seconds:
         assert f"%{name} = " in llama.scheduled_text

@@ -123,6 +123,7 @@ class XlaCollectiveEstimates:
     scheduled_text: str  # the module XLA scheduled (names of ``seconds`` are its instructions)
     collectives: list[CollectiveEstimate] = field(default_factory=list)
     conflicts: dict[str, list[float]] = field(default_factory=dict)  # scheduling name -> differing values
+    unmatched: dict[str, float] = field(default_factory=dict)  # logged names not in the scheduled module -> us
     log_lines: int = 0
 
     @property
@@ -331,16 +332,17 @@ def _module_name(text: str) -> str:
 # -- the scheduled module's collectives ----------------------------------------------------
 
 
-def _wrapped(inst: Instruction) -> Instruction | None:
-    """The collective an async-start wraps (directly, or as the root of its fusion)."""
+def _wrapped(inst: Instruction) -> tuple[str, Instruction] | None:
+    """(kind, the instruction holding its groups) of the collective an async-start
+    wraps: printed as ``reduce-scatter-start`` (the start carries the attributes),
+    or a ``fusion-start`` whose fusion's root is the collective (XLA's Triton kernels)."""
+    wrapped = inst.async_wrapped_opcode
+    if wrapped in _COLLECTIVE_KINDS:
+        return _COLLECTIVE_KINDS[wrapped], inst
     for comp in inst.called_computations:
         root = comp.root
-        if root.opcode in _COLLECTIVE_KINDS:
-            return root
-        if root.opcode == HloOpcode.FUSION:
-            for inner in root.called_computations:
-                if inner.root.opcode in _COLLECTIVE_KINDS:
-                    return inner.root
+        if root is not None and root.opcode in _COLLECTIVE_KINDS:
+            return _COLLECTIVE_KINDS[root.opcode], root
     return None
 
 
@@ -352,8 +354,8 @@ def _groups(inst: Instruction) -> str:
     return ""
 
 
-def collectives_of(module: Module) -> list[tuple[Instruction, Instruction, Instruction | None]]:
-    """(the op the scheduler priced, the collective itself, its done) for each
+def collectives_of(module: Module) -> list[tuple[Instruction, str, Instruction, Instruction | None]]:
+    """(the op the scheduler priced, its kind, the instruction with its groups, its done) for each
     collective of a scheduled module, in computation order; the collectives inside
     async wrappers and fusions are their start's, not counted again."""
     wrapped_comps = set()
@@ -371,13 +373,16 @@ def collectives_of(module: Module) -> list[tuple[Instruction, Instruction, Instr
             continue
         for inst in comp.instructions:
             if inst.opcode in _STARTS:
-                coll = _wrapped(inst) if inst.opcode == HloOpcode.ASYNC_START else inst
-                if coll is None:
+                if inst.opcode == HloOpcode.ASYNC_START:
+                    found = _wrapped(inst)
+                else:
+                    found = _COLLECTIVE_KINDS[inst.opcode], inst
+                if found is None:
                     continue
                 done = next((u for u in inst.users if u.opcode in _DONES), None)
-                out.append((inst, coll, done))
+                out.append((inst, found[0], found[1], done))
             elif inst.opcode in _COLLECTIVE_KINDS:
-                out.append((inst, inst, None))
+                out.append((inst, _COLLECTIVE_KINDS[inst.opcode], inst, None))
     return out
 
 
@@ -389,18 +394,20 @@ def _estimates(module: Module, scheduled: str, log: ParsedLog, **info: Any) -> X
         raise EstimateLogError(f"XLA's scheduler log has no collective estimates for module {module.name!r} "
                                f"(modules with estimates: {seen}); is TF_CPP_VMODULE honoured by this XLA?")
     result = XlaCollectiveEstimates(module_name=module.name, scheduled_text=scheduled, log_lines=log.lines, **info)
-    for op, coll, done in collectives_of(module):
+    for op, kind, coll, done in collectives_of(module):
         sname = (op.metadata or {}).get("scheduling_name", op.name)
         values = micros.get(sname) or micros.get(op.name) or []
         if len(set(values)) > 1:
             result.conflicts[sname] = values
         triton = op.opcode == HloOpcode.ASYNC_START and "__triton_collective" in str(op.backend_config or "")
         result.collectives.append(CollectiveEstimate(
-            name=op.name, scheduling_name=sname, kind=_COLLECTIVE_KINDS[coll.opcode], opcode=op.opcode_text,
+            name=op.name, scheduling_name=sname, kind=kind, opcode=op.opcode_text,
             asynchronous=done is not None, triton=triton,
             result_bytes=(done or op).shape.byte_size,
             operand_bytes=sum(o.shape.byte_size for o in op.operands),
             groups=_groups(coll) or _groups(op),
             seconds=values[-1] * 1e-6 if values else None,
             fallback="" if values else failures.get(sname, "no estimate in XLA's log")))
+    joined = {c.scheduling_name for c in result.collectives} | {c.name for c in result.collectives}
+    result.unmatched = {n: v[-1] for n, v in micros.items() if n not in joined}
     return result
