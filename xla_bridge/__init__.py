@@ -14,7 +14,7 @@ The pieces: ``xla`` (every jaxlib internal, one small function each),
 ``errors``, ``hook_stage``, ``measure``, ``xla_compile``, ``xla_run``, ``xla_bench``, ``xla_trace``, ``xla_results`` (the
 SQLite history), ``xla_inputs``, ``xla_targets`` (GPU target descriptions),
 ``xla_worker`` (the child process that contains XLA aborts; ``worker_main`` starts
-it), ``xla_proto``
+it), ``xla_collective_estimates`` (XLA:GPU's own collective latencies), ``xla_proto``
 (module files in any form), ``stablehlo``, ``fidelity``.
 """
 

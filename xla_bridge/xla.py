@@ -201,17 +201,23 @@ def make_compile_options(debug_options: dict[str, Any]):
     return opts
 
 
+def set_spmd_partitions(opts, devices: list) -> None:
+    """With more than one device: one replica, one SPMD partition per device
+    (XLA's SPMD partitioner splits a sharded module over them)."""
+    if len(devices) <= 1:
+        return
+    opts.num_replicas, opts.num_partitions = 1, len(devices)
+    build = opts.executable_build_options
+    build.use_spmd_partitioning, build.num_partitions, build.num_replicas = True, len(devices), 1
+    build.device_assignment = _xc().DeviceAssignment.create(np.array([[d.id for d in devices]], dtype=np.int32))
+
+
 def compile_stablehlo(client, mlir_bytes: bytes, devices: list, debug_options: dict[str, Any]):
     """Compile and load on ``devices``: one device, or one per SPMD partition (XLA's
     SPMD partitioner splits a sharded module over them, one replica); jaxlib's
     errors pass through unchanged."""
     opts = make_compile_options(debug_options)
-    if len(devices) > 1:
-        opts.num_replicas, opts.num_partitions = 1, len(devices)
-        build = opts.executable_build_options
-        build.use_spmd_partitioning, build.num_partitions, build.num_replicas = True, len(devices), 1
-        build.device_assignment = _xc().DeviceAssignment.create(
-            np.array([[d.id for d in devices]], dtype=np.int32))
+    set_spmd_partitions(opts, devices)
     fn = getattr(client, "compile_and_load", None) or client.compile  # compile_and_load: jax >= 0.6
     return fn(mlir_bytes, _xc().DeviceList(tuple(devices)), opts)
 
@@ -381,23 +387,28 @@ def gpu_topology(target_config_text: str, topology: str = "1x1x1"):
 
 
 def compile_deviceless_gpu(text: str, target_config_text: str, debug_options: dict[str, Any], *,
-                           module_name: str = "?", topology: str = "1x1x1"):
+                           module_name: str = "?", topology: str = "1x1x1", partitions: int = 1):
     """Compiles HLO text for a GPU described by ``target_config_text`` without a
-    GPU; returns the compile-only executable (optimized HLO, no running)."""
+    GPU; returns the compile-only executable (optimized HLO, no running) and the
+    first device.  ``partitions`` > 1: a sharded module, split by XLA's SPMD
+    partitioner over the first that many devices of ``topology`` (e.g. "1x1x8")."""
     mlir_bytes = hlo_to_stablehlo_bytes(text, module_name)
     try:
         topo = gpu_topology(target_config_text, topology)
-        dev = topo.devices[0]
+        devices = list(topo.devices)[:max(1, partitions)]
     except Exception as e:  # noqa: BLE001
         raise XlaCompileError(_first_line(e), module_name=module_name, backend="gpu", stage="compile",
                               xla_message=str(e)) from None
+    if len(devices) < partitions:
+        raise ValueError(f"{partitions} partitions need {partitions} devices; topology {topology} has {len(devices)}")
     from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
 
     opts = make_compile_options(debug_options)
+    set_spmd_partitions(opts, devices)
     with jax_mlir.make_ir_context():
         ir_module = ir.Module.parse(mlir_bytes)
-        return dev.client.compile(ir_module, _xc().DeviceList((dev,)), opts), dev
+        return devices[0].client.compile(ir_module, _xc().DeviceList(tuple(devices)), opts), devices[0]
 
 
 _MODULE_NAME_RE = re.compile(r"^\s*HloModule\s+([^\s,]+)", re.M)
