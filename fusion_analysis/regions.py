@@ -223,8 +223,34 @@ def _classify(a: list[Kernel], b: list[Kernel]) -> str:
 
 
 def match_kernels(ka: list[Kernel], kb: list[Kernel]) -> tuple[Region, ...]:
-    """Regions of two kernel lists (``match_regions`` without the pricing)."""
-    nodes = [("a", i) for i in range(len(ka))] + [("b", j) for j in range(len(kb))]
+    """Regions of two kernel lists (``match_regions`` without the pricing):
+
+    1. a kernel of A and one of B covering the same origins with the same opcode,
+       kind and shape are one "same" region (paired first, so an origin both
+       sides compute in a kernel they agree on does not tie other kernels to it);
+    2. the other kernels are linked through each origin that one side computes in
+       a single kernel; connected kernels are one region;
+    3. a kernel still alone joins the region of the other side's kernel sharing
+       most of its origins (a duplicated producer goes where it was fused);
+    4. what is left is "added" or "removed" (kernels that cover no original
+       instruction, such as layout copies, are paired by opcode, kind and shape).
+    """
+    regions: list[Region] = []
+    exact: dict[tuple, list[int]] = defaultdict(list)
+    for j, k in enumerate(kb):
+        exact[(k.origins, k.signature)].append(j)
+    rest_a, taken_b = [], set()
+    for k in ka:
+        js = exact.get((k.origins, k.signature))
+        if js:
+            j = js.pop(0)
+            taken_b.add(j)
+            regions.append(Region((k,), (kb[j],), "same"))
+        else:
+            rest_a.append(k)
+    rest_b = [k for j, k in enumerate(kb) if j not in taken_b]
+    sides = {"a": rest_a, "b": rest_b}
+    nodes = [("a", i) for i in range(len(rest_a))] + [("b", j) for j in range(len(rest_b))]
     parent = {n: n for n in nodes}
 
     def find(x):
@@ -238,32 +264,40 @@ def match_kernels(ka: list[Kernel], kb: list[Kernel]) -> tuple[Region, ...]:
         if rx != ry:
             parent[ry] = rx
 
-    where: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
-    for i, k in enumerate(ka):
-        for o in k.origins:
-            where[o][0].append(("a", i))
-    for j, k in enumerate(kb):
-        for o in k.origins:
-            where[o][1].append(("b", j))
-    for in_a, in_b in where.values():
+    where: dict[str, dict[str, list]] = defaultdict(lambda: {"a": [], "b": []})
+    for side, ks in sides.items():
+        for i, k in enumerate(ks):
+            for o in k.origins:
+                where[o][side].append((side, i))
+    linked = set()
+    for w in where.values():
+        in_a, in_b = w["a"], w["b"]
         if in_a and in_b and (len(in_a) == 1 or len(in_b) == 1):
-            first = in_a[0]
-            for n in in_a[1:] + in_b:
-                union(first, n)
+            for n in in_a + in_b:
+                union(in_a[0], n)
+                linked.add(n)
+    for n in nodes:  # 3: a kernel still alone joins the other side's kernel sharing most origins
+        if n in linked:
+            continue
+        side, i = n
+        other = "b" if side == "a" else "a"
+        shared: Counter = Counter(m for o in sides[side][i].origins for m in where[o][other])
+        if shared:
+            union(shared.most_common(1)[0][0], n)
     groups: dict[tuple, tuple[list, list]] = defaultdict(lambda: ([], []))
     for n in nodes:
         side, i = n
-        groups[find(n)][0 if side == "a" else 1].append(ka[i] if side == "a" else kb[i])
-    regions, lone_a, lone_b = [], defaultdict(list), defaultdict(list)
+        groups[find(n)][0 if side == "a" else 1].append(sides[side][i])
+    lone_a, lone_b = defaultdict(list), defaultdict(list)
     for ga, gb in groups.values():
         if ga and gb:
             regions.append(Region(tuple(ga), tuple(gb), _classify(ga, gb)))
-        else:  # one side only: pair it with a lone kernel of the other side covering the same (or no) origins
+        else:
             k = (ga or gb)[0]
-            (lone_a if ga else lone_b)[(frozenset(k.origins), k.signature if not k.origins else "")].append(k)
+            (lone_a if ga else lone_b)[k.signature if not k.origins else k.origins].append(k)
     for key in list(lone_a):
         while lone_a[key] and lone_b.get(key):
-            x, y = lone_a[key].pop(), lone_b[key].pop()
+            x, y = lone_a[key].pop(0), lone_b[key].pop(0)
             regions.append(Region((x,), (y,), _classify([x], [y])))
     for lone, side in ((lone_a, "a"), (lone_b, "b")):
         for ks in lone.values():

@@ -114,7 +114,7 @@ def register(subparsers) -> None:
     r.add_argument("--target", default="h100", help="the GPU of the deviceless XLA:GPU compile (default h100)")
     r.add_argument("--only", metavar="PATTERN", help="only modules whose name matches (fnmatch), e.g. '*tiny*'")
     r.add_argument("--no-measure", action="store_true", help="compile and predict only; do not run or time")
-    r.add_argument("--reps", type=at_least_one, default=20)
+    r.add_argument("--reps", type=at_least_one, default=50)
     r.add_argument("--warmup", type=int, default=3)
     r.add_argument("--threshold", type=_percent, default=5.0, metavar="PERCENT",
                    help="explain every module whose predicted or measured time moved more than this (default 5)")
