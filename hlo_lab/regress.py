@@ -127,8 +127,9 @@ class ModuleChange:
                    default=0.0)
 
     def moved(self, threshold: float) -> dict[str, float]:
-        """Which figures moved more than ``threshold`` (a fraction): name -> change."""
-        figures = {"predicted cpu": self.cpu_change, "measured cpu": self.measured_change,
+        """Which figures moved more than ``threshold`` (a fraction): name -> change.
+        A measured change within noise (the two p10-p90 ranges overlap) is not a move."""
+        figures = {"predicted cpu": self.cpu_change, "measured cpu": None if self.measured_noise else self.measured_change,
                    "predicted gpu": self.gpu_change}
         return {k: v for k, v in figures.items() if v is not None and abs(v) > threshold}
 
@@ -271,8 +272,8 @@ class RegressReport:
 _LEGEND = ("Per module: kernels of each side; predicted time (roofline: the measured host for XLA:CPU, "
            "{target} for XLA:GPU compiled without a GPU) A → B and its change; measured XLA:CPU median A → B "
            "(~: the p10-p90 ranges overlap); outputs of B against A on the same inputs; regions whose fusion "
-           "changed. Modules are ranked by their largest change; each that moved more than {pct} is explained "
-           "by its changed regions, largest predicted change first.")
+           "changed. Modules are ranked by their largest change; each whose predicted or measured time moved more "
+           "than {pct} (measured: outside noise) is explained by its changed regions, largest predicted change first.")
 _REGION_HEAD = ("region", "change", "A kernels", "B kernels", "bytes A→B", "flops A→B", "predicted A→B", "Δ")
 
 

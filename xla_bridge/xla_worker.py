@@ -271,6 +271,7 @@ def _child_env(python: str | None = None) -> dict[str, str]:
     if python is not None:  # another environment: its own packages, our code through the path
         paths = _foreign_paths(paths)
         env.pop("PYTHONHOME", None)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # older CUDA plugins log "no cuda drivers" at INFO on start
     env["HLO_WORKER_SYS_PATH"] = json.dumps(paths)
     env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     jax = sys.modules.get("jax")
