@@ -34,7 +34,7 @@ from xla_bridge.display import fmt_seconds, fmt_us
 from xla_bridge.xla_proto import read_text
 from xla_bridge.xla_results import record
 from xla_bridge.xla_run import compare_outputs
-from xla_bridge.xla_sides import Side, SideRun, profile
+from xla_bridge.xla_sides import Side, SideRun, profile, time_sides
 
 #: Parameters larger than this are not run by default (a real-shape module's
 #: weights: gigabytes of inputs on a laptop); such modules are compiled and priced only.
@@ -159,8 +159,11 @@ def compare_module(src: Source, a: Side, b: Side, *, target: str | None = "h100"
     text = stamp_origins(parse(src.text, source=src.name)).to_text(tuple_sugar=False)
     run_it = measure and src.runnable
     notes = [] if run_it or not measure else [f"not run: {src.note or 'not runnable'}"]
-    ra, rb = (profile(text, s, target=target, measure=run_it, reps=reps, warmup=warmup, module=src.name)
+    hold = f"regress:{src.name}"
+    ra, rb = (profile(text, s, target=target, measure=run_it, reps=reps, warmup=warmup, module=src.name, hold=hold)
               for s in (a, b))
+    if run_it:
+        ra, rb = time_sides([ra, rb], hold, reps=reps, module=src.name)
     cpu = gpu = None
     if ra.cpu_text and rb.cpu_text:
         host = host or devices.host()
@@ -169,7 +172,7 @@ def compare_module(src: Source, a: Side, b: Side, *, target: str | None = "h100"
         gpu = match_regions(parse(ra.gpu_text, source="A gpu"), parse(rb.gpu_text, source="B gpu"),
                             devices.load(target))
     for r, label in ((ra, "A"), (rb, "B")):
-        for what, err in (("XLA:CPU", r.cpu_error), ("XLA:GPU", r.gpu_error)):
+        for what, err in (("XLA:CPU", r.cpu_error), ("XLA:GPU", r.gpu_error), ("measuring", r.measure_note)):
             if err:
                 notes.append(f"{label} {what}: {err}")
     outputs = "unchecked"

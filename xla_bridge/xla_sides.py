@@ -15,6 +15,8 @@ fresh worker.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +26,7 @@ from hlo_tools.parser import parse
 
 from . import xla, xla_versions, xla_worker
 from .errors import XlaAbortError
-from .xla_bench import BenchResult, Timing, time_compiled
+from .xla_bench import BenchResult, Timing, _Runner, time_compiled
 from .xla_compile import compile, parse_flags
 from .xla_inputs import make_inputs
 from .xla_run import run
@@ -64,28 +66,55 @@ class SideRun:
     gpu_text: str | None = None
     gpu_error: str | None = None
     target: str | None = None
+    device: str = ""
     bench: BenchResult | None = None
     measure_note: str = ""
     outputs: list[np.ndarray] | None = field(default=None, repr=False)
     compile_seconds: dict[str, float] = field(default_factory=dict)
 
 
-def cpu_side(text: str, flags: list[str], measure: bool, reps: int, warmup: int, seed: int) -> dict:
+#: In a worker: executables with their inputs on the device, held between calls
+#: so that two versions' workers can be timed in alternating rounds (``time_sides``).
+_HELD: dict[str, _Runner] = {}
+
+
+def cpu_side(text: str, flags: list[str], measure: bool, reps: int, warmup: int, seed: int,
+             hold: str | None = None) -> dict:
     """In the worker: XLA:CPU's stock compile of ``text``; when ``measure``, its
-    outputs on ``make_inputs(seed)`` and its run time."""
+    outputs on ``make_inputs(seed)`` and its run time, or (``hold``) the executable
+    kept under that key, warmed up, for ``time_held``."""
     versions = xla.jax_versions()
     c = compile(text, "cpu", "stock", flags=flags)
-    out = {"versions": versions, "text": c.optimized_text, "seconds": c.compile_seconds}
+    out = {"versions": versions, "text": c.optimized_text, "seconds": c.compile_seconds, "device": c.device}
     if measure:
         sets = make_inputs(parse(text, source=f"<{c.module_name}>"), seed=seed, sets=2)
-        outputs = run(c, sets[0])
+        out["outputs"] = run(c, sets[0])
+        if hold is not None:
+            runner = _HELD[hold] = _Runner(c, sets)
+            for i in range(warmup):
+                runner.time_once(i % len(sets))
+            return out
         t: Timing = time_compiled(c, sets, reps=reps, warmup=warmup)
-        out["outputs"] = outputs
-        out["bench"] = BenchResult(name_a=c.module_name, name_b="", pipeline_a="stock", pipeline_b="",
-                                   backend="cpu", device=c.device, reps=reps, warmup=warmup, input_sets=len(sets),
-                                   a=t, b=None, speedup=None, speedup_p10=None, speedup_p90=None,
-                                   compile_seconds=(c.compile_seconds, None))
+        out["bench"] = _bench(c.module_name, c.device, t, reps, warmup, len(sets), c.compile_seconds)
     return out
+
+
+def _bench(name: str, device: str, t: Timing, reps: int, warmup: int, sets: int, seconds: float) -> BenchResult:
+    return BenchResult(name_a=name, name_b="", pipeline_a="stock", pipeline_b="", backend="cpu", device=device,
+                       reps=reps, warmup=warmup, input_sets=sets, a=t, b=None, speedup=None, speedup_p10=None,
+                       speedup_p90=None, compile_seconds=(seconds, None))
+
+
+def time_held(hold: str, reps: int) -> list[int]:
+    """In the worker: ``reps`` run times (ns) of the executable held under ``hold``."""
+    r = _HELD[hold]
+    xla_worker.note("running", r.compiled.module_name)
+    return [r.time_once(i % len(r.sets)) for i in range(reps)]
+
+
+def release(hold: str) -> None:
+    """In the worker: drops the executable held under ``hold``."""
+    _HELD.pop(hold, None)
 
 
 def gpu_side(text: str, flags: list[str], target: str) -> dict:
@@ -103,19 +132,22 @@ def _why(e: BaseException) -> str:
 
 
 def profile(text: str, side: Side, *, cpu: bool = True, target: str | None = "h100", measure: bool = True,
-            reps: int = 20, warmup: int = 3, seed: int = 0, module: str = "?") -> SideRun:
+            reps: int = 20, warmup: int = 3, seed: int = 0, module: str = "?", hold: str | None = None) -> SideRun:
     """``text`` through ``side``: XLA:CPU (compiled; run and timed when ``measure``)
     and, when ``target`` is given, XLA:GPU for that GPU without one.  Each in the
-    side's worker; a failure (an XLA error or abort) is recorded, not raised."""
+    side's worker; a failure (an XLA error or abort) is recorded, not raised.
+    ``hold``: run, but keep the executable in the worker under that key instead of
+    timing it (``time_sides`` times several sides in alternating rounds)."""
     flags = list(side.flags)
     res: dict = {"side": side, "target": target}
     with xla_versions.activated(side.version):
         if cpu:
             try:
-                got = xla_worker.contained(cpu_side, (text, flags, measure, reps, warmup, seed),
+                got = xla_worker.contained(cpu_side, (text, flags, measure, reps, warmup, seed, hold),
                                            phase="compiling", module=module, backend="cpu")
                 v = got["versions"]
                 res.update(jax=v["jax"], jaxlib=v["jaxlib"], cpu_text=got["text"], bench=got.get("bench"),
+                           device=got["device"],
                            outputs=got.get("outputs"), compile_seconds={"cpu": got["seconds"]})
             except (HloError, XlaAbortError, ValueError) as e:
                 res["cpu_error"] = _why(e)
@@ -131,3 +163,33 @@ def profile(text: str, side: Side, *, cpu: bool = True, target: str | None = "h1
             v = xla_worker.contained(xla.jax_versions, phase="starting", module=module)
             res.update(jax=v["jax"], jaxlib=v["jaxlib"])
     return SideRun(**res)
+
+
+def time_sides(runs: list[SideRun], hold: str, *, reps: int = 50, rounds: int = 5, module: str = "?") -> list[SideRun]:
+    """Times the executables ``profile(..., hold=hold)`` left in each side's worker
+    in ``rounds`` alternating rounds (ABBA: A B, B A, ...), ``reps`` runs in all
+    per side, so that a drift of the machine's speed hits every side alike; then
+    releases them.  A side whose worker failed keeps no timing (``measure_note``)."""
+    per = max(1, -(-reps // rounds))
+    samples: list[list[int]] = [[] for _ in runs]
+    alive = [r.outputs is not None for r in runs]
+    notes = ["" for _ in runs]
+    for k in range(rounds):
+        order = list(range(len(runs))) if k % 2 == 0 else list(range(len(runs)))[::-1]
+        for i in order:
+            if not alive[i]:
+                continue
+            with xla_versions.activated(runs[i].side.version):
+                try:
+                    samples[i] += xla_worker.contained(time_held, (hold, per), phase="running", module=module)
+                except (HloError, XlaAbortError) as e:
+                    alive[i], notes[i] = False, f"timing failed: {_why(e)}"
+    out = []
+    for i, r in enumerate(runs):
+        with xla_versions.activated(r.side.version), contextlib.suppress(HloError, XlaAbortError):
+            xla_worker.contained(release, (hold,), phase="running", module=module)
+        bench = None
+        if alive[i] and samples[i]:
+            bench = _bench(module, r.device, Timing.of(samples[i]), len(samples[i]), 0, 2, r.compile_seconds.get("cpu", 0.0))
+        out.append(dataclasses.replace(r, bench=bench, measure_note=notes[i] or r.measure_note))
+    return out
