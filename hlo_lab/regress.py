@@ -67,12 +67,16 @@ def sources(path: str | None, only: str | None = None) -> list[Source]:
             name = f"module_{m.module_id:04d}.{m.name}"
             if m.before_optimizations is None or (only and not fnmatch.fnmatch(name, only)):
                 continue
-            out.append(Source(name, m.text("before_optimizations")))
+            text = m.text("before_optimizations")
+            parse(text, source=str(m.before_optimizations))  # a bad file fails here, naming it, before any compile
+            out.append(Source(name, text))
         if not out:
             raise FileNotFoundError(f"{path}: no before_optimizations module (an XLA dump folder, the corpus, "
                                     "or a module file)")
         return out
-    return [Source(p.name, read_text(p))]
+    text = read_text(p)
+    parse(text, source=str(p))  # a bad file fails here, naming it, before any compile
+    return [Source(p.name, text)]
 
 
 def _rel(a: float | None, b: float | None) -> float | None:
@@ -138,7 +142,10 @@ class ModuleChange:
             if d is None:
                 return None
             return {"device": d.device, "kernels_a": d.kernels_a, "kernels_b": d.kernels_b, "time_a_s": d.time_a,
-                    "time_b_s": d.time_b, "counts": d.counts(), "changed": [r.as_dict() for r in d.changed()]}
+                    "time_b_s": d.time_b, "bytes_a": sum(r.bytes_a for r in d.regions),
+                    "bytes_b": sum(r.bytes_b for r in d.regions), "flops_a": sum(r.flops_a for r in d.regions),
+                    "flops_b": sum(r.flops_b for r in d.regions), "counts": d.counts(),
+                    "changed": [r.as_dict() for r in d.changed()]}
 
         def side(r: SideRun) -> dict:
             return {"side": r.side.label, "jax": r.jax, "jaxlib": r.jaxlib, "cpu_error": r.cpu_error,
