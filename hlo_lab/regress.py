@@ -205,6 +205,12 @@ class RegressReport:
     def moved(self) -> list[ModuleChange]:
         return [m for m in self.ranked() if m.moved(self.threshold)]
 
+    def noisy(self) -> list[ModuleChange]:
+        """Modules not moved whose measured median moved more than the threshold
+        within noise (the p10-p90 ranges overlap)."""
+        return [m for m in self.ranked() if not m.moved(self.threshold) and m.measured_change is not None
+                and abs(m.measured_change) > self.threshold]
+
     def as_dict(self) -> dict:
         return {"a": self.a.label, "b": self.b.label, "target": self.target, "threshold": self.threshold,
                 "command": self.command, "modules": [m.as_dict() for m in self.ranked()]}
@@ -231,6 +237,14 @@ class RegressReport:
             what = ", ".join(f"{k} {_pct(v)}" for k, v in m.moved(self.threshold).items())
             lines += [f"### {md_escape(m.name)}: {what}", ""]
             lines += _explain(m, regions)
+        noisy = self.noisy()
+        if noisy:
+            lines += ["", f"## Measured changes over {self.threshold:.0%} within noise ({len(noisy)})", "",
+                      "The two sides' p10-p90 ranges overlap: this machine cannot tell them apart. Each with the "
+                      "XLA:CPU regions whose fusion changed (their predicted change), which would be the cause "
+                      "if the change were real:", ""]
+            lines += [f"- {md_escape(m.name)}: {_measured(m)}, p10-p90 {_spread(m.a)} vs {_spread(m.b)}; "
+                      + _cpu_regions_line(m) for m in noisy]
         notes = [(m.name, n) for m in self.ranked() for n in m.notes]
         if notes:
             lines += ["", "## Notes", ""] + [f"- {md_escape(name)}: {md_escape(n)}" for name, n in notes]
@@ -304,6 +318,24 @@ def _measured(m: ModuleChange) -> str:
         return "-"
     return (f"{fmt_us(m.measured_a_us)}→{fmt_us(m.measured_b_us)} ({_pct(m.measured_change)}"
             f"{'~' if m.measured_noise else ''})")
+
+
+def _spread(r: SideRun) -> str:
+    return "-" if r.bench is None else f"{fmt_us(r.bench.a.p10_us)}-{fmt_us(r.bench.a.p90_us)}"
+
+
+def _cpu_regions_line(m: ModuleChange, shown: int = 3) -> str:
+    if m.cpu is None:
+        return "no XLA:CPU regions (a side failed)"
+    changed = m.cpu.changed()
+    if not changed:
+        return "no XLA:CPU fusion region changed"
+    total = sum(r.delta_s for r in changed)
+    named = ", ".join(f"{md_code(r.name)} ({r.change}, {'+' if r.delta_s >= 0 else '-'}{fmt_seconds(abs(r.delta_s))})"
+                      for r in changed[:shown])
+    more = f" and {len(changed) - shown} more" if len(changed) > shown else ""
+    return (f"{len(changed)} XLA:CPU regions changed: {named}{more}; predicted "
+            f"{'+' if total >= 0 else '-'}{fmt_seconds(abs(total))} in all")
 
 
 def _nchanged(d: RegionDiff | None) -> str:
