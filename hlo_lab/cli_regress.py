@@ -65,7 +65,7 @@ def _cmd_regress(args) -> int:
     with progress.status("regress", progress.wanted(args)) as say:
         rep = regress(srcs, a, b, target=target, measure=not args.no_measure, reps=args.reps, warmup=args.warmup,
                       threshold=args.threshold / 100, db=args.db, store=not args.no_record, say=say,
-                      command=command)
+                      command=command, cpu=args.backend != "gpu")
     md = rep.markdown(args.regions)
     if args.output:
         write_output(args.output, md)
@@ -110,7 +110,7 @@ def register(subparsers) -> None:
     r.add_argument("--xla-flag-b", action="append", metavar="--xla_name=value",
                    help="an extra XLA option for side B (e.g. --xla_disable_hlo_passes=fusion)")
     r.add_argument("--backend", default="both", choices=["cpu", "gpu", "both"],
-                   help="cpu: XLA:CPU only (compiled, run, timed); gpu/both: also XLA:GPU for --target without a GPU")
+                   help="cpu: XLA:CPU (compiled, run, timed); gpu: XLA:GPU for --target, compiled without a GPU; both (default)")
     r.add_argument("--target", default="h100", help="the GPU of the deviceless XLA:GPU compile (default h100)")
     r.add_argument("--only", metavar="PATTERN", help="only modules whose name matches (fnmatch), e.g. '*tiny*'")
     r.add_argument("--no-measure", action="store_true", help="compile and predict only; do not run or time")

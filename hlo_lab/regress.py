@@ -160,14 +160,15 @@ class ModuleChange:
 
 
 def compare_module(src: Source, a: Side, b: Side, *, target: str | None = "h100", measure: bool = True,
-                   reps: int = 20, warmup: int = 3, host: devices.Device | None = None) -> ModuleChange:
-    """``src`` through both sides, matched region by region on each backend."""
+                   reps: int = 20, warmup: int = 3, host: devices.Device | None = None, cpu: bool = True) -> ModuleChange:
+    """``src`` through both sides, matched region by region on each backend
+    (XLA:CPU unless ``cpu`` is False; XLA:GPU for ``target`` unless it is None)."""
     t0 = time.perf_counter()
     text = stamp_origins(parse(src.text, source=src.name)).to_text(tuple_sugar=False)
-    run_it = measure and src.runnable
-    notes = [] if run_it or not measure else [f"not run: {src.note or 'not runnable'}"]
+    run_it = measure and src.runnable and cpu
+    notes = [] if run_it or not measure or not cpu else [f"not run: {src.note or 'not runnable'}"]
     hold = f"regress:{src.name}"
-    ra, rb = (profile(text, s, target=target, measure=run_it, reps=reps, warmup=warmup, module=src.name, hold=hold)
+    ra, rb = (profile(text, s, cpu=cpu, target=target, measure=run_it, reps=reps, warmup=warmup, module=src.name, hold=hold)
               for s in (a, b))
     if run_it:
         ra, rb = time_sides([ra, rb], hold, reps=reps, module=src.name)
@@ -402,14 +403,14 @@ def _explain(m: ModuleChange, regions: int) -> list[str]:
 
 def regress(srcs: list[Source], a: Side, b: Side, *, target: str | None = "h100", measure: bool = True,
             reps: int = 20, warmup: int = 3, threshold: float = 0.05, db: str | None = None, store: bool = True,
-            say: Callable[[str], None] = lambda _s: None, command: str = "") -> RegressReport:
+            say: Callable[[str], None] = lambda _s: None, command: str = "", cpu: bool = True) -> RegressReport:
     """Every module of ``srcs`` through sides ``a`` and ``b``; each measured
     side is stored in the results database (keyed by its version and flags)."""
-    host = devices.host()
+    host = devices.host() if cpu else None
     out = []
     for i, src in enumerate(srcs):
         say(f"[{i + 1}/{len(srcs)}] {src.name}")
-        m = compare_module(src, a, b, target=target, measure=measure, reps=reps, warmup=warmup, host=host)
+        m = compare_module(src, a, b, target=target, measure=measure, reps=reps, warmup=warmup, host=host, cpu=cpu)
         out.append(m)
         if store:
             _store(m, src, db)

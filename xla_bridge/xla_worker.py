@@ -64,6 +64,10 @@ _MARKER = "HLO_XLA_WORKER"
 
 _HEADER = struct.Struct("<Q")
 
+#: What an older jaxlib's worker prints at start-up on a machine without a GPU,
+#: before any request: absl's INFO lines and its note about them.  Not forwarded.
+_STARTUP_NOISE = re.compile(r"^(I\d{4} |WARNING: All log messages before absl::InitializeLog\(\))")
+
 
 class XlaWorkerError(HloError):
     """The worker could not be started, or a request could not be sent to it
@@ -271,7 +275,6 @@ def _child_env(python: str | None = None) -> dict[str, str]:
     if python is not None:  # another environment: its own packages, our code through the path
         paths = _foreign_paths(paths)
         env.pop("PYTHONHOME", None)
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # older CUDA plugins log "no cuda drivers" at INFO on start
     env["HLO_WORKER_SYS_PATH"] = json.dumps(paths)
     env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     jax = sys.modules.get("jax")
@@ -357,6 +360,8 @@ class Worker:
         """What the worker wrote while serving a call that succeeded (XLA's and
         Python's warnings) goes to our stderr, as it would in-process."""
         text = self._stderr_since(offset)
+        if text and self.python is not None:  # jaxlib 0.11's CUDA plugin logs "no cuda drivers" at INFO on start
+            text = "".join(ln for ln in text.splitlines(keepends=True) if not _STARTUP_NOISE.match(ln))
         if text:
             sys.stderr.write(text)
             sys.stderr.flush()
