@@ -18,7 +18,7 @@ from xla_bridge import load
 from xla_bridge.xla import XlaCompileError
 from xla_bridge.xla_compile import parse_flags
 
-from . import cli_analysis, cli_debug, cli_passes, cli_tune, cli_visualize, cli_xla, collectives
+from . import cli_analysis, cli_collectives, cli_debug, cli_passes, cli_regress, cli_tune, cli_visualize, cli_xla
 from .cli_args import PipelineError, user_pipeline
 
 
@@ -174,13 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Modules that add subcommands: each has ``register(subparsers)`` and sets
 #: ``func`` on its parsers.
-_EXTENSIONS = (cli_xla, cli_passes, cli_analysis, cli_visualize, cli_tune, cli_debug, collectives)
+_EXTENSIONS = (cli_xla, cli_passes, cli_analysis, cli_visualize, cli_tune, cli_debug, cli_collectives, cli_regress)
 
 
 #: Commands whose failures exit 2 ("cannot compile/run"), so that compare's exit 1
 #: keeps meaning "the outputs differ".
 _CANNOT_RUN_EXIT = {"compile": 2, "run": 2, "compare": 2, "bench": 2, "tune": 2,
-                    "bisect": 2, "divergence": 2, "reduce": 2, "upstream": 2}
+                    "bisect": 2, "divergence": 2, "reduce": 2, "upstream": 2, "xla": 2, "regress": 2}
 
 
 def _first_line(text: str) -> str:
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     errors with file:line:column, unwritable outputs, OSErrors on the user's
     paths, a file that is not a database, a closed stdout pipe (``| head``)."""
     args = build_parser().parse_args(argv)
-    name = args.cmd + (f" {args.corpus_cmd}" if args.cmd == "corpus" else "")
+    name = args.cmd + (f" {args.corpus_cmd}" if args.cmd == "corpus" else f" {args.xla_cmd}" if args.cmd == "xla" else "")
     failed = _CANNOT_RUN_EXIT.get(args.cmd, 1)
     try:
         _check_pipeline(args)
@@ -268,7 +268,7 @@ def _not_a_database(args: argparse.Namespace) -> str | None:
     existing path must be an SQLite file.  ``bench`` may start a database in an
     empty file; ``history`` only reads, and must never turn a file into a database."""
     db = getattr(args, "db", None)
-    if not db or args.cmd not in ("history", "bench", "tune") or not os.path.exists(db):
+    if not db or args.cmd not in ("history", "bench", "tune", "regress") or not os.path.exists(db):
         return None  # a new database (bench), or no results yet (history)
     if os.path.isdir(db):
         return f"--db {db}: is a folder, not a results database"
@@ -277,7 +277,7 @@ def _not_a_database(args: argparse.Namespace) -> str | None:
             head = f.read(len(_SQLITE_MAGIC))
     except OSError as e:
         return f"--db {db}: {e.strerror or e}"
-    if head == _SQLITE_MAGIC or (not head and args.cmd in ("bench", "tune")):
+    if head == _SQLITE_MAGIC or (not head and args.cmd in ("bench", "tune", "regress")):
         return None
     return f"--db {db}: {'an empty file' if not head else 'not an SQLite file'}, not a results database"
 

@@ -17,7 +17,7 @@ from xla_bridge.errors import XlaCompileError
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import FUSION_MODES, STOCK, Measurement, Pipeline
 from xla_bridge.xla_compile import PIPELINES, compile
-from xla_bridge.xla_results import history, record
+from xla_bridge.xla_results import history, record, trend
 from xla_bridge.xla_run import compare, run_module
 
 from . import progress
@@ -285,13 +285,23 @@ def _bench_deviceless(args) -> int:
 
 
 def _cmd_history(args) -> int:
+    if args.trend and not args.module:
+        print("hlo history: --trend needs --module M (a module's trend over XLA versions)", file=sys.stderr)
+        return 2
     rows = history(args.db, limit=args.limit, module=args.module)
+    if args.json and args.trend:
+        print(json.dumps(trend(args.module, args.db), indent=2))
+        return 0
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         print("no results yet")
         return 0
+    if args.module:
+        _print_trend(args.module, args.db)
+        if args.trend:
+            return 0
     from rich.console import Console
     from rich.table import Table
 
@@ -325,6 +335,22 @@ def _cmd_history(args) -> int:
     con.print("A, B: median run times (A: the module as given, B: the rewrite under B pipeline); speedup A/B"
               + ("; ~ within noise: its p10-p90 range spans 1.0" if noisy else ""))
     return 0
+
+
+def _print_trend(module: str, db) -> None:
+    """``module`` over XLA versions: the latest row of each side, oldest version first."""
+    rows = trend(module, db)
+    print(f"{module} over XLA versions (latest run of each; `hlo regress` and `hlo bench` rows):")
+    print(f"  {'side':34} {'jaxlib':10} {'measured':>10} {'p10-p90':>21} {'predicted':>10} {'vs first':>9} runs")
+    first = next((r.get("a_median_us") for r in rows if r.get("a_median_us")), None)
+    for r in rows:
+        med = r.get("a_median_us")
+        rel = f"{med / first - 1:+.1%}" if med and first else "-"
+        spread = f"{fmt_us(r.get('a_p10_us'))}-{fmt_us(r.get('a_p90_us'))}" if r.get("a_p10_us") else "-"
+        print(f"  {(r.get('side') or r.get('jaxlib') or '?')[:34]:34} {r.get('jaxlib') or '?':10} {fmt_us(med):>10} "
+              f"{spread:>21} {fmt_us(r.get('predicted_us')) if r.get('predicted_us') else '-':>10} {rel:>9} "
+              f"{r['runs']}")
+    print()
 
 
 def _common(p, *, pipeline: bool = True) -> None:
@@ -397,6 +423,7 @@ def register(subparsers) -> None:
     h = subparsers.add_parser("history", help="recent benchmark results from the database")
     h.add_argument("--db")
     h.add_argument("--limit", type=int, default=20)
-    h.add_argument("--module")
+    h.add_argument("--module", help="one module's rows, after its trend over XLA versions")
+    h.add_argument("--trend", action="store_true", help="with --module: only its trend over XLA versions")
     h.add_argument("--json", action="store_true")
     h.set_defaults(func=_cmd_history)

@@ -1,7 +1,11 @@
 """Benchmark results in SQLite (default ``~/.cache/hlo-pass-lab/results.db``).
 
 One row per benchmark, each written in its own transaction (WAL journal), so a
-run killed half-way leaves every earlier row intact.
+run killed half-way leaves every earlier row intact.  A row is keyed by the XLA
+version that produced it (``jax``/``jaxlib``: the worker's, which under
+``xla_versions`` is not this process's) and its ``side`` (that version plus any
+extra XLA flags), so ``trend`` shows a module over versions.  Columns added since
+a database was made are added to it on open (``_migrate``), keeping its rows.
 """
 
 from __future__ import annotations
@@ -34,10 +38,15 @@ CREATE TABLE IF NOT EXISTS runs (
     b_median_us REAL, b_p10_us REAL, b_p90_us REAL,
     speedup REAL, speedup_p10 REAL, speedup_p90 REAL,
     verdict TEXT,
-    extra TEXT
+    extra TEXT,
+    side TEXT,
+    predicted_us REAL
 );
 CREATE INDEX IF NOT EXISTS runs_module ON runs(module, created);
 """
+
+#: Columns added after the first schema: (name, type), added to older databases on open.
+_ADDED_COLUMNS = (("side", "TEXT"), ("predicted_us", "REAL"))
 
 
 def default_db() -> Path:
@@ -51,7 +60,17 @@ def connect(db: str | os.PathLike | None = None) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA journal_mode=WAL")
     conn.executescript(SCHEMA)
+    _migrate(conn)
     return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Adds the columns an older database lacks (its rows get NULL there)."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    with conn:
+        for name, kind in _ADDED_COLUMNS:
+            if name not in have:
+                conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
 
 
 def text_hash(text: str) -> str:
@@ -68,9 +87,13 @@ def git_commit(repo: str | os.PathLike | None = None) -> str | None:
 
 
 def record(result, *, module_text: str, rewritten_text: str | None = None, passes: str = "",
-           db: str | os.PathLike | None = None, extra: dict | None = None) -> int:
-    """Stores one ``BenchResult``; returns its row id."""
-    v = jax_versions()
+           db: str | os.PathLike | None = None, extra: dict | None = None, versions: dict | None = None,
+           side: str | None = None, predicted_us: float | None = None) -> int:
+    """Stores one ``BenchResult``; returns its row id.  ``versions``: the jax and
+    jaxlib that measured it when not this process's (a version's worker);
+    ``side``: its label (version and extra flags); ``predicted_us``: the cost
+    model's time for it."""
+    v = versions or jax_versions()
     b = result.b
     row = dict(
         created=time.strftime("%Y-%m-%dT%H:%M:%S"), module=result.name_a, module_hash=text_hash(module_text),
@@ -80,7 +103,7 @@ def record(result, *, module_text: str, rewritten_text: str | None = None, passe
         input_sets=result.input_sets, a_median_us=result.a.median_us, a_p10_us=result.a.p10_us, a_p90_us=result.a.p90_us,
         b_median_us=b.median_us if b else None, b_p10_us=b.p10_us if b else None, b_p90_us=b.p90_us if b else None,
         speedup=result.speedup, speedup_p10=result.speedup_p10, speedup_p90=result.speedup_p90, verdict=result.verdict,
-        extra=json.dumps(extra or {}))
+        extra=json.dumps(extra or {}), side=side or v["jaxlib"], predicted_us=predicted_us)
     conn = connect(db)
     try:
         with conn:  # one transaction: the row is there whole or not at all
@@ -105,3 +128,19 @@ def history(db: str | os.PathLike | None = None, *, limit: int = 20, module: str
         return [dict(r) for r in conn.execute(q, ([module] if module else []) + [limit])]
     finally:
         conn.close()
+
+
+def _version_key(v: str | None) -> tuple:
+    return tuple(int(x) if x.isdigit() else 0 for x in (v or "").split("."))
+
+
+def trend(module: str, db: str | os.PathLike | None = None) -> list[dict]:
+    """``module``'s latest row per side (XLA version and flags), oldest version
+    first: its measured median and predicted time as XLA releases go by."""
+    latest: dict[str, dict] = {}
+    for r in history(db, limit=1_000_000, module=module):  # newest first: the first seen per side is its latest
+        key = r.get("side") or r.get("jaxlib") or "?"
+        if key not in latest:
+            latest[key] = r | {"runs": 0}
+        latest[key]["runs"] += 1
+    return sorted(latest.values(), key=lambda r: (_version_key(r.get("jaxlib")), r.get("side") or ""))

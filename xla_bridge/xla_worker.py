@@ -64,6 +64,10 @@ _MARKER = "HLO_XLA_WORKER"
 
 _HEADER = struct.Struct("<Q")
 
+#: What an older jaxlib's worker prints at start-up on a machine without a GPU,
+#: before any request: absl's INFO lines and its note about them.  Not forwarded.
+_STARTUP_NOISE = re.compile(r"^(I\d{4} |WARNING: All log messages before absl::InitializeLog\(\))")
+
 
 class XlaWorkerError(HloError):
     """The worker could not be started, or a request could not be sent to it
@@ -253,12 +257,24 @@ def _env_key() -> tuple:
     return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)))
 
 
-def _child_env() -> dict[str, str]:
+def _foreign_paths(paths: list[str]) -> list[str]:
+    """The entries of ``sys.path`` another environment may share: not this
+    interpreter's standard library or site-packages (a version environment has its
+    own jax, numpy ...), only the project and the user's own folders."""
+    prefixes = {os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return [p for p in paths if not any(os.path.realpath(p).startswith(x) for x in prefixes)
+            and "site-packages" not in p and "dist-packages" not in p]
+
+
+def _child_env(python: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env[_MARKER] = "1"
     env["HLO_WORKER_PARENT"] = str(os.getpid())
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    if python is not None:  # another environment: its own packages, our code through the path
+        paths = _foreign_paths(paths)
+        env.pop("PYTHONHOME", None)
     env["HLO_WORKER_SYS_PATH"] = json.dumps(paths)
     env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     jax = sys.modules.get("jax")
@@ -270,9 +286,12 @@ def _child_env() -> dict[str, str]:
 
 
 class Worker:
-    """One worker process and the pipes to it; ``call`` starts it when needed."""
+    """One worker process and the pipes to it; ``call`` starts it when needed.
+    ``python``: the interpreter it runs under (None: this one's); another one is an
+    XLA version's environment (``xla_versions``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, python: str | None = None) -> None:
+        self.python = python
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self.calls = 0
@@ -298,11 +317,11 @@ class Worker:
         os.unlink(path)  # anonymous: nothing to clean up, whatever happens
         t0 = time.perf_counter()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "xla_bridge.worker_main"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=self._stderr_fd, env=_child_env(),
-                                         close_fds=True)
+            self.proc = subprocess.Popen([self.python or sys.executable, "-m", "xla_bridge.worker_main"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr_fd,
+                                         env=_child_env(self.python), close_fds=True)
         except OSError as e:
-            raise XlaWorkerError(f"cannot start the XLA worker ({sys.executable}): {e}") from None
+            raise XlaWorkerError(f"cannot start the XLA worker ({self.python or sys.executable}): {e}") from None
         self._env_key = _env_key()
         self.starts += 1
         self.last_start_seconds = time.perf_counter() - t0
@@ -341,6 +360,8 @@ class Worker:
         """What the worker wrote while serving a call that succeeded (XLA's and
         Python's warnings) goes to our stderr, as it would in-process."""
         text = self._stderr_since(offset)
+        if text and self.python is not None:  # jaxlib 0.11's CUDA plugin logs "no cuda drivers" at INFO on start
+            text = "".join(ln for ln in text.splitlines(keepends=True) if not _STARTUP_NOISE.match(ln))
         if text:
             sys.stderr.write(text)
             sys.stderr.flush()
@@ -399,24 +420,48 @@ class Worker:
 
 _WORKER: Worker | None = None
 _WORKER_LOCK = threading.Lock()
+#: Workers under other interpreters (XLA versions), one each, by interpreter path.
+_OTHERS: dict[str, Worker] = {}
+#: The interpreter ``contained`` sends work to in this context (None: this one's).
+_PYTHON: contextvars.ContextVar[str | None] = contextvars.ContextVar("hlo_xla_worker_python", default=None)
 
 
-def worker() -> Worker:
-    """This process's worker (created on first use; the process starts on the first call)."""
+def worker(python: str | None = None) -> Worker:
+    """The worker under ``python`` (default: the one ``using`` chose, else this
+    interpreter's); created on first use, the process starts on the first call."""
     global _WORKER
+    python = python or _PYTHON.get()
     with _WORKER_LOCK:
+        if python is not None:
+            w = _OTHERS.get(python)
+            if w is None or w.owner != os.getpid():
+                if not _OTHERS and _WORKER is None:
+                    atexit.register(shutdown)
+                w = _OTHERS[python] = Worker(python)
+            return w
         if _WORKER is None or _WORKER.owner != os.getpid():  # first use, or a fork of the process that had one
-            first = _WORKER is None
-            _WORKER = Worker()
-            if first:
+            if _WORKER is None and not _OTHERS:
                 atexit.register(shutdown)
+            _WORKER = Worker()
         return _WORKER
 
 
+@contextlib.contextmanager
+def using(python: str | None) -> Iterator[None]:
+    """Within the block, ``contained`` calls run in the worker under ``python``
+    (an XLA version's environment; None: this interpreter's own worker)."""
+    token = _PYTHON.set(python)
+    try:
+        yield
+    finally:
+        _PYTHON.reset(token)
+
+
 def shutdown() -> None:
-    """Ends the worker process (it also ends by itself when this process exits)."""
-    if _WORKER is not None and _WORKER.owner == os.getpid():
-        _WORKER.close()
+    """Ends the worker processes (they also end by themselves when this process exits)."""
+    for w in [_WORKER, *_OTHERS.values()]:
+        if w is not None and w.owner == os.getpid():
+            w.close()
 
 
 #: Environment variable naming the module files the worker loads before serving.
