@@ -39,6 +39,7 @@ from typing import Iterable
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 
+from .overlap import matching_done
 from .replica_groups import Groups, Mesh, device_groups, group_mode, mesh_of_text, parse_pairs
 
 #: The collectives' own opcodes (sync form).
@@ -104,20 +105,6 @@ def _trip_count(instr: Instruction) -> int | None:
         return None
 
 
-def _done_of(start: Instruction) -> Instruction | None:
-    want = HloOpcode.ASYNC_DONE if start.opcode is HloOpcode.ASYNC_START else {
-        HloOpcode.ALL_GATHER_START: HloOpcode.ALL_GATHER_DONE, HloOpcode.ALL_REDUCE_START: HloOpcode.ALL_REDUCE_DONE,
-        HloOpcode.COLLECTIVE_PERMUTE_START: HloOpcode.COLLECTIVE_PERMUTE_DONE}[start.opcode]
-    todo = list(start.users)
-    while todo:
-        u = todo.pop()
-        if u.opcode is want:
-            return u
-        if u.opcode is HloOpcode.ASYNC_UPDATE:
-            todo.extend(u.users)
-    return None
-
-
 def _array_bytes(shapes) -> int:
     return sum(leaf.byte_size for s in shapes for _, leaf in s.leaves())
 
@@ -150,7 +137,7 @@ class _Walker:
                 self._add(instr, op, instr.opcode.value, span, span_comp or comp, executions, known)
             elif op in STARTS or (op is HloOpcode.ASYNC_START and instr.async_wrapped_opcode in SYNC
                                   and "calls" not in instr.called_computation_map):
-                done = _done_of(instr)
+                done = matching_done(instr)
                 base = STARTS.get(op) or instr.async_wrapped_opcode
                 self._add(instr, base, instr.opcode_text, (instr, done or instr), comp, executions, known, done=done)
             for callee in instr.called_computations:
@@ -158,7 +145,7 @@ class _Walker:
                     n = _trip_count(instr)
                     self.walk(callee, executions * (n or 1), known and n is not None, span, span_comp)
                 elif op is HloOpcode.ASYNC_START:
-                    done = _done_of(instr)
+                    done = matching_done(instr)
                     self.walk(callee, executions, known, (instr, done or instr), comp)
                 else:
                     self.walk(callee, executions, known, span, span_comp)
