@@ -15,6 +15,7 @@ from xla_bridge.xla_compile import parse_flags
 from xla_bridge.xla_sides import Side
 
 from . import progress
+from .cli_args import non_negative
 from .cli_args import at_least_one
 
 
@@ -80,16 +81,6 @@ def _cmd_regress(args) -> int:
     return 0
 
 
-def _percent(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if x < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
-    return x
-
-
 def register(subparsers) -> None:
     x = subparsers.add_parser("xla", help="XLA versions side by side: `add VERSION` sets one up (cached), `list`")
     xs = x.add_subparsers(dest="xla_cmd", required=True)
@@ -116,7 +107,7 @@ def register(subparsers) -> None:
     r.add_argument("--no-measure", action="store_true", help="compile and predict only; do not run or time")
     r.add_argument("--reps", type=at_least_one, default=50)
     r.add_argument("--warmup", type=int, default=3)
-    r.add_argument("--threshold", type=_percent, default=5.0, metavar="PERCENT",
+    r.add_argument("--threshold", type=non_negative, default=5.0, metavar="PERCENT",
                    help="explain every module whose predicted or measured time moved more than this (default 5)")
     r.add_argument("--regions", type=at_least_one, default=6, help="changed regions shown per module and backend")
     r.add_argument("-o", "--output", help="write the Markdown report here")
