@@ -212,6 +212,30 @@ def _has_cycle(comp: Computation) -> bool:
     return False
 
 
+def _bitcast_convert_problem(src, dst) -> str | None:
+    """XLA's rule (ShapeInference::InferBitcastConvertShape): equal widths keep the
+    dims; wide to narrow appends a last dimension of the width ratio; narrow to wide
+    needs that last dimension on the operand and drops it.  None when the shapes obey."""
+    a, b = src.element_type.bit_width, dst.element_type.bit_width
+    sd, dd = list(src.dims), list(dst.dims)
+    if a == b or not a or not b:
+        expected = sd
+    elif a > b:
+        if a % b:
+            return f"cannot bitcast-convert {src.element_type.value} to {dst.element_type.value}: widths {a} and {b} do not divide"
+        expected = sd + [a // b]
+    else:
+        if b % a:
+            return f"cannot bitcast-convert {src.element_type.value} to {dst.element_type.value}: widths {a} and {b} do not divide"
+        if not sd or sd[-1] != b // a:
+            return (f"bitcast-convert from {src.element_type.value} to the wider {dst.element_type.value} needs an operand "
+                    f"whose last dimension is {b // a}, has dims {sd}")
+        expected = sd[:-1]
+    if dd != expected:
+        return f"result dims {dd} differ from {expected}, which a bitcast-convert of {src.to_text(False)} gives"
+    return None
+
+
 def _verify_shapes(instr: Instruction, where: str, comp: Computation, bad) -> None:
     op = instr.opcode
     n = _FIXED_ARITY.get(op)
@@ -243,7 +267,12 @@ def _verify_shapes(instr: Instruction, where: str, comp: Computation, bad) -> No
         src = instr.operands[0].shape
         if src.num_elements != instr.shape.num_elements or src.element_type is not instr.shape.element_type:
             bad(f"{where}: reshape of {src.to_text(False)} to {instr.shape.to_text(False)} changes the element count or type", comp, instr)
-    elif op in (HloOpcode.CONVERT, HloOpcode.BITCAST_CONVERT) or op in UNARY_ELEMENTWISE:
+    elif op is HloOpcode.BITCAST_CONVERT:
+        if instr.operands:
+            problem = _bitcast_convert_problem(instr.operands[0].shape, instr.shape)
+            if problem:
+                bad(f"{where}: {problem}", comp, instr)
+    elif op is HloOpcode.CONVERT or op in UNARY_ELEMENTWISE:
         if instr.operands and instr.operands[0].shape.dims != instr.shape.dims:
             bad(f"{where}: result dims {list(instr.shape.dims)} differ from the operand's {list(instr.operands[0].shape.dims)}", comp, instr)
     elif op in (HloOpcode.FUSION, HloOpcode.CALL):
