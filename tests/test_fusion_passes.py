@@ -112,8 +112,9 @@ def test_custom_profitability_is_a_callable():
 
 def test_library_dot_fusion_wraps_the_dots_ynn_takes_only():
     # [M,K]x[K,N], [M,K]x[N,K] and leading batch dims are wrapped, each alone in a
-    # kCustom fusion; YNN fails at run time on a degenerate N=1 matrix (n), and the
-    # lhs must contract its last dim (l): those two stay dots
+    # kCustom fusion, in f32 and bf16; YNN fails at run time on a degenerate N=1
+    # matrix (n) and stock XLA:CPU hands it no f16 dot (h): those stay dots.  A lhs
+    # contracting its first dim (l) is transposed by a loop fusion first, then wrapped.
     assert_rewrite("""HloModule m
 
 ENTRY e {
@@ -122,12 +123,16 @@ ENTRY e {
   q = f32[2,3,4,8]{3,2,1,0} parameter(2)
   k = f32[2,3,8,5]{3,2,1,0} parameter(3)
   v = f32[8,1]{1,0} parameter(4)
+  a = bf16[4,8]{1,0} parameter(5)
+  c = f16[4,8]{1,0} parameter(6)
   d = f32[4,2]{1,0} dot(x, y), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   t = f32[4,4]{1,0} dot(x, x), lhs_contracting_dims={1}, rhs_contracting_dims={1}
   b = f32[2,3,4,5]{3,2,1,0} dot(q, k), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={2}
   n = f32[4,1]{1,0} dot(x, v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   l = f32[2,4]{1,0} dot(y, x), lhs_contracting_dims={0}, rhs_contracting_dims={1}
-  ROOT r = (f32[4,2]{1,0}, f32[4,4]{1,0}, f32[2,3,4,5]{3,2,1,0}, f32[4,1]{1,0}, f32[2,4]{1,0}) tuple(d, t, b, n, l)
+  m = bf16[4,4]{1,0} dot(a, a), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  h = f16[4,4]{1,0} dot(c, c), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  ROOT r = (f32[4,2]{1,0}, f32[4,4]{1,0}, f32[2,3,4,5]{3,2,1,0}, f32[4,1]{1,0}, f32[2,4]{1,0}, bf16[4,4]{1,0}, f16[4,4]{1,0}) tuple(d, t, b, n, l, m, h)
 }
 """, LibraryDotFusion(), """
     CHECK:      %[[D:fused_computation[.0-9]*]] (param_0: f32[4,8], param_1: f32[8,2]) -> f32[4,2] {
@@ -144,14 +149,26 @@ ENTRY e {
     CHECK-NEXT:   %param_1 = f32[2,3,8,5]{3,2,1,0} parameter(1)
     CHECK-NEXT:   ROOT %b = f32[2,3,4,5]{3,2,1,0} dot(%param_0, %param_1), lhs_batch_dims={0,1}
     CHECK-NEXT: }
+    CHECK:      %[[LT:fused_computation[.0-9]*]] (param_0: f32[8,2]) -> f32[2,8] {
+    CHECK-NEXT:   %param_0 = f32[8,2]{1,0} parameter(0)
+    CHECK-NEXT:   ROOT %l.lhs_transposed = f32[2,8]{1,0} transpose(%param_0), dimensions={1,0}
+    CHECK-NEXT: }
+    CHECK:      %[[L:fused_computation[.0-9]*]] (param_0: f32[2,8], param_1: f32[4,8]) -> f32[2,4] {
+    CHECK:        ROOT %l.canonical = f32[2,4]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+    CHECK-NEXT: }
+    CHECK:      %[[M:fused_computation[.0-9]*]] (param_0: bf16[4,8]) -> bf16[4,4] {
+    CHECK:        ROOT %m = bf16[4,4]{1,0} dot(%param_0, %param_0)
     CHECK:      ENTRY
-    CHECK:        %v = f32[8,1]{1,0} parameter(4)
+    CHECK:        %c = f16[4,8]{1,0} parameter(6)
     CHECK-NEXT:   %ynn_fusion = f32[4,2]{1,0} fusion(%x, %y), kind=kCustom, calls=%[[D]], backend_config={"fusion_config":{"kind":"__ynn_fusion"}}
     CHECK-NEXT:   %ynn_fusion.1 = f32[4,4]{1,0} fusion(%x), kind=kCustom, calls=%[[T]], backend_config={{.*}}__ynn_fusion
     CHECK-NEXT:   %ynn_fusion.2 = f32[2,3,4,5]{3,2,1,0} fusion(%q, %k), kind=kCustom, calls=%[[B]], backend_config={{.*}}__ynn_fusion
     CHECK-NEXT:   %n = f32[4,1]{1,0} dot(%x, %v)
-    CHECK-NEXT:   %l = f32[2,4]{1,0} dot(%y, %x)
-    CHECK-NEXT:   ROOT %r = {{.*}} tuple(%ynn_fusion, %ynn_fusion.1, %ynn_fusion.2, %n, %l)
+    CHECK-NEXT:   %transpose_fusion = f32[2,8]{1,0} fusion(%y), kind=kLoop, calls=%[[LT]]
+    CHECK-NEXT:   %ynn_fusion.3 = f32[2,4]{1,0} fusion(%transpose_fusion, %x), kind=kCustom, calls=%[[L]], backend_config={{.*}}__ynn_fusion
+    CHECK-NEXT:   %ynn_fusion.4 = bf16[4,4]{1,0} fusion(%a), kind=kCustom, calls=%[[M]], backend_config={{.*}}__ynn_fusion
+    CHECK-NEXT:   %h = f16[4,4]{1,0} dot(%c, %c)
+    CHECK-NEXT:   ROOT %r = {{.*}} tuple(%ynn_fusion, %ynn_fusion.1, %ynn_fusion.2, %n, %ynn_fusion.3, {{.*}}%ynn_fusion.4, %h)
     """)
 
 

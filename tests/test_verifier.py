@@ -193,3 +193,34 @@ def test_a_malformed_raw_attribute_tail_is_a_verification_error():
     x._attributes, x._raw_attributes = None, ", index=1, index=1"
     with pytest.raises(VerificationError, match="%x"):
         verify(m)
+
+
+@pytest.mark.parametrize(
+    "operand, result, ok",
+    [
+        ("u32[2,2]", "u64[2]", True),      # narrow to wide: the last dim is the width ratio, dropped (jax's rbg key)
+        ("u64[2]", "u32[2,2]", True),      # wide to narrow: the ratio is added as the last dim
+        ("f32[4,2]", "bf16[4,2,2]", True),
+        ("bf16[4,2]", "f32[4]", True),
+        ("f32[3]", "s32[3]", True),        # equal widths keep the dims
+        ("u32[2,3]", "u64[2]", False),     # the operand's last dim is not the ratio
+        ("u32[2,2]", "u64[2,2]", False),   # narrow to wide keeps the ratio dim
+        ("u64[2]", "u32[2]", False),       # wide to narrow without the ratio dim
+        ("f32[3]", "s32[4]", False),
+    ],
+)
+def test_bitcast_convert_across_widths_is_what_xla_accepts(operand, result, ok):
+    """XLA's rule (ShapeInference::InferBitcastConvertShape), checked against
+    XLA's own parser and verifier on the same text."""
+    from xla_bridge.errors import XlaCompileError
+    from xla_bridge.xla_compile import compile
+
+    text = _one(f"  p = {operand} parameter(0)\n  ROOT b = {result} bitcast-convert(p)")
+    ours = verify(hlo_tools.parse(text), raise_on_error=False)
+    try:
+        compile(text, "cpu", "stock", contained=True)  # XLA's HloVerifier runs first
+        xla_accepts = True
+    except XlaCompileError:
+        xla_accepts = False
+    assert xla_accepts == ok, (operand, result)
+    assert (not ours) == ok, ours

@@ -21,7 +21,8 @@ from .display import finite, html_table, speedup_label, speedup_verdict, within_
 from .errors import XlaCompileError
 from .xla_compile import CompileResult, Hook, adopt_hook_state, compile, parse_flags
 from .xla_inputs import make_inputs
-from .xla_run import _compiled, _module_of, _name_of, _not_runnable, compare_outputs, labels, require_device, run
+from .xla_run import (_compiled, _module_of, _name_of, _not_runnable, compare_outputs, labels, output_precisions,
+                      require_device, run)
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
             out_a = run(ca, sets[0])
         with xla_worker.naming(lb):
             out_b = run(cb, sets[0])
-        verdict = compare_outputs(out_a, out_b).verdict
+        verdict = compare_outputs(out_a, out_b, through=output_precisions(ma)).verdict
     with xla_worker.naming(la):
         runners = [_Runner(ca, sets)]
     if cb is not None:

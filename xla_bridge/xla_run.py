@@ -8,17 +8,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from hlo_tools.ir import Module
 from hlo_tools.parser import parse
+from hlo_tools.precision import computed_through
 
 from . import xla, xla_worker
 from .display import finite, html_table
 from .errors import NoDeviceError, XlaCompileError
 from .xla_compile import CompileResult, compile, parse_flags
-from .xla_inputs import make_inputs
+from .xla_inputs import make_inputs, numpy_dtype
 
 #: (rtol, atol) per element type: |a - b| <= atol * max(1, max|b|) + rtol * |b|.
 #: Loose enough for a different fusion/accumulation order, tight enough that a
@@ -43,6 +45,30 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 def tolerance(dtype: np.dtype) -> tuple[float, float]:
     """(rtol, atol) for a dtype; (0, 0) (exact) for integers and pred."""
     return TOLERANCES.get(np.dtype(dtype).name, (0.0, 0.0) if np.dtype(dtype).kind in "biu" else (1e-2, 1e-2))
+
+
+def loosest(dtype: np.dtype, through: Iterable[str] = ()) -> str:
+    """Of ``dtype`` (a float output's) and the float types its value was computed
+    through (``hlo_tools.precision.computed_through``), the one whose tolerance
+    is loosest: a float32 output of bf16 arithmetic is compared at bf16's.
+    Integer outputs stay exact."""
+    name = np.dtype(dtype).name
+    if np.dtype(dtype).kind not in "fc":
+        return name
+    return max([name, *(t for t in through if t in TOLERANCES)], key=lambda t: TOLERANCES.get(t, (0.0, 0.0)))
+
+
+def output_precisions(module: Module) -> list[list[str]]:
+    """Per output of ``module``, the numpy names of the float types it is computed
+    through: what ``compare_outputs(through=...)`` takes."""
+    return [sorted(n for n in map(_numpy_name, types) if n) for types in computed_through(module)]
+
+
+def _numpy_name(t) -> str:
+    try:
+        return numpy_dtype(t).name
+    except (TypeError, AttributeError, ImportError):  # a type this ml_dtypes lacks: no tolerance to take from it
+        return ""
 
 
 def run(compiled, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -120,6 +146,8 @@ class OutputDiff:
     rtol: float
     atol: float
     note: str = ""
+    #: the type whose tolerance applied, when not the output's own (computed through it)
+    tolerance_of: str = ""
 
     def __str__(self) -> str:
         head = f"output {self.index} {self.dtype}{list(self.shape)}: "
@@ -128,8 +156,9 @@ class OutputDiff:
         if self.exact:
             return head + "bitwise equal"
         status = "within tolerance" if self.ok else f"MISMATCH in {self.mismatches}/{self.size} elements"
+        basis = f", {self.tolerance_of}'s: computed through {self.tolerance_of}" if self.tolerance_of else ""
         return (head + f"{status}; max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g} at {list(self.worst)} "
-                f"(A {self.expected:.6g}, B {self.actual:.6g}; rtol {self.rtol:g}, atol {self.atol:g})")
+                f"(A {self.expected:.6g}, B {self.actual:.6g}; rtol {self.rtol:g}, atol {self.atol:g}{basis})")
 
 
 @dataclass(frozen=True)
@@ -164,7 +193,7 @@ class Comparison:
                                     "ok": o.ok, "max_abs": o.max_abs, "max_rel": o.max_rel,
                                     "mismatches": o.mismatches, "size": o.size, "worst": list(o.worst),
                                     "expected": o.expected, "actual": o.actual, "rtol": o.rtol, "atol": o.atol,
-                                    "note": o.note} for o in self.outputs]})
+                                    "note": o.note, "tolerance_of": o.tolerance_of} for o in self.outputs]})
 
     def _repr_html_(self) -> str:
         rows = [(o.index, f"{o.dtype}{list(o.shape)}", "bitwise equal" if o.exact else "ok" if o.ok else
@@ -183,13 +212,18 @@ def _as_float(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64)  # ints too: errors are reported as floats
 
 
-def diff_output(index: int, a: np.ndarray, b: np.ndarray, rtol: float | None = None, atol: float | None = None) -> OutputDiff:
-    """Compares output ``b`` with the reference ``a``."""
+def diff_output(index: int, a: np.ndarray, b: np.ndarray, rtol: float | None = None, atol: float | None = None,
+                through: Iterable[str] = ()) -> OutputDiff:
+    """Compares output ``b`` with the reference ``a``, at the tolerance of the
+    loosest float type among ``a``'s and ``through`` (the types the output was
+    computed through) unless ``rtol``/``atol`` are given."""
     a, b = np.asarray(a), np.asarray(b)
-    r0, a0 = tolerance(a.dtype)
+    basis = loosest(a.dtype, through)
+    r0, a0 = TOLERANCES[basis] if basis in TOLERANCES else tolerance(a.dtype)
     rtol = r0 if rtol is None else rtol
     atol = a0 if atol is None else atol
-    base = dict(index=index, shape=tuple(a.shape), dtype=a.dtype.name, rtol=rtol, atol=atol)
+    base = dict(index=index, shape=tuple(a.shape), dtype=a.dtype.name, rtol=rtol, atol=atol,
+                tolerance_of=basis if basis != a.dtype.name and (r0, a0) == (rtol, atol) else "")
     if a.shape != b.shape or a.dtype != b.dtype:
         return OutputDiff(**base, exact=False, ok=False, max_abs=float("inf"), max_rel=float("inf"), mismatches=a.size,
                           size=a.size, worst=(), expected=float("nan"), actual=float("nan"),
@@ -224,11 +258,15 @@ def diff_output(index: int, a: np.ndarray, b: np.ndarray, rtol: float | None = N
 
 
 def compare_outputs(a: list[np.ndarray], b: list[np.ndarray], *, rtol: float | None = None, atol: float | None = None,
-                    names: tuple[str, str] = ("A", "B")) -> Comparison:
-    """Compares two runs' outputs, A being the reference."""
+                    names: tuple[str, str] = ("A", "B"), through: Sequence[Iterable[str]] | None = None) -> Comparison:
+    """Compares two runs' outputs, A being the reference.  ``through``: per output,
+    the float types it was computed through (``output_precisions`` of A's module);
+    each output is compared at the loosest of them and its own."""
     if len(a) != len(b):
         return Comparison("mismatch", (), f"{names[0]} has {len(a)} outputs, {names[1]} has {len(b)}", names)
-    diffs = tuple(diff_output(i, x, y, rtol, atol) for i, (x, y) in enumerate(zip(a, b)))
+    if through is None or len(through) != len(a):
+        through = [()] * len(a)
+    diffs = tuple(diff_output(i, x, y, rtol, atol, t) for i, (x, y, t) in enumerate(zip(a, b, through)))
     if all(d.exact for d in diffs):
         verdict = "exact"
     elif all(d.ok for d in diffs):
@@ -302,5 +340,5 @@ def compare(a, b, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b
         out_a = run(ca, inputs)
     with xla_worker.naming(names[1]):
         out_b = run(cb, inputs)
-    out = compare_outputs(out_a, out_b, rtol=rtol, atol=atol, names=names)
+    out = compare_outputs(out_a, out_b, rtol=rtol, atol=atol, names=names, through=output_precisions(ma))
     return Comparison(out.verdict, out.outputs, out.message, names, inputs)

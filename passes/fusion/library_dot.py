@@ -85,6 +85,7 @@ def _transpose_lhs(comp, dot: Instruction, rewriter: Rewriter) -> Instruction:
     shape = Shape.array(lhs.shape.element_type, dims, tuple(range(len(dims) - 1, -1, -1)))
     t = Instruction.create("transpose", shape, [lhs], name=f"{dot.name}.lhs_transposed",
                            dimensions="{" + ",".join(map(str, perm)) + "}")
+    t.set_attribute("metadata", dot.attribute("metadata"))
     rewriter.insert_before(dot, t)
     new = dot.clone("canonical", new_operands=[t, dot.operand(1)])
     new.dot_dimension_numbers = dataclasses.replace(dn, lhs_contracting_dims=(nb + 1,))
