@@ -6,7 +6,7 @@
     print(cleanup.run_with_report(module).table())   # what each pass did
 """
 
-from .base import ComputationPass, Pass
+from .base import ComputationPass, FusionPass, Pass, decides_fusion
 from .fixed_point import FixedPoint
 from .manager import PassError, PassManager, PassRecord, PipelineResult
 from .registry import PASSES, available_passes, get_pass, parse_pipeline
@@ -15,12 +15,14 @@ __all__ = [
     "PASSES",
     "ComputationPass",
     "FixedPoint",
+    "FusionPass",
     "Pass",
     "PassError",
     "PassManager",
     "PassRecord",
     "PipelineResult",
     "available_passes",
+    "decides_fusion",
     "get_pass",
     "parse_pipeline",
 ]

@@ -4,6 +4,7 @@ HloPassInterface::Run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from hlo_tools import Computation, Module
 
@@ -11,12 +12,30 @@ from hlo_tools import Computation, Module
 @dataclass(frozen=True)
 class Pass:
     """A module pass. Subclasses set ``name`` (kebab-case) and implement ``run``,
-    which returns True exactly when it changed the module."""
+    which returns True exactly when it changed the module.  ``decides_fusion``
+    says how the lab measures it against XLA: a pass that decides fusion runs
+    inside XLA's pipeline with XLA's own fusion off (else XLA fuses on top of it);
+    any other pass runs on the text and both sides are compiled stock."""
 
     name = "pass"
+    decides_fusion: ClassVar[bool] = False
 
     def run(self, module: Module) -> bool:
         raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class FusionPass(Pass):
+    """Base of the passes that decide fusion (ours in ``passes.fusion`` and users'):
+    ``decides_fusion`` is True."""
+
+    decides_fusion: ClassVar[bool] = True
+
+
+def decides_fusion(passes) -> bool:
+    """Whether any of ``passes`` decides fusion (pipelines and FixedPoint ask
+    theirs); an object without the attribute (a plain callable) does not."""
+    return any(getattr(p, "decides_fusion", False) for p in passes)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,10 @@ class FixedPoint(Pass):
     def name(self) -> str:  # type: ignore[override] - the wrapped pass's name, not a class constant
         return self.pass_.name
 
+    @property
+    def decides_fusion(self) -> bool:  # type: ignore[override] - the wrapped pass's answer
+        return self.pass_.decides_fusion
+
     def run(self, module: Module) -> bool:
         changed = False
         for _ in range(self.max_iterations):

@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 from hlo_tools import Module, VerificationError, verify
 from hlo_tools.fileio import make_dirs, write_output
 
-from .base import Pass
+from .base import Pass, decides_fusion
 
 
 class PassError(RuntimeError):
@@ -98,6 +98,10 @@ class PassManager(Pass):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "passes", tuple(self.passes))  # frozen: the pipeline cannot change after it is built
+
+    @property
+    def decides_fusion(self) -> bool:  # type: ignore[override] - asked of its passes, not a class constant
+        return decides_fusion(self.passes)
 
     def run(self, module: Module) -> bool:
         """Runs the pipeline; True when any pass changed the module."""

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from hlo_tools import Module
 from hlo_tools.fileio import write_output
 
-from passes.base import Pass
+from passes.base import FusionPass, Pass
 from passes.dce import DeadCodeElimination
 from passes.manager import PassManager
 
@@ -161,7 +161,7 @@ class FusionDecisions:
 
 
 @dataclass(frozen=True)
-class DecisionFusion(Pass):
+class DecisionFusion(FusionPass):
     """Replays a ``FusionDecisions`` (``--passes replay:FILE``): its passes, in order."""
 
     name = "replay"

@@ -45,7 +45,7 @@ from hlo_tools.rewriter import Rewriter
 from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
-from passes.base import Pass
+from passes.base import FusionPass
 from passes.fuel import consume_fuel
 
 from .clusters import Cluster, Clusters, fusible_computations
@@ -197,7 +197,7 @@ def _try_join(clusters: Clusters, g: _Group, instr: Instruction, max_members: in
 
 
 @dataclass(frozen=True)
-class HorizontalFusion(Pass):
+class HorizontalFusion(FusionPass):
     """Batches small independent same-shape kernels into multi-output kLoop fusions."""
 
     name = "horizontal-fusion"

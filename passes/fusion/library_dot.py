@@ -18,7 +18,7 @@ from hlo_tools.outline import outline_fusion
 from hlo_tools.rewriter import Rewriter
 from hlo_tools.shape import Shape
 
-from passes.base import Pass
+from passes.base import FusionPass
 from passes.fuel import consume_fuel
 from .clusters import fusible_computations
 
@@ -95,7 +95,7 @@ def _transpose_lhs(comp, dot: Instruction, rewriter: Rewriter) -> Instruction:
 
 
 @dataclass(frozen=True)
-class LibraryDotFusion(Pass):
+class LibraryDotFusion(FusionPass):
     """Wraps each library dot in a ``__ynn_fusion`` kCustom fusion, transposing
     the lhs first where that is all YNNPACK lacks."""
 

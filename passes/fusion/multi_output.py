@@ -35,7 +35,7 @@ from fusion_analysis.fusion_kind import gpu_fusion_kind, loop_kind
 from fusion_analysis.gpu_legality import gpu_outputs_compatible
 from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
 
-from passes.base import Pass
+from passes.base import FusionPass
 from passes.fuel import consume_fuel
 
 from .clusters import Cluster, Clusters, fusible_computations
@@ -162,7 +162,7 @@ def _head(clusters: Clusters, c: Cluster) -> Instruction:
 
 
 @dataclass(frozen=True)
-class MultiOutputFusion(Pass):
+class MultiOutputFusion(FusionPass):
     """Sibling fusion: consumers of a shared value fused into one multi-output loop fusion."""
 
     name = "multi-output-fusion"

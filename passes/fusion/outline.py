@@ -14,7 +14,7 @@ from hlo_tools.rewriter import Rewriter
 
 from fusion_analysis.fusion_kind import fusion_kind
 
-from passes.base import Pass
+from passes.base import FusionPass
 
 
 def outline_fusion(comp, instructions: Iterable[Instruction], *, kind: Kind | None = None, **options) -> Instruction:
@@ -24,7 +24,7 @@ def outline_fusion(comp, instructions: Iterable[Instruction], *, kind: Kind | No
 
 
 @dataclass(frozen=True)
-class InlineFusions(Pass):
+class InlineFusions(FusionPass):
     """Inlines every fusion of the module (e.g. to unfuse XLA's optimized module)."""
 
     name = "inline-fusions"

@@ -48,7 +48,7 @@ from fusion_analysis.cost import bytes_saved, result_bytes, reread_bytes
 from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import (ALLOW, Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
                                      reused_within, shape_key)
-from passes.base import Pass
+from passes.base import FusionPass
 from passes.fuel import consume_fuel
 from .clusters import Cluster, Clusters, fusible_computations
 from .producer_consumer import FusionLog
@@ -317,7 +317,7 @@ class PriorityQueueFusion:
 
 
 @dataclass(frozen=True)
-class PriorityFusion(Pass):
+class PriorityFusion(FusionPass):
     """Greedy max-benefit producer-into-consumers fusion (XLA:GPU's PriorityFusion),
     with a pluggable cost (``cost``) and duplication rule (``profitable``)."""
 

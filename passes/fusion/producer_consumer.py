@@ -23,7 +23,7 @@ from fusion_analysis.fusion_kind import gpu_fusion_kind, loop_kind
 from fusion_analysis.legality import (Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
                                      reused_within)
 
-from passes.base import Pass
+from passes.base import FusionPass
 from passes.fuel import consume_fuel
 
 from .clusters import Cluster, Clusters, fusible_computations
@@ -135,7 +135,7 @@ def fuse_producers_into_consumers(
 
 
 @dataclass(frozen=True)
-class ProducerConsumerFusion(Pass):
+class ProducerConsumerFusion(FusionPass):
     """Loop fusion of producers into consumers (XLA's InstructionFusion)."""
 
     name = "producer-consumer-fusion"

@@ -33,7 +33,7 @@ from hlo_tools.rewriter import Rewriter
 from fusion_analysis.fusion_kind import loop_kind
 from fusion_analysis.legality import ALLOW, Decision
 
-from passes.base import Pass
+from passes.base import FusionPass
 
 from .clusters import Clusters, fusible_computations
 from .producer_consumer import FusionLog, grow
@@ -96,7 +96,7 @@ class _Budget:
 
 
 @dataclass(frozen=True)
-class ReductionEpilogueFusion(Pass):
+class ReductionEpilogueFusion(FusionPass):
     """Sum reductions absorb (recompute) their elementwise producer chains."""
 
     name = "reduction-epilogue-fusion"
