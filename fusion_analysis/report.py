@@ -88,7 +88,7 @@ def _comm_rows(report: dict[str, Any]) -> list[list[str]]:
                      ", ".join(f"{k}: {n}" for k, n in c["counts"].items()),
                      fmt_bytes(sum(c["bytes"].values())),
                      ", ".join(f"{k}: {fmt_bytes(b)}" for k, b in c["bytes_by_axis"].items()),
-                     f"{fmt_time(c['comm_s'])} ({c['target']})", f"{c['exposed_fraction']:.0%}",
+                     f"{fmt_seconds(c['comm_s'])} ({c['target']})", f"{c['exposed_fraction']:.0%}",
                      fmt_bytes(c["peak_bytes"]) if c.get("peak_bytes") is not None else "-"])
     return rows
 

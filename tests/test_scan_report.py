@@ -133,3 +133,20 @@ def test_cli_scan_prints_the_device_and_why(dump, tmp_path):
     assert saved["min_share"] == 0.05 and "5% of the slowest" in (tmp_path / "o" / "report.md").read_text()
     done = run_hlo("scan", dump, "-o", tmp_path / "o", "-q", "-j", "2", "--device", "a100", "--json")
     assert json.loads(done.stdout)["device"] == "a100"
+
+
+def test_a_sharded_module_is_scanned_end_to_end(tmp_path):
+    """The bundled sharded train step through `hlo scan`: its communication section
+    is written (a NameError there once left the report saying "This scan is running")."""
+    e = next(corpus.load("llama3-tiny-train-f32-dp2tp4"))
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    (folder / "train.cpu_after_optimizations.hlo").write_text(e.text("cpu_after_optimizations"))
+    done = run_hlo("scan", folder, "-o", tmp_path / "o", "-q", "-j", "1")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    md = (tmp_path / "o" / "report.md").read_text()
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert "This scan is running" not in page
+    # the communication table's row: time on the target, markdown-escaped parentheses
+    assert re.search(r"\| \d+(\.\d+)? [mun]?s \\?\(h100\\?\) \|", md), md
