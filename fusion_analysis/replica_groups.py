@@ -109,6 +109,45 @@ def mesh_of_text(text: str) -> Mesh | None:
     return Mesh(tuple(a for a, _ in found), tuple(int(n) for _, n in found))
 
 
+#: One axis reference of the mesh-axes form: ``'fsdp'``, or a sub-axis ``'fsdp':(2)2``
+#: (Shardy's AxisRef: the part of size 2 whose more-major parts multiply to 2).
+_AXIS_REF = re.compile(r"'([^']*)'(?:\s*:\s*\((\d+)\)\s*(\d+))?")
+
+
+def _mesh_groups(text: str, mesh: Mesh, refs_text: str) -> Groups:
+    """Groups of the mesh-axes form: devices of the row-major mesh that differ only
+    along the named axes or sub-axes.  A sub-axis ``'a':(m)k`` splits axis ``a`` of
+    size n into major-to-minor parts at pre-sizes m and m*k, and names the parts
+    between them."""
+    refs = [(a, int(m) if m else None, int(k) if k else None) for a, m, k in _AXIS_REF.findall(refs_text)]
+    if re.sub(_AXIS_REF, "", refs_text).replace(",", "").strip() or not mesh.axes \
+            or any(a not in mesh.axes for a, _, _ in refs):
+        raise ReplicaGroupsError(f"replica_groups={text!r}: expected mesh['axis'=N,...] {{'axis' or 'axis':(pre)size,...}} "
+                                 f"naming the mesh's axes")
+    cuts: dict[str, set[int]] = {a: {1, n} for a, n in zip(mesh.axes, mesh.shape)}
+    for a, pre, size in refs:
+        n = mesh.shape[mesh.axes.index(a)]
+        if pre is not None:
+            if pre < 1 or size < 1 or n % (pre * size):
+                raise ReplicaGroupsError(f"replica_groups={text!r}: sub-axis '{a}':({pre}){size} does not divide "
+                                         f"'{a}'={n}")
+            cuts[a] |= {pre, pre * size}
+    parts: list[tuple[str, int, int]] = []   # (axis, pre-size, size) per expanded mesh dim, major to minor
+    for a in mesh.axes:
+        bounds = sorted(cuts[a])
+        if any(hi % lo for lo, hi in zip(bounds, bounds[1:])):
+            raise ReplicaGroupsError(f"replica_groups={text!r}: the sub-axes of '{a}' overlap")
+        parts += [(a, lo, hi // lo) for lo, hi in zip(bounds, bounds[1:])]
+    keep: list[int] = []
+    for a, pre, size in refs:
+        lo, hi = (pre, pre * size) if pre is not None else (1, mesh.shape[mesh.axes.index(a)])
+        keep += [i for i, (b, p, k) in enumerate(parts) if b == a and p >= lo and p * k <= hi and i not in keep]
+    rest = [i for i in range(len(parts)) if i not in keep]
+    ids = np.arange(mesh.devices).reshape([k for _, _, k in parts] or [1]).transpose(rest + keep)
+    size = int(np.prod([parts[i][2] for i in keep])) if keep else 1
+    return tuple(tuple(int(x) for x in row) for row in ids.reshape(-1, size))
+
+
 def parse_replica_groups(text: str | None, total: int) -> Groups:
     """Groups of ids from XLA's printed ``replica_groups``; ``total`` is how many
     ids there are (``{}`` or a missing attribute: one group of all of them)."""
@@ -133,16 +172,7 @@ def parse_replica_groups(text: str | None, total: int) -> Groups:
     if m:
         mesh = mesh_of_text(t)
         assert mesh is not None
-        want = [a.strip().strip("'") for a in m.group(2).split(",") if a.strip()]
-        unknown = [a for a in want if a not in mesh.axes]
-        if unknown or not mesh.axes:
-            raise ReplicaGroupsError(f"replica_groups={t!r}: expected mesh['axis'=N,...] {{'axis',...}} naming "
-                                     f"the mesh's axes (sub-axes are not read)")
-        keep = [mesh.axes.index(a) for a in want]
-        rest = [k for k in range(len(mesh.axes)) if k not in keep]
-        ids = np.arange(mesh.devices).reshape(mesh.shape).transpose(rest + keep)
-        size = int(np.prod([mesh.shape[k] for k in keep])) if keep else 1
-        return tuple(tuple(int(x) for x in row) for row in ids.reshape(-1, size))
+        return _mesh_groups(t, mesh, m.group(2))
     raise ReplicaGroupsError(f"replica_groups={t!r}: expected {{{{...}}}}, [G,S]<=[dims]T(perm) or mesh[...] {{...}}")
 
 

@@ -132,6 +132,21 @@ def test_replica_group_forms_and_errors():
         parse_replica_groups("[3,4]<=[8]", 8)
     with pytest.raises(ReplicaGroupsError, match="naming the mesh's axes"):
         parse_replica_groups("mesh['a'=2,'b'=4] {'z'}", 8)
+    with pytest.raises(ReplicaGroupsError, match="does not divide"):
+        parse_replica_groups("mesh['a'=2,'b'=4] {'b':(2)4}", 8)
+
+
+def test_sub_axes_of_the_mesh_form():
+    """Shardy's sub-axis ``'b':(m)k`` (MaxText's fsdp=4 x tensor=2 dump prints
+    ``{'fsdp':(2)2}``): the part of size k whose more-major parts multiply to m.
+    The major half of a size-4 axis is the iota form XLA prints for the same groups."""
+    iota = parse_replica_groups("[4,2]<=[2,2,2]T(0,2,1)", 8)
+    assert parse_replica_groups("mesh['batch'=2,'model'=4] {'model':(1)2}", 8) == iota == ((0, 2), (1, 3), (4, 6), (5, 7))
+    assert parse_replica_groups("mesh['batch'=2,'model'=4] {'model':(2)2}", 8) == ((0, 1), (2, 3), (4, 5), (6, 7))
+    assert parse_replica_groups("mesh['fsdp'=4,'tensor'=2] {'fsdp':(2)2}", 8) == ((0, 2), (1, 3), (4, 6), (5, 7))
+    assert parse_replica_groups("mesh['fsdp'=4,'tensor'=2] {'fsdp':(1)2,'tensor'}", 8) == ((0, 1, 4, 5), (2, 3, 6, 7))
+    both = "mesh['fsdp'=4,'tensor'=2] {'fsdp':(1)2,'fsdp':(2)2}"
+    assert parse_replica_groups(both, 8) == parse_replica_groups("mesh['fsdp'=4,'tensor'=2] {'fsdp'}", 8)
     with pytest.raises(ReplicaGroupsError, match="NAME=SIZE"):
         Mesh.parse("batch:2")
 
