@@ -14,7 +14,7 @@ import corpus
 import hlo_tools
 from hlo_lab.cli_args import user_pipeline
 from hlo_lab.debug.rewrite import default_pipeline, measure_rewrite, rewrite_route
-from passes import FixedPoint, FusionPass, PassManager, decides_fusion, get_pass
+from passes import FixedPoint, FusionPass, PassManager, decides_fusion, get_pass, registry
 from passes.fusion.call_inliner import CallInliner
 from passes.fusion.priority import PriorityFusion
 from xla_bridge.measure import Measurement
@@ -23,12 +23,16 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "writing_a_pass.md"
 
 
 @pytest.fixture(scope="module")
-def users_fusion_pass(tmp_path_factory) -> list:
-    """The docs' ElementwiseFusion, loaded as ``--load`` loads a user's file."""
+def users_fusion_pass(tmp_path_factory):
+    """The docs' ElementwiseFusion, loaded as ``--load`` loads a user's file; taken
+    out of the registry afterwards (other tests check the built-in table)."""
     block = next(b for b in re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S) if "class ElementwiseFusion" in b)
     path = tmp_path_factory.mktemp("user") / "elementwise.py"
     path.write_text(block)
-    return user_pipeline([str(path)], "elementwise-fusion")
+    before = dict(registry.USER_PASSES)
+    yield user_pipeline([str(path)], "elementwise-fusion")
+    registry.USER_PASSES.clear()
+    registry.USER_PASSES.update(before)
 
 
 def _unwrapped(passes: list) -> list:
