@@ -86,10 +86,13 @@ def _cmd_run(args) -> int:
     rows = []
     for i, o in enumerate(outs):
         f = np.asarray(o, dtype=np.float64) if o.dtype.kind != "c" else np.abs(o)
-        stats = {"min": float(f.min()), "max": float(f.max()), "mean": float(f.mean())} if f.size else {}
-        rows.append({"index": i, "dtype": o.dtype.name, "shape": list(o.shape), **stats})
+        finite_ = f[np.isfinite(f)]
+        stats = {"min": float(finite_.min()), "max": float(finite_.max()), "mean": float(finite_.mean())} if finite_.size else {}
+        counts = {"nan": int(np.isnan(f).sum()), "inf": int(np.isinf(f).sum())}
+        rows.append({"index": i, "dtype": o.dtype.name, "shape": list(o.shape), **stats, **counts})
         if not args.json:
-            text = " ".join(f"{k} {v:.6g}" for k, v in stats.items()) if stats else "empty"
+            text = " ".join(f"{k} {v:.6g}" for k, v in stats.items()) if stats else ("empty" if not f.size else "no finite value")
+            text += "".join(f", {n} {'NaN' if k == 'nan' else 'inf'}" for k, n in counts.items() if n)
             print(f"output {i}: {o.dtype.name}{list(o.shape)} {text}")
     if args.json:
         print(json.dumps(finite({"module": module.name, "backend": args.backend, "pipeline": args.pipeline,

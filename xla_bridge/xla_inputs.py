@@ -108,8 +108,67 @@ def _bound_of(value: Instruction, depth: int) -> int | None:
     return best
 
 
-def random_array(shape: Shape, rng: np.random.Generator, bound: int | None = None) -> np.ndarray:
-    """One deterministic array for an array shape."""
+#: Ops whose result is meaningless (NaN) on a negative operand 0.
+_NEEDS_NONNEGATIVE = frozenset({HloOpcode.SQRT, HloOpcode.RSQRT, HloOpcode.LOG, HloOpcode.POWER})
+#: Ops a value goes through on its way there with its sign carried along (an
+#: optimizer's second moment: scaled, summed with g*g, divided by a bias correction).
+_CARRIES_SIGN = frozenset({HloOpcode.CONVERT, HloOpcode.RESHAPE, HloOpcode.BITCAST, HloOpcode.COPY,
+                           HloOpcode.BROADCAST, HloOpcode.TRANSPOSE, HloOpcode.SLICE, HloOpcode.DYNAMIC_SLICE,
+                           HloOpcode.CONCATENATE, HloOpcode.MULTIPLY, HloOpcode.ADD, HloOpcode.DIVIDE,
+                           HloOpcode.MAXIMUM, HloOpcode.MINIMUM, HloOpcode.SELECT})
+
+
+def nonnegative_parameters(module: Module) -> set[int]:
+    """Entry float parameters whose values reach the operand of a ``sqrt``, ``rsqrt``,
+    ``log`` or ``power`` through ops that carry their sign (also into fusions, calls,
+    tuples and while loops): an Adam second moment.  Generated negative, they turn
+    the updated weights into NaN and a comparison into one of NaNs."""
+    out: set[int] = set()
+    for param in module.entry.parameters:
+        if not (param.shape.is_array and param.shape.element_type.is_floating):
+            continue
+        stack, seen = [(param, None)], set()
+        while stack and param.parameter_number not in out:
+            value, index = stack.pop()  # index: the tuple element followed, for tuple-shaped values
+            if (id(value), index) in seen:
+                continue
+            seen.add((id(value), index))
+            for user in value.users:
+                slots = [i for i, o in enumerate(user.operands) if o is value]
+                op = user.opcode
+                if op in _NEEDS_NONNEGATIVE and 0 in slots and index is None:
+                    out.add(param.parameter_number)
+                    break
+                if op is HloOpcode.TUPLE:
+                    stack += [(user, i) for i in slots] if index is None else []
+                elif op is HloOpcode.GET_TUPLE_ELEMENT:
+                    if index is not None and int(user.attributes.get("index") or -1) == index:
+                        stack.append((user, None))
+                elif op in (HloOpcode.FUSION, HloOpcode.CALL) and user.called_computations:
+                    comp = user.called_computations[0]
+                    stack += [(comp.parameter(i), index) for i in slots if i < len(comp.parameters)]
+                elif op is HloOpcode.WHILE:
+                    body = user.called_computation("body")
+                    stack.append((user, index))
+                    if body is not None and body.parameters:
+                        stack.append((body.parameters[0], index))
+                elif op is HloOpcode.MULTIPLY and user.operand(0) is user.operand(1):
+                    continue  # a square: non-negative whatever the input
+                elif op in _CARRIES_SIGN and index is None:
+                    stack.append((user, None))
+            # a value that is a computation's root flows out of its fusion/call/while
+            comp = value.parent
+            if comp is not None and comp.root is value and not comp.is_entry:
+                for caller in module.instructions():
+                    if comp in caller.called_computations and caller.opcode is not HloOpcode.WHILE:
+                        stack.append((caller, index))
+    return out
+
+
+def random_array(shape: Shape, rng: np.random.Generator, bound: int | None = None, *,
+                 nonnegative: bool = False) -> np.ndarray:
+    """One deterministic array for an array shape; floats in [0, 1) when
+    ``nonnegative`` (``nonnegative_parameters``), else in [-1, 1)."""
     t = shape.element_type
     dims = tuple(shape.dims)
     dtype = numpy_dtype(t)
@@ -118,7 +177,7 @@ def random_array(shape: Shape, rng: np.random.Generator, bound: int | None = Non
     if t.is_complex:
         return (rng.uniform(-1, 1, dims) + 1j * rng.uniform(-1, 1, dims)).astype(dtype)
     if t.is_floating:
-        return rng.uniform(-1.0, 1.0, dims).astype(np.float32).astype(dtype)
+        return rng.uniform(0.0 if nonnegative else -1.0, 1.0, dims).astype(np.float32).astype(dtype)
     if t.is_integral:
         hi = 16 if bound is None else bound
         if t.bit_width <= 4:
@@ -129,19 +188,21 @@ def random_array(shape: Shape, rng: np.random.Generator, bound: int | None = Non
 
 def make_inputs(module: Module, *, seed: int = 0, sets: int = 1) -> list[list[np.ndarray]]:
     """``sets`` lists of arrays, one per entry parameter.  Each array depends only
-    on (seed, set, parameter number, shape, index use), so an original module and
-    its rewrite get the same inputs."""
+    on (seed, set, parameter number, shape, index use, sign use), so an original
+    module and its rewrite get the same inputs."""
     params = sorted(module.entry.parameters, key=lambda p: p.parameter_number)
     for p in params:
         if not p.shape.is_array:
             raise ValueError(f"parameter {p.name} of {module.name} has shape {p.shape.to_text()}: "
                              "only array parameters can be fed (tuple/token parameters are not supported)")
     bounds = index_bounds(module)
+    positive = nonnegative_parameters(module)
     out = []
     for s in range(sets):
         arrays = []
         for p in params:
             rng = np.random.default_rng([seed, s, p.parameter_number])
-            arrays.append(random_array(p.shape, rng, bounds.get(p.parameter_number)))
+            arrays.append(random_array(p.shape, rng, bounds.get(p.parameter_number),
+                                       nonnegative=p.parameter_number in positive))
         out.append(arrays)
     return out

@@ -148,16 +148,19 @@ class OutputDiff:
     note: str = ""
     #: the type whose tolerance applied, when not the output's own (computed through it)
     tolerance_of: str = ""
+    #: elements that are NaN or infinite in A (equal only where B holds the same at the same place)
+    non_finite: int = 0
 
     def __str__(self) -> str:
         head = f"output {self.index} {self.dtype}{list(self.shape)}: "
         if self.note:
             return head + self.note
+        nf = f" ({self.non_finite} of {self.size} NaN/inf in both, at the same places)" if self.non_finite else ""
         if self.exact:
-            return head + "bitwise equal"
+            return head + "bitwise equal" + nf
         status = "within tolerance" if self.ok else f"MISMATCH in {self.mismatches}/{self.size} elements"
         basis = f", {self.tolerance_of}'s: computed through {self.tolerance_of}" if self.tolerance_of else ""
-        return (head + f"{status}; max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g} at {list(self.worst)} "
+        return (head + f"{status}{nf}; max abs err {self.max_abs:.3g}, max rel err {self.max_rel:.3g} at {list(self.worst)} "
                 f"(A {self.expected:.6g}, B {self.actual:.6g}; rtol {self.rtol:g}, atol {self.atol:g}{basis})")
 
 
@@ -193,7 +196,8 @@ class Comparison:
                                     "ok": o.ok, "max_abs": o.max_abs, "max_rel": o.max_rel,
                                     "mismatches": o.mismatches, "size": o.size, "worst": list(o.worst),
                                     "expected": o.expected, "actual": o.actual, "rtol": o.rtol, "atol": o.atol,
-                                    "note": o.note, "tolerance_of": o.tolerance_of} for o in self.outputs]})
+                                    "note": o.note, "tolerance_of": o.tolerance_of, "non_finite": o.non_finite}
+                                   for o in self.outputs]})
 
     def _repr_html_(self) -> str:
         rows = [(o.index, f"{o.dtype}{list(o.shape)}", "bitwise equal" if o.exact else "ok" if o.ok else
@@ -253,6 +257,7 @@ def diff_output(index: int, a: np.ndarray, b: np.ndarray, rtol: float | None = N
         return float(abs(v)) if np.iscomplexobj(v) else float(v)
 
     n_bad = int(bad.sum())
+    base["non_finite"] = int((~np.isfinite(fa)).sum()) if fa.dtype.kind in "fc" else 0
     return OutputDiff(**base, exact=exact, ok=exact or n_bad == 0, max_abs=max_abs, max_rel=max_rel, mismatches=n_bad,
                       size=int(a.size), worst=tuple(int(i) for i in worst), expected=scalar(fa), actual=scalar(fb))
 
