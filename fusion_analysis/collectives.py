@@ -39,6 +39,7 @@ from typing import Iterable
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 
+from .cost import known_trip_count
 from .overlap import matching_done
 from .replica_groups import Groups, Mesh, device_groups, group_mode, mesh_of_text, parse_pairs
 
@@ -95,16 +96,6 @@ def counts(collectives: Iterable[Collective]) -> dict[str, int]:
 
 
 # -- the walk -------------------------------------------------------------------------
-def _trip_count(instr: Instruction) -> int | None:
-    cfg = instr.attributes.get("backend_config")
-    if not isinstance(cfg, str) or "known_trip_count" not in cfg:
-        return None
-    try:
-        return int(json.loads(cfg)["known_trip_count"]["n"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 def _array_bytes(shapes) -> int:
     return sum(leaf.byte_size for s in shapes for _, leaf in s.leaves())
 
@@ -142,7 +133,7 @@ class _Walker:
                 self._add(instr, base, instr.opcode_text, (instr, done or instr), comp, executions, known, done=done)
             for callee in instr.called_computations:
                 if op is HloOpcode.WHILE:
-                    n = _trip_count(instr)
+                    n = known_trip_count(instr)
                     self.walk(callee, executions * (n or 1), known and n is not None, span, span_comp)
                 elif op is HloOpcode.ASYNC_START:
                     done = matching_done(instr)

@@ -33,6 +33,8 @@ themselves live in ``fusion_analysis.devices``.
 
 from __future__ import annotations
 
+import json
+
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -570,6 +572,67 @@ def analyze(module: Module) -> ModuleCost:
     ca = CostAnalysis(module)
     total = ca.computation(module.entry, record=True)
     return ModuleCost(module.name, total.flops, total.trans, total.bytes, tuple(ca.records))
+
+
+def known_trip_count(instr: Instruction) -> int | None:
+    """A while loop's trip count as XLA records it
+    (``backend_config={"known_trip_count":{"n":"N"}}``), else None."""
+    cfg = instr.attributes.get("backend_config")
+    if instr.opcode is not _H.WHILE or not isinstance(cfg, str) or "known_trip_count" not in cfg:
+        return None
+    try:
+        return int(json.loads(cfg)["known_trip_count"]["n"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def executions(module: Module) -> tuple[dict[str, int], int]:
+    """How often each computation runs per run of the module: a while body its
+    loop's known trip count times its caller's count (the condition one more),
+    everything else as often as its caller; and how many loops have no known trip
+    count (their bodies are counted once).  The one loop rule of every prediction
+    (``roofline``, ``hlo analyze``, ``bench --target``, ``regress``; ``collectives``
+    reads the same trip counts).  Iterative: call chains of any depth."""
+    out: dict[str, int] = {}
+    unknown = 0
+    if module.entry is None:
+        return out, 0
+    stack = [(module.entry, 1)]
+    while stack:
+        comp, n = stack.pop()
+        if out.get(comp.name, 0) >= n:
+            continue
+        out[comp.name] = n
+        for instr in comp:
+            if instr.opcode is _H.FUSION:
+                continue
+            if instr.opcode is _H.WHILE:
+                trips = known_trip_count(instr)
+                unknown += trips is None
+                body, cond = instr.called_computation("body"), instr.called_computation("condition")
+                if body is not None:
+                    stack.append((body, n * (trips if trips is not None else 1)))
+                if cond is not None:
+                    stack.append((cond, n * ((trips + 1) if trips is not None else 1)))
+                continue
+            stack.extend((c, n) for c in instr.called_computations)
+    return out, unknown
+
+
+def kernel_instructions(module: Module, cost: ModuleCost | None = None) -> list[Instruction]:
+    """Every kernel the module runs: the ``is_kernel`` instructions of the entry and
+    of the control-flow bodies it calls (the top-level instructions ``analyze``
+    records), each once.  The one kernel list behind every command's count
+    (``roofline``, ``hlo analyze``, ``bench``, ``tune``, ``regress``)."""
+    cost = cost or analyze(module)
+    comps = {c.name: c for c in module.computations}
+    out: list[Instruction] = []
+    for c in cost.instructions:
+        comp = comps.get(c.computation)
+        instr = comp.get_instruction(c.name) if comp is not None else None
+        if instr is not None and is_kernel(instr):
+            out.append(instr)
+    return out
 
 
 def module_cost(module: Module) -> dict[str, float]:

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import COLLECTIVES, HloOpcode
 
-from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, is_kernel
+from .cost import (InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, executions, is_kernel,
+                   kernel_instructions)
 from .devices import Device
 from .gpu_kernel_model import combine as gpu_combine
 from .gpu_kernel_model import kernel_cost as gpu_kernel_cost
@@ -57,6 +58,8 @@ class KernelEstimate:
     launch_s: float
     time_s: float
     bound: str  # "compute" | "memory" | "launch"
+    #: runs per module run: a loop body's kernel its loop's known trip count
+    executions: int = 1
 
     @property
     def intensity(self) -> float:
@@ -84,24 +87,46 @@ class Roofline:
     module: str
     device: str
     kernels: tuple[KernelEstimate, ...] = field(repr=False)
+    #: while loops without a known trip count (their bodies counted once)
+    unknown_trip_counts: int = 0
 
     @property
     def time_s(self) -> float:
-        return sum(k.time_s for k in self.kernels)
+        """Per module run: each kernel times its executions (``cost.executions``)."""
+        return sum(k.time_s * k.executions for k in self.kernels)
 
     @property
     def headroom_s(self) -> float:
-        return sum(k.headroom_s for k in self.kernels)
+        return sum(k.headroom_s * k.executions for k in self.kernels)
+
+    @property
+    def flops(self) -> float:
+        return sum(k.flops * k.executions for k in self.kernels)
+
+    @property
+    def bytes_accessed(self) -> float:
+        return sum(k.bytes_accessed * k.executions for k in self.kernels)
+
+    @property
+    def loops_note(self) -> str:
+        """What the totals assume about loops, for the output."""
+        looped = sum(1 for k in self.kernels if k.executions > 1)
+        parts = []
+        if looped:
+            parts.append(f"{looped} kernels in loops counted per iteration (known trip counts)")
+        if self.unknown_trip_counts:
+            parts.append(f"{self.unknown_trip_counts} loop(s) without a known trip count counted once")
+        return "; ".join(parts)
 
     def by_category(self) -> dict[str, CategorySummary]:
         acc: dict[str, list] = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])
         for k in self.kernels:
             a = acc[k.category]
             a[0] += 1
-            a[1] += k.time_s
-            a[2] += k.headroom_s
-            a[3] += k.bytes_accessed
-            a[4] += k.flops
+            a[1] += k.time_s * k.executions
+            a[2] += k.headroom_s * k.executions
+            a[3] += k.bytes_accessed * k.executions
+            a[4] += k.flops * k.executions
         return {c: CategorySummary(c, *acc[c]) for c in CATEGORIES if c in acc}
 
     def bound_counts(self) -> dict[str, int]:
@@ -244,12 +269,8 @@ def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str
 def roofline(module: Module, device: Device, cost: ModuleCost | None = None) -> Roofline:
     """Every kernel of ``module`` on ``device`` (entry and control-flow bodies)."""
     cost = cost or analyze(module)
-    comps = {c.name: c for c in module.computations}
-    kernels = []
-    for c in cost.instructions:
-        comp = comps.get(c.computation)
-        instr = comp.get_instruction(c.name) if comp is not None else None
-        if instr is None or not is_kernel(instr):
-            continue
-        kernels.append(estimate(instr, c, device))
-    return Roofline(module.name, device.name, tuple(kernels))
+    by_key = {(c.computation, c.name): c for c in cost.instructions}
+    runs, unknown = executions(module)
+    kernels = [dataclasses.replace(estimate(i, by_key[(i.parent.name, i.name)], device), executions=runs.get(i.parent.name, 1))
+               for i in kernel_instructions(module, cost)]
+    return Roofline(module.name, device.name, tuple(kernels), unknown)

@@ -307,12 +307,16 @@ def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # mod
         "kernels": len(rf.kernels),
         "time_s": rf.time_s,
         "headroom_s": rf.headroom_s,
+        # per module run, loop bodies times their known trip counts ("cost" is XLA's: bodies once)
+        "per_run": {"flops": rf.flops, "bytes accessed": rf.bytes_accessed},
+        "loops": rf.loops_note,
         "bounds": rf.bound_counts(),
         "categories": {c: {"kernels": s.kernels, "time_s": s.time_s, "headroom_s": s.headroom_s,
                            "bytes_accessed": s.bytes_accessed, "flops": s.flops}
                        for c, s in rf.by_category().items()},
         "top_kernels": [{"name": k.name, "category": k.category, "bound": k.bound, "time_s": k.time_s,
-                         "flops": k.flops, "bytes_accessed": k.bytes_accessed} for k in kernels[:10]],
+                         "flops": k.flops, "bytes_accessed": k.bytes_accessed, "executions": k.executions}
+                        for k in kernels[:10]],
         "points": [[_round(k.intensity if k.bytes_accessed else 0.0), _round((k.flops + k.transcendentals) / k.time_s),
                     k.category, k.bound, k.name, _round(k.time_s)]
                    for k in kernels[:SCATTER_POINTS_PER_MODULE] if k.time_s > 0],

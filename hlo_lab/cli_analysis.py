@@ -60,7 +60,10 @@ def _cmd_analyze(args) -> int:
         else:
             con.print("XLA's HloCostAnalysis: " + "  ".join(
                 f"{k} {x[k] or 0:.4g} ({100 * (c[k] - (x[k] or 0)) / max(abs(x[k] or 0), 1):+.3f}%)" for k in c))
-    con.print(f"roofline time {fmt_seconds(r['time_s'])}, headroom {fmt_seconds(r['headroom_s'])}")
+    if r.get("loops"):
+        p = r["per_run"]
+        con.print(f"per run: flops {p['flops']:.4g}  bytes accessed {fmt_bytes(p['bytes accessed'])} ({r['loops']})")
+    con.print(f"roofline time {fmt_seconds(r['time_s'])} per run, headroom {fmt_seconds(r['headroom_s'])}")
     con.print(bounds_words(r["bounds"]))
     t = Table(title="per category")
     for col in ("category", "kernels", "time", "headroom", "bytes", "flops"):

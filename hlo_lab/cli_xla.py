@@ -188,10 +188,10 @@ def _cmd_bench(args) -> int:
 def _bench_b(args, original, pipeline: list) -> tuple[Pipeline, object, str, str]:
     """B's pipeline and module, the mode in a few words, and why that mode."""
     from passes import PassManager  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
-    from .debug.rewrite import rewrite_route  # lazy: imports the passes, as above
+    from .debug.rewrite import default_pipeline, rewrite_route  # lazy: imports the passes, as above
 
     if args.hook:
-        base = args.pipeline_b or "as-written"
+        base = args.pipeline_b or default_pipeline(pipeline)  # the rule bisect, reduce and upstream follow
         return (Pipeline(base).hooked(PassManager(pipeline), HookStage(args.hook)), original,
                 f"stock vs {args.passes} inside XLA at {args.hook}, B {base}", "--hook")
     if args.against:

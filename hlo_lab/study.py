@@ -33,7 +33,6 @@ from typing import Any, Sequence
 from fusion_analysis import cost, devices, xla_gpu_model
 from fusion_analysis.roofline import roofline
 from hlo_tools import HloOpcode, Module, parse
-from hlo_tools.opcode import NO_KERNEL
 from passes import PassManager
 from passes.fusion.pipeline import expand, passes_of
 from xla_bridge import xla_worker
@@ -46,9 +45,9 @@ CPU_ONLY = frozenset({"library-dot-fusion"})
 
 
 def kernels(module: Module) -> int:
-    """Entry instructions that run code (fusions, dots, copies, custom calls...):
-    everything but ``NO_KERNEL`` (counted the same way for stock and ours)."""
-    return sum(1 for i in module.entry if i.opcode not in NO_KERNEL)
+    """Kernels the module runs, loop and call bodies included: the one count
+    (``fusion_analysis.cost.kernel_instructions``) that ``analyze`` and ``regress`` print too."""
+    return len(cost.kernel_instructions(module))
 
 
 def fusions(module: Module) -> int:

@@ -73,3 +73,25 @@ def test_fusion_pipelines_are_measured_inside_xla(case, users_fusion_pass, modul
 def test_a_cleanup_runs_on_the_text_and_both_sides_compile_stock(module):
     pipeline, on_text, _ = rewrite_route([get_pass("dce"), get_pass("cse")], "cpu")
     assert on_text and pipeline.base == "stock" and pipeline.pass_ is None
+
+
+def test_bench_and_bisect_hook_the_same_baseline(module, tmp_path):
+    """``--hook`` with the same passes: bench and bisect compile B on the same base
+    (XLA's fusion off for a fusion pipeline, stock for cleanups)."""
+    from hlo_lab.debug.bisect import bisect_passes
+    from tests.conftest import run_hlo
+
+    path = tmp_path / "decode.hlo"
+    path.write_text(module.to_text())
+    for spec, base in (("best", "as-written"), ("dce,cse", "stock")):
+        done = run_hlo("bench", path, "--passes", spec, "--hook", "pre-scheduler", "--reps", "2", "--no-record")
+        assert done.returncode == 0, done.stderr
+        assert f"at pre-scheduler, B {base}" in done.stdout.splitlines()[0], done.stdout
+        res = bisect_passes(module, get_pipeline(spec), hook="pre-scheduler")
+        assert res.pipeline == f"{base} + passes at pre-scheduler", res.pipeline
+
+
+def get_pipeline(spec: str) -> list:
+    from passes.fusion.pipeline import passes_of
+
+    return passes_of(spec)

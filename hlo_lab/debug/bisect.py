@@ -204,7 +204,7 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
 
     t0 = time.perf_counter()
     passes = list(passes)
-    base = pipeline or (default_pipeline(passes) if hook is None else "stock")
+    base = pipeline or default_pipeline(passes)  # hooked or not: XLA's fusion off when the passes decide fusion
     label = base if hook is None else f"{base} + passes at {hook}"
     runner = _runner(module, backend, reference, seed, rtol, atol, flags, progress)
     out = BisectResult(module.name, "ours", label, reference, [p.name for p in passes], probes=runner.probes)
