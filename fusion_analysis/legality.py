@@ -36,7 +36,7 @@ The rules mirror xla/service/cpu/cpu_instruction_fusion.cc (``CanBeLoopFused``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from hlo_tools import HloOpcode, Instruction
 from hlo_tools.attributes import parse_int_list
@@ -189,11 +189,48 @@ def shape_key(instr: Instruction) -> tuple:
 
 def fusible(instr: Instruction) -> Decision:
     """May ``instr`` live inside a loop (or input) fusion? The reason reads after
-    the instruction's role: "producer " + "is a dot"."""
+    the instruction's role: "producer " + "is a dot".  A fusion is fusible when
+    everything inside it is, nested fusions included (an explicit stack: fusion
+    chains of any depth); the reason then names the path to the first that is not:
+    "is a fusion whose %g is a fusion whose %x has a side effect"."""
+    effects = SideEffects()  # one memo for the whole walk
+    d = _fusible_here(instr, effects)
+    if d is not _LOOK_INSIDE:
+        return d
+    stack: list[tuple[Instruction, Iterator[Instruction]]] = [(instr, iter(instr.fused_computation))]
+    path: list[str] = []  # the inner fusions entered, by name
+    while stack:
+        fusion, members = stack[-1]
+        inner = next(members, None)
+        if inner is None:
+            stack.pop()
+            if path:
+                path.pop()
+            continue
+        body = fusion.fused_computation
+        if inner.opcode in (HloOpcode.PARAMETER, HloOpcode.TUPLE) or inner is body.root and inner.opcode is HloOpcode.TUPLE:
+            continue
+        d = _fusible_here(inner, effects)
+        if d is _LOOK_INSIDE:
+            path.append(inner.name)
+            stack.append((inner, iter(inner.fused_computation)))
+            continue
+        if not d:
+            whose = "".join(f"is a fusion whose %{n} " for n in [*path, inner.name])
+            return Decision.forbid(whose + d.reason)
+    return ALLOW
+
+
+#: ``_fusible_here``'s answer for a kLoop/kInput fusion: fusible if its members are.
+_LOOK_INSIDE = Decision.forbid("look inside")
+
+
+def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
+    """``fusible`` for ``instr`` itself; ``_LOOK_INSIDE`` for a kLoop/kInput fusion."""
     op = instr.opcode
     if op is HloOpcode.PARAMETER:
         return Decision.forbid("is a parameter")
-    if op in NON_DETERMINISTIC or SideEffects().instruction(instr):
+    if op in NON_DETERMINISTIC or effects.instruction(instr):
         return Decision.forbid("has a side effect")
     if instr.control_predecessors or instr.control_successors:
         return Decision.forbid("has a control dependency")
@@ -205,13 +242,7 @@ def fusible(instr: Instruction) -> Decision:
         if kind not in ("kLoop", "kInput"):
             return Decision.forbid(f"is a {kind} fusion")
         # XLA:CPU wraps lone ops (scatter, sort...) in kLoop fusions: look inside
-        for inner in instr.fused_computation:
-            if inner.opcode in (HloOpcode.PARAMETER, HloOpcode.TUPLE) or inner is instr.fused_computation.root and inner.opcode is HloOpcode.TUPLE:
-                continue
-            d = fusible(inner)
-            if not d:
-                return Decision.forbid(f"is a fusion whose %{inner.name} {d.reason}")
-        return ALLOW
+        return _LOOK_INSIDE if instr.fused_computation is not None else Decision.forbid("is a fusion without a body")
     if op is HloOpcode.CONSTANT:
         return ALLOW if is_scalar_constant(instr) else Decision.forbid("is a non-scalar constant")
     if not instr.shape.is_array:

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import COLLECTIVES, HloOpcode
 
-from .cost import (InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, executions, is_kernel,
-                   kernel_instructions)
+from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, executions, kernel_instructions
 from .devices import Device
 from .gpu_kernel_model import combine as gpu_combine
 from .gpu_kernel_model import kernel_cost as gpu_kernel_cost

@@ -18,6 +18,7 @@ from xla_bridge import load
 from xla_bridge.xla import XlaCompileError
 from xla_bridge.xla_compile import parse_flags
 
+from .console import stdout_console
 from . import cli_analysis, cli_collectives, cli_debug, cli_passes, cli_regress, cli_tune, cli_visualize, cli_xla
 from .cli_args import PipelineError, user_pipeline
 
@@ -96,10 +97,9 @@ def _cmd_stats(args) -> int:
     if args.json:
         print(json.dumps(stats.as_dict(), indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = stdout_console()
     console.print(f"[bold]{stats.name}[/]: {stats.instructions} instructions in {stats.computations} computations "
                   f"({stats.entry_instructions} in the entry, {stats.fusions} fusions)")
     console.print(f"parameters {stats.parameter_bytes:,} bytes, outputs {stats.output_bytes:,} bytes")

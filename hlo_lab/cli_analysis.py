@@ -17,6 +17,8 @@ from hlo_tools.fileio import check_writable
 from xla_bridge import read_text, xla  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
 from xla_bridge.display import fmt_bytes, fmt_seconds
 
+from .console import stdout_console
+
 
 def _cmd_analyze(args) -> int:
     from fusion_analysis import devices  # lazy: start-up (module docstring)
@@ -43,10 +45,9 @@ def _cmd_analyze(args) -> int:
     if args.json:
         print(json.dumps(r, indent=1))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = stdout_console()
     narrow = con.width < 120
     c = r["cost"]
     # One fact per line, each under 80 columns: a pipe gets no mid-phrase wraps.
@@ -175,10 +176,9 @@ def _cmd_passes_dump(args) -> int:
                           "diffs": [{"step": w.steps[i].label, "seq": w.steps[i].seq, **d.as_dict()} for i, d in diffs]},
                          indent=1))
         return 1 if failed else 0
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=None if sys.stdout.isatty() else 200)
+    con = stdout_console()
     t = Table(title=f"module_{module.module_id:04d}.{module.name}: {len(w.steps)} dumps "
                     f"({len(module.passes)} after passes that changed it)")
     for col, just in (("#", "right"), ("pipeline", "left"), ("after pass", "left"), ("instr", "right"),
@@ -224,7 +224,6 @@ def _list_pass_modules(mods, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"modules": rows}, indent=1))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=f"{len(rows)} modules with pass dumps (pick one: --module ID or NAME)")
@@ -232,7 +231,7 @@ def _list_pass_modules(mods, as_json: bool) -> int:
         t.add_column(col, overflow="fold")
     for r in rows:
         t.add_row(f"{r['id']:04d}", r["name"], str(r["pass_dumps"]), ", ".join(r["stages"]))
-    Console(width=None if sys.stdout.isatty() else 200).print(t)
+    stdout_console().print(t)
     return 0
 
 
@@ -260,10 +259,9 @@ def _cmd_fusion_log(args) -> int:
         print(json.dumps([{"module": label, "file": path, "summary": fl.summary(log),
                            "steps": [fl.step_dict(s) for s in steps]} for label, path, log, steps in out], indent=1))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=None if sys.stdout.isatty() else 200)
+    con = stdout_console()
     for label, path, log, steps in out:
         sm = fl.summary(log)
         shown = steps if args.limit <= 0 else steps[: args.limit]

@@ -15,6 +15,7 @@ from hlo_tools import Module
 from xla_bridge import load
 from xla_bridge.display import fmt_us
 
+from .console import stdout_console
 from .cli_args import at_least_one, non_negative
 
 
@@ -131,10 +132,9 @@ def _cmd_collectives(args) -> int:
 
 def _print(d: dict, top: int) -> None:
     from fusion_analysis.report import fmt_bytes  # lazy: start-up
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = stdout_console()
     t = d["totals"]
     con.print(f"[bold]{d['module']}[/] ({d['file']}): mesh "
               + ",".join(f"{a}={n}" for a, n in zip(d["mesh"]["axes"], d["mesh"]["shape"]))
@@ -169,7 +169,7 @@ def _print(d: dict, top: int) -> None:
     tab = Table(title=f"top {top} exposed collectives")
     for col in ("name", "kind", "axis", "bytes", "time", "exposed", "op_name"):
         tab.add_column(col, overflow="fold" if col == "op_name" else "ellipsis", no_wrap=col != "op_name",
-                       min_width=min(len(col) + 12, 24) if col in ("name", "kind") else None, justify="right" if col in ("bytes", "time", "exposed") else "left")
+                       min_width=min(len(col) + 12, 24) if col in ("name", "kind", "op_name") else None, justify="right" if col in ("bytes", "time", "exposed") else "left")
     for c in sorted(d["collectives"], key=lambda c: -c["exposed_us"] * c["executions"])[:top]:
         tab.add_row(c["name"], c["kind"], c["axis"], fmt_bytes(c["bytes"]), fmt_us(c["time_us"]),
                     fmt_us(c["exposed_us"]), _tail(c["op_name"]))

@@ -61,6 +61,8 @@ def _report(d: dict, out: str | None) -> str:
                  + (f"model vs measured Kendall tau {tau:.2f}" if tau is not None else "too few candidates to rank"))
     if d["first_error"]:
         lines.append(f"first error: {d['first_error']}")
+    if d.get("first_unequal"):
+        lines.append(f"first unequal candidate: {d['first_unequal']}")
     if out:
         lines.append(f"decisions: {out} (replay: hlo bench FILE --passes replay:{out} --hook "
                      f"{'post-scheduler' if d['backend'] == 'gpu' else 'pre-scheduler'}; the module they apply to: "

@@ -20,6 +20,7 @@ from xla_bridge.xla_compile import PIPELINES, compile
 from xla_bridge.xla_results import history, record, trend
 from xla_bridge.xla_run import compare, run_module
 
+from .console import stdout_console
 from . import progress
 from .cli_args import add_load
 
@@ -148,6 +149,7 @@ def _cmd_bench(args) -> int:
     if args.mode:
         print("hlo bench: --mode needs --target (the GPU study compiled without a GPU)", file=sys.stderr)
         return 2
+    baseline = ""
     try:
         if args.hook and not args.passes:
             raise ValueError("--hook needs --passes (the passes to run inside XLA's pipeline)")
@@ -162,6 +164,7 @@ def _cmd_bench(args) -> int:
             res = measurement.benchmark(original, rewritten, pipeline_a, pipeline_b, reps=args.reps,
                                         warmup=args.warmup)
             vs = _vs_stock(measurement, original, res, pipeline_a) if args.vs_stock else None
+            baseline = _baseline_moved(original, res, pipeline_a, pipeline_b, args)
         if pipeline_b.pass_ is not None and res.hook_b is not None and res.hook_b.after is not None:
             rewritten = res.hook_b.after
     except HloParseError as e:
@@ -172,9 +175,14 @@ def _cmd_bench(args) -> int:
         return 2
     if args.json:
         print(json.dumps({**res.as_dict(), "mode": mode, "mode_why": why, "passes": args.passes or "",
+                          "mismatch": res.mismatch, **({"baseline": baseline} if baseline else {}),
                           **({"vs_stock": vs} if vs is not None else {})}, indent=2))
     else:
         print(res.table())
+        if res.mismatch:
+            print(f"first difference: {res.mismatch}")
+        if baseline:
+            print(baseline)
         if vs is not None:
             print(vs["summary"])
     if not args.no_record:
@@ -215,6 +223,22 @@ def _bench_b(args, original, pipeline: list) -> tuple[Pipeline, object, str, str
                 + ("" if changed else "; the passes changed nothing"))
     return (pipeline_b, original, f"stock vs {route}",
             "a fusion pass: it decides the fusions inside XLA, whose own fusion is off on B")
+
+
+def _baseline_moved(original, res, pipeline_a: Pipeline, pipeline_b: Pipeline, args) -> str:
+    """When B's outputs differ and B compiles on another base than A (XLA's fusion
+    off), whether that base alone, with no pass, already differs from A: then the
+    baseline moved, not (only) the passes.  "" when there is nothing to say."""
+    if res.verdict != "mismatch" or pipeline_b.base == pipeline_a.base:
+        return ""
+    base = compare(original, original, backend=args.backend, pipeline_a=pipeline_a.base, pipeline_b=pipeline_b.base,
+                   flags=_flags(args), contained=True)
+    if base.ok:
+        return (f"baseline: {pipeline_b.base} without the passes matches {pipeline_a.base} ({base.verdict}): "
+                f"the difference comes from the passes")
+    first = str(base.failing[0]).strip() if base.failing else base.message
+    return (f"baseline moved: {pipeline_b.base} without any pass already differs from {pipeline_a.base} "
+            f"({first}); the passes are not (alone) the cause")
 
 
 def _vs_stock(measurement: Measurement, original, res, pipeline_a: Pipeline) -> dict:
@@ -305,10 +329,9 @@ def _cmd_history(args) -> int:
         _print_trend(args.module, args.db)
         if args.trend:
             return 0
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console()
+    con = stdout_console()
     wide = con.width >= 140  # at 80 columns: the columns that matter, none wrapped into one letter a line
     cols = ["id", "module", "passes", "B pipeline", "A", "B", "speedup", "outputs"]
     if wide:

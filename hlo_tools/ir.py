@@ -748,15 +748,21 @@ class Computation:
         out: list[Computation] = []
         seen: set[int] = set()
 
-        def visit(comp: Computation) -> None:
-            for instr in comp:
-                for callee in instr.called_computations:
-                    if id(callee) not in seen:
-                        seen.add(id(callee))
-                        visit(callee)
-                        out.append(callee)
+        def callees(comp: Computation):
+            return (callee for instr in comp for callee in instr.called_computations)
 
-        visit(self)
+        # an explicit stack (call chains of any depth): each callee after its own callees
+        stack: list[tuple[Computation | None, Iterator[Computation]]] = [(None, callees(self))]
+        while stack:
+            comp, pending = stack[-1]
+            callee = next(pending, None)
+            if callee is None:
+                stack.pop()
+                if comp is not None:
+                    out.append(comp)
+            elif id(callee) not in seen:
+                seen.add(id(callee))
+                stack.append((callee, callees(callee)))
         return out
 
     def to_text(self) -> str:

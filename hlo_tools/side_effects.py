@@ -18,19 +18,39 @@ class SideEffects:
         self._comps: dict[int, bool] = {}
 
     def instruction(self, instr: Instruction) -> bool:
+        return self._own(instr) or any(self.computation(c) for c in instr.called_computations)
+
+    @staticmethod
+    def _own(instr: Instruction) -> bool:
+        """The instruction's own side effect, its called computations aside."""
         op = instr.opcode
         if op in SIDE_EFFECTING:
             return True
         if op is HloOpcode.CUSTOM_CALL and instr.attribute("custom_call_has_side_effect") == "true":
             return True
         if op is HloOpcode.ASYNC_START or op is HloOpcode.ASYNC_DONE or op is HloOpcode.ASYNC_UPDATE:
-            if instr.async_wrapped_opcode in SIDE_EFFECTING:
-                return True
-        return any(self.computation(c) for c in instr.called_computations)
+            return instr.async_wrapped_opcode in SIDE_EFFECTING
+        return False
 
     def computation(self, comp: Computation) -> bool:
-        key = id(comp)
-        if key not in self._comps:
-            self._comps[key] = False  # recursion guard
-            self._comps[key] = any(self.instruction(i) for i in comp)
-        return self._comps[key]
+        """Callees first, with an explicit stack: call and fusion chains of any
+        depth (a call cycle, invalid HLO, counts as no side effect)."""
+        if id(comp) in self._comps:
+            return self._comps[id(comp)]
+        stack: list[tuple[Computation, bool]] = [(comp, False)]
+        entered: set[int] = set()
+        while stack:
+            c, callees_done = stack.pop()
+            if id(c) in self._comps:
+                continue
+            if not callees_done:
+                if id(c) in entered:
+                    continue  # reached again through a cycle: resolved where it was first entered
+                entered.add(id(c))
+                stack.append((c, True))
+                stack.extend((k, False) for i in c for k in i.called_computations
+                             if id(k) not in self._comps and id(k) not in entered)
+                continue
+            self._comps[id(c)] = any(self._own(i) or any(self._comps.get(id(k), False) for k in i.called_computations)
+                                     for i in c)
+        return self._comps[id(comp)]

@@ -236,3 +236,20 @@ def test_cli_errors(capsys, tmp_path):
     assert "no interconnect figures" in capsys.readouterr().err
     assert main(["collectives", str(path), "--mesh", "p=2,q=4"]) == 0
     assert "p,q" not in capsys.readouterr().out  # no group varies along both
+
+
+def test_cli_tables_redirected_to_a_file_keep_their_columns(monkeypatch, tmp_path):
+    """Piped, rich assumed 80 columns and folded the op_name column to one letter a
+    line (549 lines for MaxText's train step, whose op_names are long); the
+    command's console is wide there."""
+    from tests.conftest import run_hlo
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    long_name = "jit(train_step)/transpose(jvp())/while/body/checkpoint/rematted_computation/dot_general"
+    path = tmp_path / "small.hlo"
+    path.write_text(SMALL.replace('op_name="jit(f)/psum"', f'op_name="{long_name}"'))
+    done = run_hlo("collectives", path, "--mesh", "batch=2,model=4")
+    assert done.returncode == 0, done.stderr
+    top = done.stdout[done.stdout.index("top 10 exposed"):]
+    assert len(top.splitlines()) <= 16, top
+    assert "rematted_computation/dot_general" in top

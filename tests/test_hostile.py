@@ -170,3 +170,35 @@ def test_a_call_chain_thousands_deep_prints_and_reparses():
     text = module.to_text()
     assert text.index("%f1499 ") < text.index("%f0 ") < text.index("ENTRY")
     assert hlo_tools.parse(text).to_text() == text
+
+
+def _chain(n: int, kind: str) -> str:
+    """An n-deep chain of calls or of kLoop fusions (each body calls the next)."""
+    parts = ["HloModule deep\n"]
+    for i in reversed(range(n)):
+        inner = (f"call(%q{i}), to_apply=%f{i + 1}" if kind == "call"
+                 else f"fusion(%q{i}), kind=kLoop, calls=%f{i + 1}") if i < n - 1 else f"negate(%q{i})"
+        parts.append(f"%f{i} (q{i}: f32[8]) -> f32[8] {{\n  %q{i} = f32[8]{{0}} parameter(0)\n"
+                     f"  ROOT %r{i} = f32[8]{{0}} {inner}\n}}\n")
+    top = "call(%p), to_apply=%f0" if kind == "call" else "fusion(%p), kind=kLoop, calls=%f0"
+    parts.append(f"ENTRY %main (p: f32[8]) -> f32[8] {{\n  %p = f32[8]{{0}} parameter(0)\n  ROOT %c = f32[8]{{0}} {top}\n}}\n")
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("kind", ["call", "fusion"])
+def test_best_on_a_chain_thousands_deep_has_no_recursion(kind, tmp_path):
+    """`hlo opt --passes best` on a 1,500-deep chain of calls or fusions: side
+    effects, fusion legality and dce walk with explicit stacks (the hostile2
+    reproducers, 1,000 deep, ended in RecursionError)."""
+    from hlo_lab.cli import main
+    from fusion_analysis.legality import fusible
+    from hlo_tools.side_effects import SideEffects
+
+    src = tmp_path / f"{kind}.hlo"
+    src.write_text(_chain(1500, kind))
+    module = hlo_tools.parse(src.read_text())
+    root = module.entry.root
+    assert not SideEffects().instruction(root)
+    assert bool(fusible(root)) == (kind == "fusion")
+    assert main(["opt", str(src), "--passes", "best", "-o", str(tmp_path / "out.hlo")]) == 0
+    assert hlo_tools.parse((tmp_path / "out.hlo").read_text()).instruction_count == module.instruction_count

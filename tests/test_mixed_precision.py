@@ -95,3 +95,17 @@ def test_an_f32_output_of_bf16_arithmetic_is_compared_at_bf16s_tolerance():
     ints = np.arange(4, dtype=np.int32)
     assert not diff_output(0, ints, ints + 1, through=["bfloat16"]).ok  # integers stay exact
     assert np.dtype(ml_dtypes.bfloat16).name == "bfloat16"
+
+
+def test_bench_says_when_the_baseline_itself_moved(tmp_path):
+    """A fusion pass that leaves the bf16 dots to XLA's own emitter: B differs from
+    stock, and so does XLA's as-written pipeline with no pass at all; bench names
+    the first difference and says the baseline moved (a tune candidate's "unequal"
+    carries the same first difference)."""
+    from tests.conftest import run_hlo
+
+    done = run_hlo("bench", SCAN, "--passes", "horizontal-fusion", "--reps", "2", "--no-record")
+    assert done.returncode == 1, done.stderr
+    assert "first difference: output 0 float32[64, 128]: MISMATCH" in done.stdout
+    assert "bfloat16's: computed through bfloat16" in done.stdout
+    assert "baseline moved: as-written without any pass already differs from stock" in done.stdout

@@ -66,6 +66,7 @@ class BenchResult:
     speedup_p10: float | None
     speedup_p90: float | None
     verdict: str = "unchecked"     # of comparing B's outputs with A's
+    mismatch: str = ""             # the first output that differs, when the verdict is "mismatch"
     compile_seconds: tuple[float, float | None] = (0.0, None)
     hook_b: Hook | None = field(default=None, repr=False, compare=False)  # what B's hooked pass saw and left
     #: XLA's optimized texts of A and B: what was timed, for a diff without compiling again
@@ -199,13 +200,15 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
         ca = _compiled(a, backend, pipeline_a, flags, None)
     with xla_worker.naming(lb):
         cb = _compiled(b, backend, pipeline_b, flags, None, hook_b) if b is not None else None
-    verdict = "unchecked"
+    verdict, mismatch = "unchecked", ""
     if check and cb is not None:
         with xla_worker.naming(la):
             out_a = run(ca, sets[0])
         with xla_worker.naming(lb):
             out_b = run(cb, sets[0])
-        verdict = compare_outputs(out_a, out_b, through=output_precisions(ma)).verdict
+        cmp = compare_outputs(out_a, out_b, through=output_precisions(ma))
+        verdict = cmp.verdict
+        mismatch = str(cmp.failing[0]).strip() if cmp.failing else cmp.message
     with xla_worker.naming(la):
         runners = [_Runner(ca, sets)]
     if cb is not None:
@@ -230,7 +233,7 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
     return BenchResult(
         name_a=ca.module_name, name_b=cb.module_name if cb else "", pipeline_a=ca.pipeline,
         pipeline_b=cb.pipeline if cb else "", backend=ca.backend, device=ca.device, reps=reps, warmup=warmup,
-        input_sets=n, a=ta, b=tb, speedup=sp, speedup_p10=sp10, speedup_p90=sp90, verdict=verdict,
+        input_sets=n, a=ta, b=tb, speedup=sp, speedup_p10=sp10, speedup_p90=sp90, verdict=verdict, mismatch=mismatch,
         compile_seconds=(ca.compile_seconds, cb.compile_seconds if cb else None), hook_b=hook_b,
         optimized=(ca.optimized_text, cb.optimized_text if cb else None))
 

@@ -123,4 +123,5 @@ def evaluate(text: str, decisions: dict, fused_hash: str, *, backend: str = "cpu
         b = benchmark(stock, cr, reps=reps, warmup=warmup, input_sets=input_sets, check=True)
     status = "ok" if b.verdict in ("exact", "close") else "unequal"
     return Measured(fused_hash, status, b.speedup, b.speedup_p10, b.speedup_p90, b.a.median_us, b.b.median_us,
-                    compile_s, b.verdict, kernels=n_kernels, reps=reps, hook_hash=hook_hash)
+                    compile_s, b.verdict, error=b.mismatch if status == "unequal" else "", kernels=n_kernels, reps=reps,
+                    hook_hash=hook_hash)

@@ -159,6 +159,7 @@ class TuneResult:
             "stock_decisions_matched": self.stock_share,
             "hook_mismatches": self.hook_mismatches,
             "first_error": next((c.measured.error for c in alls if c.measured.status == "error"), None),
+            "first_unequal": next((c.measured.error for c in alls if c.measured.status == "unequal"), None),
             "best_decisions": self.main.best.proposal.decisions.as_dict() if self.main.best else None,
             "seconds": round(self.seconds, 1),
             "replay": self.replay,

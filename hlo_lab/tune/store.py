@@ -53,8 +53,8 @@ CREATE INDEX IF NOT EXISTS tune_module ON tune_candidates(module_hash, backend, 
 @dataclass
 class Measured:
     """What one candidate measured (or why it could not be): ``status`` "ok",
-    "unequal" (outputs differ from stock's: never kept) or "error" (XLA refused
-    or aborted; ``error`` says what XLA said)."""
+    "unequal" (outputs differ from stock's: never kept; ``error`` names the first
+    output that differs) or "error" (XLA refused or aborted; ``error`` says what XLA said)."""
 
     fused_hash: str
     status: str
