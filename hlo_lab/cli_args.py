@@ -7,15 +7,52 @@ import argparse
 from typing import Callable, Sequence
 
 
-def at_least_one(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
+#: The largest count an option takes: SQLite and numpy hold at most int64.
+MAX_COUNT = 2**62
+
+
+def _whole(text: str, low: int, high: int) -> int:
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    if n < low:
+        raise argparse.ArgumentTypeError(f"must be at least {low}, not {n}")
+    if n > high:
+        raise argparse.ArgumentTypeError(f"must be at most {high}, not {n}")
     return n
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number >= 1 (a count, a limit)."""
+    return _whole(text, 1, MAX_COUNT)
+
+
+def seed(text: str) -> int:
+    """An argparse type: an input seed, a whole number from 0 to 2**32-1."""
+    return _whole(text, 0, 2**32 - 1)
+
+
+def regex(text: str) -> str:
+    """An argparse type: a Python regular expression that compiles."""
+    import re  # lazy: hlo starts on every command
+
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {e}") from None
+    return text
+
+
+def gpu_target(text: str) -> str:
+    """An argparse type: a GPU XLA can compile for without one (a name, or a
+    GpuTargetConfigProto .txtpb file)."""
+    from xla_bridge.xla_targets import target_names  # lazy: the bridge's table, only when the option is given
+
+    names = target_names()
+    if text.lower() in names or (text.endswith(".txtpb") and __import__("os").path.isfile(text)):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown GPU {text!r}: use one of {', '.join(names)} or a .txtpb file")
 
 
 def _number(what: str, ok: Callable[[float], bool], rule: str) -> Callable[[str], float]:

@@ -15,8 +15,7 @@ from xla_bridge.xla_compile import parse_flags
 from xla_bridge.xla_sides import Side
 
 from . import progress
-from .cli_args import non_negative
-from .cli_args import at_least_one
+from .cli_args import at_least_one, gpu_target, non_negative
 
 
 def _cmd_xla(args) -> int:
@@ -102,7 +101,7 @@ def register(subparsers) -> None:
                    help="an extra XLA option for side B (e.g. --xla_disable_hlo_passes=fusion)")
     r.add_argument("--backend", default="both", choices=["cpu", "gpu", "both"],
                    help="cpu: XLA:CPU (compiled, run, timed); gpu: XLA:GPU for --target, compiled without a GPU; both (default)")
-    r.add_argument("--target", default="h100", help="the GPU of the deviceless XLA:GPU compile (default h100)")
+    r.add_argument("--target", type=gpu_target, default="h100", help="the GPU of the deviceless XLA:GPU compile (default h100)")
     r.add_argument("--only", metavar="PATTERN", help="only modules whose name matches (fnmatch), e.g. '*tiny*'")
     r.add_argument("--no-measure", action="store_true", help="compile and predict only; do not run or time")
     r.add_argument("--reps", type=at_least_one, default=50)

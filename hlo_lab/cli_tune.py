@@ -13,7 +13,7 @@ from xla_bridge import load
 from xla_bridge.display import speedup_verdict
 
 from . import progress
-from .cli_args import at_least_one, positive_seconds
+from .cli_args import at_least_one, positive_seconds, seed
 
 
 #: XLA's whole-module stage files: a dump's ``NAME.before_optimizations.txt``, the corpus's ``NAME/before_optimizations.hlo.txt.gz``.
@@ -119,7 +119,7 @@ def register(subparsers) -> None:
     t.add_argument("--model", help="the GPU whose roofline prices candidates and the GPU passes' choices "
                                    "(default: --target, or h100 with --backend gpu)")
     t.add_argument("--strategy", default="hill", choices=["hill", "anneal", "random"])
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=seed, default=0)
     t.add_argument("--workers", type=at_least_one, default=2, help="XLA worker processes compiling candidates in parallel")
     t.add_argument("--reps", type=at_least_one, default=100, help="timed repetitions per candidate (ABBA with stock)")
     t.add_argument("--final-reps", type=at_least_one, default=400, help="repetitions of the final comparisons")

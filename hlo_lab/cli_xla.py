@@ -22,7 +22,7 @@ from xla_bridge.xla_run import compare, run_module
 
 from .console import stdout_console
 from . import progress
-from .cli_args import add_load
+from .cli_args import add_load, at_least_one, seed
 
 
 def _load(path: str):
@@ -401,7 +401,7 @@ def register(subparsers) -> None:
     r = subparsers.add_parser("run", help="compile and run a module on deterministic inputs; print output stats")
     r.add_argument("file")
     _common(r)
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=seed, default=0)
     r.add_argument("--json", action="store_true", help="each output's dtype, shape, min, max and mean as JSON")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     r.set_defaults(func=_cmd_run)
@@ -412,7 +412,7 @@ def register(subparsers) -> None:
     _common(k, pipeline=False)
     k.add_argument("--pipeline-a", default="stock", choices=list(PIPELINES))
     k.add_argument("--pipeline-b", default="stock", choices=list(PIPELINES))
-    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--seed", type=seed, default=0)
     k.add_argument("--json", action="store_true", help="the verdict and each output's errors as JSON")
     k.add_argument("-q", "--quiet", action="store_true", help="no progress line")
     k.set_defaults(func=_cmd_compare)
@@ -440,7 +440,7 @@ def register(subparsers) -> None:
     b.add_argument("--mode", choices=list(FUSION_MODES),
                    help="with --target: how the passes run inside XLA:GPU (default on-top; docs/xla_gpu_modes.md)")
     b.add_argument("--json", action="store_true")
-    b.add_argument("--reps", type=int, default=50)
+    b.add_argument("--reps", type=at_least_one, default=50)
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--db", help="results database (default ~/.cache/hlo-pass-lab/results.db)")
     b.add_argument("--no-record", action="store_true", help="do not write the result to the database")
@@ -448,7 +448,7 @@ def register(subparsers) -> None:
 
     h = subparsers.add_parser("history", help="recent benchmark results from the database")
     h.add_argument("--db")
-    h.add_argument("--limit", type=int, default=20)
+    h.add_argument("--limit", type=at_least_one, default=20)
     h.add_argument("--module", help="one module's rows, after its trend over XLA versions")
     h.add_argument("--trend", action="store_true", help="with --module: only its trend over XLA versions")
     h.add_argument("--json", action="store_true")

@@ -76,7 +76,7 @@ def check_writable(path: str | os.PathLike, *, directory: bool = False) -> Path:
                 raise OutputError(f"cannot write {p}: permission denied")
             return target
         if not stat.S_ISREG(st.st_mode):
-            raise OutputError(f"cannot write {p}: not a regular file ({_kind(st.st_mode)}); refusing to replace it")
+            raise OutputError(f"cannot write {p}: not a regular file ({describe_mode(st.st_mode)}); refusing to replace it")
     parent = _existing_parent(target.parent)
     if not parent.is_dir():
         raise OutputError(f"cannot write {p}: {parent} is not a folder")
@@ -91,7 +91,8 @@ def _existing_parent(p: Path) -> Path:
     return p
 
 
-def _kind(mode: int) -> str:
+def describe_mode(mode: int) -> str:
+    """What a file that is not a regular file is, in words ("a FIFO")."""
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISDIR, "a folder")):
         if test(mode):
@@ -121,7 +122,7 @@ def write_output(path: str | os.PathLike, data: str | bytes) -> Path:
     if st is not None and stat.S_ISCHR(st.st_mode):
         return _write_in_place(p, target, payload)
     if st is not None and not stat.S_ISREG(st.st_mode):
-        what = "it is a folder" if stat.S_ISDIR(st.st_mode) else f"not a regular file ({_kind(st.st_mode)}); refusing to replace it"
+        what = "it is a folder" if stat.S_ISDIR(st.st_mode) else f"not a regular file ({describe_mode(st.st_mode)}); refusing to replace it"
         raise OutputError(f"cannot write {p}: {what}")
     make_dirs(target.parent)
     try:

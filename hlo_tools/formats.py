@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zlib
 from pathlib import Path
 from typing import Literal
 
 from .errors import HloParseError
+from .fileio import describe_mode
 
 __all__ = ["MODULE_SUFFIXES", "Format", "gunzip", "is_module_file", "max_decompressed_bytes", "module_files",
            "module_format", "read_module_bytes", "find_module_proto"]
@@ -135,6 +137,13 @@ def read_module_bytes(path: str | os.PathLike, *, max_bytes: int | None = None) 
     """The bytes of a module file, gunzipped (by content) with a bound; a missing
     or unreadable file or a folder is an ``HloParseError`` naming the path."""
     p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        raise HloParseError(f"cannot read file: {e.strerror or e}", str(p), 1, 1) from None
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        # a FIFO or a device would block or never end: only files are modules
+        raise HloParseError(f"not a regular file ({describe_mode(st.st_mode)}): only module files are read", str(p), 1, 1)
     try:
         data = p.read_bytes()
     except IsADirectoryError:

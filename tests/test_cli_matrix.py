@@ -205,3 +205,45 @@ def test_hostile_cli_reproducers(argv, code, says, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and says in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["obj.json"]  # nothing written on failure
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bisect", "{small}", "--passes", "dce", "--hook", "bogus"], "invalid choice: 'bogus'"),
+    (["bisect", "{small}", "--passes", "dce", "--seed", "-1"], "must be at least 0, not -1"),
+    (["bisect", "{small}", "--passes", "dce", "--rtol", "nan"], "must be 0 or more, not nan"),
+    (["divergence", "{small}", "{small}", "--seed", "-1"], "must be at least 0, not -1"),
+    (["history", "--limit", "9223372036854775808"], "must be at most"),
+    (["upstream", "{small}", "--passes", "dce", "-o", "{tmp}/u", "--reps", "0"], "must be at least 1, not 0"),
+    (["upstream", "{small}", "--passes", "dce", "-o", "{tmp}/u", "--seconds", "nan"], "must be more than 0, not nan"),
+    (["reduce", "{small}", "--until-abort", "--match", "("], "is not a regular expression"),
+    (["regress", "{small}", "--versions", "current,current", "--target", "bogus"], "unknown GPU 'bogus'"),
+    (["bench", "{small}", "--reps", "0"], "must be at least 1, not 0"),
+], ids=["bisect-hook", "bisect-seed", "bisect-rtol-nan", "divergence-seed", "history-limit", "upstream-reps",
+        "upstream-seconds-nan", "reduce-match", "regress-target", "bench-reps"])
+def test_bad_option_values_are_usage_errors(argv, says, tmp_path, capsys):
+    """Number, regex, stage and GPU options are checked by the shared argument
+    types before anything runs: a usage error (exit 2) naming the rule, never a
+    traceback nor a silently accepted value."""
+    values = {"small": str(HOSTILE / "small.hlo"), "tmp": str(tmp_path)}
+    with pytest.raises(SystemExit) as e:
+        main([a.format(**values) for a in argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and says in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path, capsys):
+    """A FIFO given as input, or inside a folder given to check: one located line
+    each, at once (reading one would block forever)."""
+    import os
+
+    fifo = tmp_path / "pipe.hlo"
+    os.mkfifo(fifo)
+    (tmp_path / "ok.hlo").write_text((HOSTILE / "small.hlo").read_text())
+    assert main(["check", str(fifo)]) == 1
+    assert "not a regular file (a FIFO)" in capsys.readouterr().err
+    assert main(["check", str(tmp_path)]) == 1
+    out = capsys.readouterr()
+    assert "ok.hlo: ok" in out.out and "pipe.hlo:1:1: not a regular file (a FIFO)" in out.err
+    assert main(["stats", str(fifo)]) == 1

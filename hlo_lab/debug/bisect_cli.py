@@ -6,7 +6,9 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli_args import PipelineError, add_load, user_pipeline
+from xla_bridge.hook_stage import HookStage
+
+from ..cli_args import PipelineError, add_load, non_negative, seed, user_pipeline
 
 
 def register(sub) -> None:
@@ -24,12 +26,13 @@ def register(sub) -> None:
     p.add_argument("--pipeline", choices=["stock", "as-written", "replace"],
                    help="how our passes' result is compiled (default: as-written when a fusion pass is in "
                         "--passes, so XLA keeps its fusions; else stock)")
-    p.add_argument("--hook", help="run our passes inside XLA's pipeline at this stage instead (e.g. pre-scheduler)")
+    p.add_argument("--hook", choices=[s.value for s in HookStage],
+                   help="run our passes inside XLA's pipeline at this stage instead (e.g. pre-scheduler)")
     p.add_argument("--reference", choices=["stock", "as-written"],
                    help="what the outputs are checked against (default: stock for --passes, as-written for --xla)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rtol", type=float)
-    p.add_argument("--atol", type=float)
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--rtol", type=non_negative)
+    p.add_argument("--atol", type=non_negative)
     p.add_argument("--xla-flag", action="append", default=[], metavar="--xla_name=value")
     p.add_argument("--same-failure", action="store_true",
                    help="a candidate fails only when it fails as the whole pipeline does (same kind; for XLA's "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .. import progress
-from ..cli_args import at_least_one, non_negative
+from ..cli_args import at_least_one, non_negative, seed
 
 
 def _cmd(args) -> int:
@@ -36,7 +36,7 @@ def register(subparsers) -> None:
     p.add_argument("b", help="the module to check against it")
     p.add_argument("--pipeline-a", default="stock", choices=["stock", "as-written"])
     p.add_argument("--pipeline-b", default="stock", choices=["stock", "as-written"])
-    p.add_argument("--seed", type=int, default=0, help="inputs: xla_bridge.make_inputs(A, seed)")
+    p.add_argument("--seed", type=seed, default=0, help="inputs: xla_bridge.make_inputs(A, seed)")
     p.add_argument("--rtol", type=non_negative, help="relative tolerance (default: per dtype, xla_run.TOLERANCES)")
     p.add_argument("--atol", type=non_negative, help="absolute tolerance, scaled by max(1, max|A|) (default: per dtype)")
     p.add_argument("--batch", type=at_least_one,

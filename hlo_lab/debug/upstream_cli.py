@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..cli_args import PipelineError, add_load, user_pipeline
+from ..cli_args import PipelineError, add_load, at_least_one, positive_seconds, user_pipeline
 
 
 def register(sub) -> None:
@@ -18,8 +18,8 @@ def register(sub) -> None:
     add_load(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle's folder")
     p.add_argument("--backend", default="cpu", choices=["cpu"])
-    p.add_argument("--reps", type=int, default=50, help="interleaved stock/ours pairs (default 50)")
-    p.add_argument("--seconds", type=float, default=120.0, help="time for the reduction (default 120)")
+    p.add_argument("--reps", type=at_least_one, default=50, help="interleaved stock/ours pairs (default 50)")
+    p.add_argument("--seconds", type=positive_seconds, default=120.0, help="time for the reduction (default 120)")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_cmd_upstream)

@@ -12,7 +12,7 @@ from typing import Callable
 from hlo_tools.fileio import check_writable, write_output
 
 from ... import progress
-from ...cli_args import PipelineError, add_load, at_least_one, non_negative, positive_seconds, user_pipeline
+from ...cli_args import PipelineError, add_load, at_least_one, non_negative, positive_seconds, regex, seed, user_pipeline
 
 
 def _predicate(args: argparse.Namespace):
@@ -124,13 +124,13 @@ def register(subparsers) -> None:
     r.add_argument("--reps", type=at_least_one, default=30, help="--until-slower: interleaved pairs per candidate")
     r.add_argument("--pipeline", default="as-written", choices=["stock", "replace", "as-written"],
                    help="--until-abort: the XLA pipeline that aborts (default as-written)")
-    r.add_argument("--match", metavar="REGEX", help="--until-abort: any abort whose message REGEX finds, not only the same one")
+    r.add_argument("--match", metavar="REGEX", type=regex, help="--until-abort: any abort whose message REGEX finds, not only the same one")
     r.add_argument("--pipeline-a", default="stock", choices=["stock", "replace", "as-written"])
     r.add_argument("--pipeline-b", default="as-written", choices=["stock", "replace", "as-written"])
     r.add_argument("--passes", help="--until-differ: B is the module after these passes of ours (text route)")
     r.add_argument("--backend", default="cpu", choices=["cpu", "gpu"])
     add_load(r)
-    r.add_argument("--seed", type=int, default=0, help="--until-differ: the inputs' seed")
+    r.add_argument("--seed", type=seed, default=0, help="--until-differ: the inputs' seed")
     r.add_argument("--max-tests", type=at_least_one, help="stop after this many predicate calls (keep the smallest so far)")
     r.add_argument("--seconds", type=positive_seconds, help="stop after this long (keep the smallest so far)")
     r.add_argument("--test-timeout", type=positive_seconds, default=300.0,
