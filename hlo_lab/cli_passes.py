@@ -6,7 +6,7 @@ import dataclasses
 import json
 import sys
 
-from hlo_tools import HloParseError, load
+from hlo_tools import HloParseError, VerificationError, load, verify
 from hlo_tools.fileio import check_writable, write_output
 
 from .cli_args import add_load
@@ -38,8 +38,12 @@ def _cmd_opt(args) -> int:
         check_writable(args.dump_dir, directory=True)
     try:
         module = load(args.file)
+        verify(module)  # passes assume a valid module: the verifier's located message, not a crash inside one
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
+        return 1
+    except VerificationError as e:
+        print(f"{args.file}: {e}", file=sys.stderr)
         return 1
     manager = PassManager(pipeline, fixed_point=args.fixed_point, dump_dir=args.dump_dir)
     try:

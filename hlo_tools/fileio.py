@@ -91,6 +91,16 @@ def _existing_parent(p: Path) -> Path:
     return p
 
 
+def file_stem(text: str) -> str:
+    """A file name made from ``text`` (a pass, module or instruction name) that
+    stays in the folder it is written to: letters, digits, ``_`` and inner dots
+    only, so ``../`` and ``/`` cannot lead out of it."""
+    import re  # lazy: fileio is imported on every hlo start
+
+    stem = re.sub(r"\.{2,}", "_", re.sub(r"[^0-9A-Za-z_.]+", "_", text))
+    return re.sub(r"_{2,}", "_", stem).strip("._") or "unnamed"
+
+
 def describe_mode(mode: int) -> str:
     """What a file that is not a regular file is, in words ("a FIFO")."""
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device"),

@@ -247,3 +247,27 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path, capsys):
     out = capsys.readouterr()
     assert "ok.hlo: ok" in out.out and "pipe.hlo:1:1: not a regular file (a FIFO)" in out.err
     assert main(["stats", str(fifo)]) == 1
+
+
+def test_opt_verifies_before_any_pass_runs(tmp_path, capsys):
+    """A module `hlo check` rejects never reaches a pass (a concatenate without
+    dimensions= ended in a TypeError inside fusion legality)."""
+    src = tmp_path / "concat.hlo"
+    src.write_text("HloModule m\n\nENTRY main {\n  a = f32[4,8] parameter(0)\n  b = f32[4,8] parameter(1)\n"
+                   "  n = f32[4,8] negate(a)\n  ROOT c = f32[4,16] concatenate(n, b)\n}\n")
+    assert main(["opt", str(src), "--passes", "best", "-o", str(tmp_path / "o.hlo")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "needs attribute dimensions=" in err and ">>ROOT %c" in err
+    assert not (tmp_path / "o.hlo").exists()
+
+
+@pytest.mark.parametrize("name, stem", [("producer-consumer-fusion", "producer_consumer_fusion"),
+                                        ("../../evil", "evil"), ("a/../../b", "a_b"), ("..", "unnamed"),
+                                        ("x..y", "x_y"), ("/etc/passwd", "etc_passwd")])
+def test_names_from_user_input_make_file_names_that_stay_in_their_folder(name, stem, tmp_path):
+    """`hlo upstream -o DIR` names its test file after the pass: a user's pass
+    named "../x" wrote outside DIR."""
+    from hlo_tools.fileio import file_stem
+
+    assert file_stem(name) == stem
+    assert (tmp_path / f"{file_stem(name)}_test.hlo").resolve().parent == tmp_path.resolve()

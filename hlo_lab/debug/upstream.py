@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from hlo_tools import HloError, Module, parse
-from hlo_tools.fileio import write_output
+from hlo_tools.fileio import file_stem, write_output
 from hlo_tools.testing import check_lines, run_filecheck
 from passes import Pass, PassManager, registry
 from xla_bridge.display import speedup_verdict as verdict  # the one rule, shared with hlo bench and tune
@@ -163,7 +163,7 @@ def _sources(passes: list[Pass]) -> dict[str, str]:
 def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Module, test_text: str, res, route: str,
            red, reduced_outputs: str) -> list[str]:
     name = passes[-1].name if len(passes) == 1 else spec.replace(",", "_")
-    test_file = f"{name.replace('-', '_')}_test.hlo"
+    test_file = f"{file_stem(name)}_test.hlo"  # a user's pass name may hold "../": the file stays in ``out``
     table = "\n".join([
         "| module | instructions | stock us | ours us | speedup (p10-p90) | outputs |",
         "|---|---|---|---|---|---|",
