@@ -13,7 +13,7 @@ from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from hlo_tools.formats import module_files
 from hlo_tools.stats import module_stats
-from hlo_tools.verifier import verify
+from hlo_tools.verifier import VerificationError, verify
 from xla_bridge import load
 from xla_bridge.xla import XlaCompileError
 from xla_bridge.xla_compile import parse_flags
@@ -90,9 +90,14 @@ def _cmd_fmt(args) -> int:
 
 def _cmd_stats(args) -> int:
     try:
-        stats = module_stats(load(args.file))
+        module = load(args.file)
+        verify(module)  # sizes of an invalid module would be figures of nothing (2^126 bytes)
+        stats = module_stats(module)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
+        return 1
+    except VerificationError as e:
+        print(f"{args.file}: {e}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(stats.as_dict(), indent=2))

@@ -236,7 +236,33 @@ def _bitcast_convert_problem(src, dst) -> str | None:
     return None
 
 
+#: XLA sizes arrays in int64: ShapeUtil::ValidateShape rejects a shape whose element
+#: count or byte size does not fit.
+_INT64_MAX = 2**63 - 1
+
+
+def _short(shape) -> str:
+    text = shape.to_text(False)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _size_problem(shape) -> str | None:
+    for _, leaf in shape.leaves():
+        if not leaf.is_array:
+            continue
+        n = leaf.num_elements
+        if n > _INT64_MAX:
+            return f"shape {_short(leaf)} has more elements than int64 holds (XLA rejects it)"
+        if n * max(leaf.element_type.byte_width, 1) > _INT64_MAX:
+            return f"shape {_short(leaf)} is more bytes than int64 holds (XLA rejects it)"
+    return None
+
+
 def _verify_shapes(instr: Instruction, where: str, comp: Computation, bad) -> None:
+    size = _size_problem(instr.shape)
+    if size:
+        bad(f"{where}: {size}", comp, instr)
+        return
     op = instr.opcode
     n = _FIXED_ARITY.get(op)
     if n is not None and instr.operand_count != n:

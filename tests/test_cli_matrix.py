@@ -271,3 +271,12 @@ def test_names_from_user_input_make_file_names_that_stay_in_their_folder(name, s
 
     assert file_stem(name) == stem
     assert (tmp_path / f"{file_stem(name)}_test.hlo").resolve().parent == tmp_path.resolve()
+
+
+def test_stats_verifies_first(tmp_path, capsys):
+    src = tmp_path / "huge.hlo"
+    src.write_text("HloModule huge\n\nENTRY main {\n  p = f32[9223372036854775807,9223372036854775807] parameter(0)\n"
+                   "  ROOT n = f32[9223372036854775807,9223372036854775807] negate(p)\n}\n")
+    assert main(["stats", str(src)]) == 1
+    err = capsys.readouterr().err
+    assert "more elements than int64 holds" in err and "Traceback" not in err

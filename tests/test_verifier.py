@@ -224,3 +224,25 @@ def test_bitcast_convert_across_widths_is_what_xla_accepts(operand, result, ok):
         xla_accepts = False
     assert xla_accepts == ok, (operand, result)
     assert (not ours) == ok, ours
+
+
+@pytest.mark.parametrize("shape, message", [
+    ("f32[9223372036854775807,9223372036854775807]", "has more elements than int64 holds"),
+    ("f32[2305843009213693952]", "is more bytes than int64 holds"),
+    ("f32[" + ",".join(["4294967296"] * 40) + "]", "has more elements than int64 holds"),
+])
+def test_shapes_whose_size_overflows_int64_are_rejected_as_xla_does(shape, message):
+    """XLA's shape validation ("Dimensions overflow", "size may overflow int64_t"):
+    rejected at the instruction, with the verifier's location; `hlo stats` no longer
+    prints 3.4e38 bytes for them."""
+    from xla_bridge.errors import XlaCompileError
+    from xla_bridge.xla_compile import compile
+
+    text = _one(f"  p = {shape} parameter(0)\n  ROOT n = {shape} negate(p)")
+    problems = verify(hlo_tools.parse(text), raise_on_error=False)
+    assert problems and message in problems[0] and "%p (parameter)" in problems[0], problems
+    if len(shape) < 100:
+        with pytest.raises(XlaCompileError, match="overflow"):
+            compile(text, "cpu", "stock", contained=True)
+    assert not verify(hlo_tools.parse(_one("  p = f32[1048576,1024] parameter(0)\n  ROOT n = f32[1048576,1024] negate(p)")),
+                      raise_on_error=False)
