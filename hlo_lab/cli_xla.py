@@ -236,9 +236,8 @@ def _baseline_moved(original, res, pipeline_a: Pipeline, pipeline_b: Pipeline, a
     if base.ok:
         return (f"baseline: {pipeline_b.base} without the passes matches {pipeline_a.base} ({base.verdict}): "
                 f"the difference comes from the passes")
-    first = str(base.failing[0]).strip() if base.failing else base.message
     return (f"baseline moved: {pipeline_b.base} without any pass already differs from {pipeline_a.base} "
-            f"({first}); the passes are not (alone) the cause")
+            f"({base.first_difference}); the passes are not (alone) the cause")
 
 
 def _vs_stock(measurement: Measurement, original, res, pipeline_a: Pipeline) -> dict:

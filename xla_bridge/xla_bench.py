@@ -208,7 +208,7 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
             out_b = run(cb, sets[0])
         cmp = compare_outputs(out_a, out_b, through=output_precisions(ma))
         verdict = cmp.verdict
-        mismatch = str(cmp.failing[0]).strip() if cmp.failing else cmp.message
+        mismatch = cmp.first_difference
     with xla_worker.naming(la):
         runners = [_Runner(ca, sets)]
     if cb is not None:

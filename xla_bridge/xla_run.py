@@ -183,6 +183,11 @@ class Comparison:
     def failing(self) -> list[OutputDiff]:
         return [o for o in self.outputs if not o.ok]
 
+    @property
+    def first_difference(self) -> str:
+        """The first output outside tolerance (or why none could be compared), in words."""
+        return str(self.failing[0]).strip() if self.failing else self.message
+
     def __str__(self) -> str:
         lines = [f"{self.names[0]} vs {self.names[1]}: {self.verdict}" + (f" ({self.message})" if self.message else "")]
         lines += ["  " + str(o) for o in self.outputs]
