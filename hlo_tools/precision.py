@@ -16,7 +16,7 @@ float type inside it.  Iterative, so call chains of any depth are fine.
 
 from __future__ import annotations
 
-from .ir import Computation, Instruction, Module
+from .ir import Instruction, Module
 from .opcode import HloOpcode
 from .shape import PrimitiveType, Shape
 
@@ -43,26 +43,19 @@ def _flat(t: Types) -> frozenset[PrimitiveType]:
 
 
 def _inner_types(module: Module) -> dict[int, frozenset[PrimitiveType]]:
-    """Per computation (by id), every float type of its instructions and of the
-    computations it calls, transitively; an explicit stack, no recursion."""
+    """Per computation the entry reaches (by id), every float type of its
+    instructions and of the computations it calls, transitively: callees first, in
+    ``make_embedded_computations_post_order``'s order (no recursion)."""
     memo: dict[int, frozenset[PrimitiveType]] = {}
-    for root in module.computations:
-        stack: list[tuple[Computation, bool]] = [(root, False)]
-        while stack:
-            comp, expanded = stack.pop()
-            if id(comp) in memo:
-                continue
-            callees = [c for i in comp for c in i.called_computations]
-            if not expanded:
-                stack.append((comp, True))
-                stack.extend((c, False) for c in callees if id(c) not in memo)
-                continue
-            types: set[PrimitiveType] = set()
-            for instr in comp:
-                types |= _float_types(instr.shape)
-            for c in callees:
+    if module.entry is None:
+        return memo
+    for comp in module.entry.make_embedded_computations_post_order():
+        types: set[PrimitiveType] = set()
+        for instr in comp:
+            types |= _float_types(instr.shape)
+            for c in instr.called_computations:
                 types |= memo.get(id(c), frozenset())  # a call cycle (invalid HLO) contributes nothing
-            memo[id(comp)] = frozenset(types)
+        memo[id(comp)] = frozenset(types)
     return memo
 
 

@@ -33,24 +33,12 @@ class SideEffects:
         return False
 
     def computation(self, comp: Computation) -> bool:
-        """Callees first, with an explicit stack: call and fusion chains of any
-        depth (a call cycle, invalid HLO, counts as no side effect)."""
-        if id(comp) in self._comps:
-            return self._comps[id(comp)]
-        stack: list[tuple[Computation, bool]] = [(comp, False)]
-        entered: set[int] = set()
-        while stack:
-            c, callees_done = stack.pop()
-            if id(c) in self._comps:
-                continue
-            if not callees_done:
-                if id(c) in entered:
-                    continue  # reached again through a cycle: resolved where it was first entered
-                entered.add(id(c))
-                stack.append((c, True))
-                stack.extend((k, False) for i in c for k in i.called_computations
-                             if id(k) not in self._comps and id(k) not in entered)
-                continue
-            self._comps[id(c)] = any(self._own(i) or any(self._comps.get(id(k), False) for k in i.called_computations)
-                                     for i in c)
+        """Callees first, in ``make_embedded_computations_post_order``'s order: call
+        and fusion chains of any depth (a call cycle, invalid HLO, counts as no side
+        effect)."""
+        if id(comp) not in self._comps:
+            for c in (*comp.make_embedded_computations_post_order(), comp):
+                if id(c) not in self._comps:
+                    self._comps[id(c)] = any(self._own(i) or any(self._comps.get(id(k), False) for k in i.called_computations)
+                                             for i in c)
         return self._comps[id(comp)]
