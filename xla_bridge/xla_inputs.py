@@ -124,6 +124,11 @@ def nonnegative_parameters(module: Module) -> set[int]:
     tuples and while loops): an Adam second moment.  Generated negative, they turn
     the updated weights into NaN and a comparison into one of NaNs."""
     out: set[int] = set()
+    callers: dict[int, list[Instruction]] = {}  # computation id -> the fusions and calls whose value is its root's
+    for instr in module.instructions():
+        if instr.opcode is not HloOpcode.WHILE:
+            for c in instr.called_computations:
+                callers.setdefault(id(c), []).append(instr)
     for param in module.entry.parameters:
         if not (param.shape.is_array and param.shape.element_type.is_floating):
             continue
@@ -159,9 +164,7 @@ def nonnegative_parameters(module: Module) -> set[int]:
             # a value that is a computation's root flows out of its fusion/call/while
             comp = value.parent
             if comp is not None and comp.root is value and not comp.is_entry:
-                for caller in module.instructions():
-                    if comp in caller.called_computations and caller.opcode is not HloOpcode.WHILE:
-                        stack.append((caller, index))
+                stack += [(caller, index) for caller in callers.get(id(comp), ())]
     return out
 
 
