@@ -19,6 +19,7 @@ from hlo_tools.rewriter import Rewriter
 from hlo_tools.shape import Shape
 
 from passes.base import FusionPass
+from passes.layout import minor_to_major
 from passes.fuel import consume_fuel
 from .clusters import fusible_computations
 
@@ -29,11 +30,6 @@ YNN_BACKEND_CONFIG = '{"fusion_config":{"kind":"__ynn_fusion"}}'
 #: YNNPACK, and left to XLA's own emitter they take 10x longer).  XLA's ynn_support.cc
 #: lists f32 and bf16 x bf16 -> f32; bf16 x bf16 -> bf16 is what stock wraps here.
 LIBRARY_DOT_TYPES = frozenset({("f32", "f32", "f32"), ("bf16", "bf16", "f32"), ("bf16", "bf16", "bf16")})
-
-
-def _descending(s) -> bool:
-    return not (s.layout is not None and s.layout.minor_to_major
-                and tuple(s.layout.minor_to_major) != tuple(range(s.rank - 1, -1, -1)))
 
 
 def _library_form(instr: Instruction) -> str | None:
@@ -49,7 +45,8 @@ def _library_form(instr: Instruction) -> str | None:
     dn = instr.dot_dimension_numbers
     lhs, rhs = instr.operand(0).shape, instr.operand(1).shape
     shapes = [instr.shape, lhs, rhs]
-    if not all(s.is_array and s.rank >= 2 and _descending(s) for s in shapes):
+    if not all(s.is_array and s.rank >= 2 and tuple(minor_to_major(s)) == tuple(range(s.rank - 1, -1, -1))
+               for s in shapes):
         return None
     if (lhs.element_type.value, rhs.element_type.value, instr.shape.element_type.value) not in LIBRARY_DOT_TYPES:
         return None
