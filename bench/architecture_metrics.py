@@ -2,10 +2,13 @@
 
 Prints, for the library packages (not tests, not bench): lines of code, the in-repo
 imports placed inside a function (and how many of those carry a comment saying why),
-and the import cycles between modules, counting every import (function-local ones
-too, since they are what hide a cycle).
+the import cycles between modules, counting every import (function-local ones too,
+since they are what hide a cycle), the imports that go up the layer order (the
+contract in pyproject.toml, or ``--layers``), the largest file, the modules whose
+name repeats their folder (``xla_bridge/xla_run.py``), and which ``xla_bridge`` and
+jax modules ``import passes`` and ``import <analysis>`` load in a fresh process.
 
-    python bench/architecture_metrics.py [--json]
+    python bench/architecture_metrics.py [--json] [--layers top,...,bottom]
 """
 
 from __future__ import annotations
@@ -13,11 +16,21 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("hlo_lab", "hlo_tools", "xla_bridge", "fusion_analysis", "passes", "visualize", "corpus")
+
+
+def contract_layers() -> list[str]:
+    """The layers contract of pyproject.toml, top first."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return next(c["layers"] for c in config["contracts"] if c["type"] == "layers")
+
+
+PACKAGES = tuple(contract_layers())
 
 
 def library_files() -> dict[str, Path]:
@@ -131,13 +144,50 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def upward_imports(graph: dict[str, set[str]], layers: list[str]) -> list[str]:
+    """Imports from a module to one of a higher layer (top first in ``layers``)."""
+    rank = {pkg: i for i, pkg in enumerate(layers)}
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if a.split(".")[0] in rank and b.split(".")[0] in rank
+                  and rank[b.split(".")[0]] < rank[a.split(".")[0]])
+
+
+def stutters(modules: dict[str, Path]) -> list[str]:
+    """Modules whose file name starts with the name (or stem) of their folder."""
+    found = []
+    for name, path in modules.items():
+        if path.name == "__init__.py":
+            continue
+        folder = path.parent.name
+        stems = {folder, folder.split("_")[0], folder.rsplit("_", 1)[-1]}
+        if any(path.stem == s or path.stem.startswith(s + "_") for s in stems if len(s) > 2):
+            found.append(name)
+    return sorted(found)
+
+
+def loaded_by(package: str) -> list[str]:
+    """The ``xla_bridge``/``corpus``/jax modules a fresh ``import package`` loads."""
+    probe = (f"import sys; import {package}; "
+             "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] in ('xla_bridge', 'corpus', 'jax', 'jaxlib'))))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--layers", help="layer order to judge imports by, top first (default: pyproject's contract)")
     args = parser.parse_args()
+    layers = args.layers.split(",") if args.layers else list(PACKAGES)
     modules = library_files()
     graph, local = scan(modules)
     loops = cycles(graph)
+    up = upward_imports(graph, layers)
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in modules.values()}
+    largest = max(sizes, key=sizes.get)
+    stutter = stutters(modules)
+    pure = [pkg for pkg in ("passes", "hlo_analysis", "fusion_analysis") if pkg in PACKAGES]
+    loads = {pkg: loaded_by(pkg) for pkg in pure}
     loc = {pkg: sum(len(p.read_text().splitlines()) for m, p in modules.items() if m.split(".")[0] == pkg) for pkg in PACKAGES}
     figures = {
         "modules": len(modules),
@@ -148,6 +198,14 @@ def main() -> int:
         "cycles": len(loops),
         "modules_in_cycles": sum(len(c) for c in loops),
         "cycle_members": loops,
+        "layers": layers,
+        "upward_imports": len(up),
+        "upward_import_edges": up,
+        "largest_file": largest,
+        "largest_file_lines": sizes[largest],
+        "names_repeating_folder": len(stutter),
+        "names_repeating_folder_modules": stutter,
+        "bridge_modules_loaded": {pkg: len(v) for pkg, v in loads.items()},
     }
     if args.json:
         print(json.dumps(figures, indent=2))
@@ -158,6 +216,15 @@ def main() -> int:
     print(f"import cycles          {figures['cycles']} ({figures['modules_in_cycles']} modules)")
     for c in loops:
         print("  " + " <-> ".join(c))
+    print(f"upward imports         {len(up)} against {' > '.join(layers)}")
+    for edge in up[:12]:
+        print("  " + edge)
+    if len(up) > 12:
+        print(f"  ... {len(up) - 12} more")
+    print(f"largest file           {largest} ({sizes[largest]} lines)")
+    print(f"names repeating folder {len(stutter)}: " + " ".join(s.rsplit('.', 1)[-1] for s in stutter))
+    for pkg, mods in loads.items():
+        print(f"import {pkg:<15} loads {len(mods)} xla_bridge/corpus/jax modules")
     return 0
 
 
