@@ -186,7 +186,7 @@ def main() -> int:
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in modules.values()}
     largest = max(sizes, key=sizes.get)
     stutter = stutters(modules)
-    pure = [pkg for pkg in ("passes", "hlo_analysis", "fusion_analysis") if pkg in PACKAGES]
+    pure = [pkg for pkg in ("passes", "hlo_analysis", "hlo_analysis") if pkg in PACKAGES]
     loads = {pkg: loaded_by(pkg) for pkg in pure}
     loc = {pkg: sum(len(p.read_text().splitlines()) for m, p in modules.items() if m.split(".")[0] == pkg) for pkg in PACKAGES}
     figures = {

@@ -1,4 +1,4 @@
-"""Our collective prices (``fusion_analysis.collective_time.price``) against XLA's
+"""Our collective prices (``hlo_analysis.collective_time.price``) against XLA's
 own estimates (``xla_bridge.xla_collective_estimates``: the numbers XLA:GPU's
 latency-hiding scheduler logs, from its NCCL tables within a node and its SOL
 formulas across nodes) on the same collectives: the ratio table of docs/collectives.md.
@@ -22,12 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corpus import bundled  # noqa: E402
-from fusion_analysis import devices  # noqa: E402
-from fusion_analysis.collective_time import price_detail  # noqa: E402
-from fusion_analysis.collectives import inventory  # noqa: E402
-from fusion_analysis.replica_groups import Mesh  # noqa: E402
+from hlo_analysis import devices  # noqa: E402
+from hlo_analysis.collective_time import price_detail  # noqa: E402
+from hlo_analysis.collectives import inventory  # noqa: E402
+from hlo_analysis.replica_groups import Mesh  # noqa: E402
 from hlo_tools.parser import parse  # noqa: E402
-from xla_bridge.display import fmt_bytes, fmt_seconds  # noqa: E402
+from hlo_analysis.units import fmt_bytes, fmt_seconds  # noqa: E402
 from xla_bridge.xla_collective_estimates import xla_collective_estimates  # noqa: E402
 
 DEVICES = 8

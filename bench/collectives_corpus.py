@@ -15,12 +15,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from corpus import bundled  # noqa: E402
-from fusion_analysis import devices  # noqa: E402
-from fusion_analysis.communication import analyze  # noqa: E402
-from fusion_analysis.replica_groups import Mesh  # noqa: E402
+from hlo_analysis import devices  # noqa: E402
+from hlo_analysis.communication import analyze  # noqa: E402
+from hlo_analysis.replica_groups import Mesh  # noqa: E402
 
 from hlo_lab.cli_collectives import latency_hiding_comparison  # noqa: E402
-from xla_bridge.display import fmt_bytes, fmt_seconds  # noqa: E402
+from hlo_analysis.units import fmt_bytes, fmt_seconds  # noqa: E402
 
 STAGES = {"cpu_after_optimizations": "cpu", "gpu_h100_after_optimizations": "gpu h100"}
 

@@ -8,7 +8,7 @@
 ``--kernels`` (the default): every kernel of each runnable corpus module's XLA:CPU
 optimized module (``before_optimizations`` compiled with stock XLA:CPU here, or the
 stored ``cpu_after_optimizations`` stage with ``--stored``) is compiled as its own
-module so that XLA runs exactly that kernel (``fusion_analysis.kernels.compile_alone``),
+module so that XLA runs exactly that kernel (``xla_bridge.kernel_alone.compile_alone``),
 timed by XLA's own per-thunk trace events (``xla_bridge.xla_trace``: no harness in the
 figure; the wall clock less the harness is printed beside it), median of ``--reps``
 runs, and compared with the roofline prediction for the measured host spec.
@@ -22,7 +22,7 @@ process, so an XLA abort on one kernel costs that kernel only. ``--backend gpu``
 does the same on a GPU with that GPU's spec (device time from the trace).
 
 ``--xla-log``: XLA:GPU's priority-fusion log from a deviceless compile of each
-module's ``before_optimizations`` (``fusion_analysis.xla_fusion_log``); prints how
+module's ``before_optimizations`` (``hlo_lab.measured.xla_fusion_log``); prints how
 often our roofline on ``--device`` agrees with XLA's fuse / keep-apart decisions,
 and the disagreements.
 
@@ -46,9 +46,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import corpus  # noqa: E402
 import hlo_tools  # noqa: E402
-from fusion_analysis import cost, devices, kernels, roofline, xla_fusion_log  # noqa: E402
-from fusion_analysis.rank_stats import spearman  # noqa: E402
-from xla_bridge import xla  # noqa: E402
+from hlo_analysis import cost, devices, kernels, roofline  # noqa: E402
+from hlo_lab.measured import xla_fusion_log  # noqa: E402
+from hlo_analysis.rank_stats import spearman  # noqa: E402
+from xla_bridge import kernel_alone, xla  # noqa: E402
 from xla_bridge.measure import Measurement  # noqa: E402
 from xla_bridge.xla_bench import harness_overhead, time_compiled  # noqa: E402
 from xla_bridge.xla_inputs import make_inputs  # noqa: E402
@@ -109,7 +110,7 @@ def _module_kernels(entry, stored: bool, backend: str = "cpu"):
 
 
 def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> tuple[dict, object]:
-    """Extracts, compiles (``kernels.compile_alone``) and times one kernel; returns its
+    """Extracts, compiles (``kernel_alone.compile_alone``) and times one kernel; returns its
     record (times in us) and a function that traces it once more (None when it could
     not be traced). On a GPU the kernel's time is its device time from the trace."""
     est = roofline.estimate(kernel, cost_of, host)
@@ -117,8 +118,8 @@ def time_kernel(kernel, cost_of, host, reps: int, backend: str = "cpu") -> tuple
            "predicted_us": est.time_s * 1e6, "bytes": est.bytes_accessed, "flops": est.flops}
     t0 = time.perf_counter()
     try:
-        exact, res = kernels.compile_alone(kernel, backend)
-    except kernels.NotAlone as e:
+        exact, res = kernel_alone.compile_alone(kernel, backend)
+    except kernel_alone.NotAlone as e:
         rec["error"] = str(e)
         return rec, None
     rec["compile_s"] = time.perf_counter() - t0
@@ -164,7 +165,9 @@ def _add_pass(rec: dict, times: tuple[float, float]) -> None:
 def measure_pinned_host(pin: int, out: str) -> int:
     """Child mode: pin to ``pin``, measure the host spec there, write it to ``out``."""
     os.sched_setaffinity(0, {pin})
-    Path(out).write_text(devices.measure_host().to_json())
+    from hlo_lab.measured.host import measure_host  # lazy: only the pinned child measures
+
+    Path(out).write_text(measure_host().to_json())
     return 0
 
 

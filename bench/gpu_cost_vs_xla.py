@@ -2,7 +2,7 @@
 
 XLA:GPU compiled deviceless with ``--xla_gpu_collect_cost_model_stats`` writes its
 ``GpuPerformanceModel`` estimate into every fusion it keeps
-(``fusion_analysis.xla_gpu_model``). For each such kernel this compares
+(``hlo_lab.measured.xla_gpu_model``). For each such kernel this compares
 ``roofline(module, device)``'s time less its launch (XLA's estimate has no
 launch) with XLA's ``exec_time``: Spearman rho and the ratio ours/XLA, per module
 and by kernel kind (loop, input = reductions and transposes, triton = Triton
@@ -42,9 +42,10 @@ import numpy as np  # noqa: E402
 
 import corpus  # noqa: E402
 
-from fusion_analysis import devices, xla_gpu_model  # noqa: E402
-from fusion_analysis.rank_stats import spearman  # noqa: E402
-from fusion_analysis.roofline import roofline  # noqa: E402
+from hlo_analysis import devices  # noqa: E402
+from hlo_lab.measured import xla_gpu_model  # noqa: E402
+from hlo_analysis.rank_stats import spearman  # noqa: E402
+from hlo_analysis.roofline import roofline  # noqa: E402
 from hlo_tools import parse  # noqa: E402
 from hlo_tools.fileio import write_output  # noqa: E402
 from hlo_tools.formats import is_module_file  # noqa: E402

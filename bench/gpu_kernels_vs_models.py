@@ -1,5 +1,5 @@
 """Each GPU kernel's device time against both models: our GPU roofline and XLA:GPU's
-own performance model (its per-fusion estimates, ``fusion_analysis.xla_gpu_model``).
+own performance model (its per-fusion estimates, ``hlo_lab.measured.xla_gpu_model``).
 
 On a GPU: stock XLA:GPU compiles each module with XLA's estimates collected, runs
 it on deterministic inputs under the profiler (``xla_trace.device_kernel_times``:
@@ -27,9 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import corpus  # noqa: E402
-from fusion_analysis import devices, xla_gpu_model  # noqa: E402
-from fusion_analysis.rank_stats import spearman  # noqa: E402
-from fusion_analysis.roofline import roofline  # noqa: E402
+from hlo_analysis import devices  # noqa: E402
+from hlo_lab.measured import xla_gpu_model  # noqa: E402
+from hlo_analysis.rank_stats import spearman  # noqa: E402
+from hlo_analysis.roofline import roofline  # noqa: E402
 from xla_bridge import xla  # noqa: E402
 from xla_bridge.measure import STOCK, Measurement  # noqa: E402
 from xla_bridge.xla_inputs import make_inputs  # noqa: E402

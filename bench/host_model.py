@@ -27,7 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import corpus  # noqa: E402
-from fusion_analysis import host_bench, kernels, op_profile  # noqa: E402
+from hlo_analysis import kernels  # noqa: E402
+from hlo_lab.measured import host_bench, op_profile  # noqa: E402
 from xla_bridge.xla_bench import time_compiled  # noqa: E402
 from xla_bridge.xla_compile import compile as xla_compile  # noqa: E402
 from xla_bridge.xla_inputs import make_inputs  # noqa: E402

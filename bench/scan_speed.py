@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fusion_analysis import scan  # noqa: E402
+from hlo_lab import scan  # noqa: E402
 
 
 def main() -> int:

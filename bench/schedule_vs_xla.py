@@ -4,7 +4,7 @@
    schedule (what the post-scheduler hook is handed) vs our memory scheduler, run
    by XLA through the hook; peak live bytes by our model and XLA's own temp bytes.
 2. The same modules' stored XLA:GPU (H100) schedules, which have async pairs:
-   peak and the overlap achieved (fusion_analysis.overlap's cost model), XLA's
+   peak and the overlap achieved (hlo_analysis.overlap's cost model), XLA's
    latency-hiding schedule vs ours.
 3. Every corpus module's stored XLA:CPU schedule vs our memory scheduler (model),
    and for runnable single-device modules, outputs of XLA running our order.
@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import time  # noqa: E402
 
 import corpus  # noqa: E402
-from fusion_analysis.memory import lower_bound, profile  # noqa: E402
-from fusion_analysis.overlap import overlap  # noqa: E402
+from hlo_analysis.memory import lower_bound, profile  # noqa: E402
+from hlo_analysis.overlap import overlap  # noqa: E402
 from hlo_tools import parse, verify  # noqa: E402
 from xla_bridge import xla  # noqa: E402
 from xla_bridge.hook_stage import HookStage  # noqa: E402

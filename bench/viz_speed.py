@@ -33,7 +33,7 @@ from visualize import FocusOptions, diff_modules, select, to_dot  # noqa: E402
 from visualize.dot import NSLIMIT  # noqa: E402
 from visualize.render import LayoutTimeout, render  # noqa: E402
 from visualize.page import before_after_html  # noqa: E402
-from visualize.samples import corpus_module, jax_pair  # noqa: E402
+from hlo_lab.samples import corpus_module, jax_pair  # noqa: E402
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """``hlo analyze``, ``hlo scan``, ``hlo passes-dump`` and ``hlo fusion-log``: thin
-layers over ``fusion_analysis.scan``, ``hlo_lab.pass_dumps`` and
-``fusion_analysis.xla_fusion_log``.  Those are imported inside the commands:
+layers over ``hlo_lab.scan``, ``hlo_lab.pass_dumps`` and
+``hlo_lab.measured.xla_fusion_log``.  Those are imported inside the commands:
 with the visualize package (``cli_visualize``) they would add about 65 ms, a
 quarter, to the start-up of every ``hlo`` command, ``hlo --help`` included
 (measured: 270 ms without them)."""
@@ -15,14 +15,14 @@ import sys
 from hlo_tools.errors import HloParseError
 from hlo_tools.fileio import check_writable
 from xla_bridge import read_text, xla  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
-from xla_bridge.display import fmt_bytes, fmt_seconds
+from hlo_analysis.units import fmt_bytes, fmt_seconds
 
 from .console import stdout_console
 
 
 def _cmd_analyze(args) -> int:
-    from fusion_analysis import devices  # lazy: start-up (module docstring)
-    from fusion_analysis.scan import analyze_text, platform_of  # lazy: start-up
+    from hlo_analysis import devices  # lazy: start-up (module docstring)
+    from hlo_lab.scan import analyze_text, platform_of  # lazy: start-up
 
     why = "--device"
     if args.device is None:  # an optimized stage names its platform, as in `hlo scan`
@@ -105,7 +105,7 @@ def bounds_words(bounds: dict) -> str:
 
 
 def _cmd_scan(args) -> int:
-    from fusion_analysis.scan import scan  # lazy: start-up (module docstring)
+    from hlo_lab.scan import scan  # lazy: start-up (module docstring)
 
     check_writable(args.output, directory=True)  # before the scan, not after it
     try:
@@ -237,7 +237,7 @@ def _list_pass_modules(mods, as_json: bool) -> int:
 
 def _cmd_fusion_log(args) -> int:
     """``hlo fusion-log``: XLA:GPU's priority-fusion decisions, step by step."""
-    from fusion_analysis import xla_fusion_log as fl  # lazy: start-up (module docstring)
+    from hlo_lab.measured import xla_fusion_log as fl  # lazy: start-up (module docstring)
 
     try:
         logs = fl.dump_logs(args.path, args.module)

@@ -1,5 +1,5 @@
 """``hlo collectives``: a sharded module's collectives, memory and exposed
-communication (``fusion_analysis.communication``), and what our latency-hiding
+communication (``hlo_analysis.communication``), and what our latency-hiding
 scheduler (``passes.scheduling``) makes of its schedule under the same model.
 
 The comparison lives here, in the application: analysis may not run a pass."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hlo_tools import Module
 from xla_bridge import load
-from xla_bridge.display import fmt_us
+from hlo_analysis.units import fmt_us
 
 from .console import stdout_console
 from .cli_args import at_least_one, non_negative
@@ -46,9 +46,9 @@ def latency_hiding_comparison(module: Module, mesh, device, nodes: int = 1, *, m
     exposed communication and peak temporaries before and after. The scheduler
     keeps the incoming order unless it hides more within ``memory_slack`` of
     its peak."""
-    from fusion_analysis.collectives import inventory  # lazy: start-up of every hlo command
-    from fusion_analysis.communication import cost_model, exposure  # lazy: start-up
-    from fusion_analysis.memory import profile  # lazy: start-up
+    from hlo_analysis.collectives import inventory  # lazy: start-up of every hlo command
+    from hlo_analysis.communication import cost_model, exposure  # lazy: start-up
+    from hlo_analysis.memory import profile  # lazy: start-up
     from passes.scheduling import LatencyHidingScheduler  # lazy: start-up
 
     copy = module.clone()
@@ -89,10 +89,10 @@ def resolve(spec: str) -> Path:
 
 
 def _cmd_collectives(args) -> int:
-    from fusion_analysis import devices  # lazy: start-up
-    from fusion_analysis.collectives import infer_mesh, mesh_from_entry  # lazy: start-up
-    from fusion_analysis.communication import analyze  # lazy: start-up
-    from fusion_analysis.replica_groups import Mesh, ReplicaGroupsError  # lazy: start-up
+    from hlo_analysis import devices  # lazy: start-up
+    from hlo_analysis.collectives import infer_mesh, mesh_from_entry  # lazy: start-up
+    from hlo_analysis.communication import analyze  # lazy: start-up
+    from hlo_analysis.replica_groups import Mesh, ReplicaGroupsError  # lazy: start-up
 
     try:
         device = devices.load(args.target)
@@ -131,7 +131,7 @@ def _cmd_collectives(args) -> int:
 
 
 def _print(d: dict, top: int) -> None:
-    from fusion_analysis.report import fmt_bytes  # lazy: start-up
+    from hlo_analysis.units import fmt_bytes  # lazy: start-up
     from rich.table import Table
 
     con = stdout_console()

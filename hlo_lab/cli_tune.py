@@ -76,7 +76,7 @@ def _cmd_tune(args) -> int:
 
     for flag, spec in (("--target", args.target), ("--model", args.model)):
         if spec:
-            from fusion_analysis import devices  # lazy: as above
+            from hlo_analysis import devices  # lazy: as above
 
             try:
                 devices.load(spec)  # a bad name or spec file is one line, before anything compiles

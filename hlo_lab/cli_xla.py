@@ -12,7 +12,8 @@ from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from hlo_tools.parser import parse
 from xla_bridge import load
-from xla_bridge.display import clean_cost, finite, fmt_seconds, fmt_us, within_noise
+from xla_bridge.display import clean_cost, within_noise
+from hlo_analysis.units import finite, fmt_seconds, fmt_us
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import FUSION_MODES, STOCK, Measurement, Pipeline
@@ -276,7 +277,7 @@ def _bench_deviceless(args) -> int:
     if not args.passes:  # unknown names were refused before the command ran (cli._check_pipeline)
         print("hlo bench: --target needs --passes (e.g. --passes gpu-best)", file=sys.stderr)
         return 2
-    from fusion_analysis import devices  # lazy: as above
+    from hlo_analysis import devices  # lazy: as above
 
     try:
         devices.load(args.target)  # the roofline's device: an unknown name fails before any compile

@@ -1,7 +1,7 @@
 """The main job of ``make demo``, end to end on the bundled corpus:
 
 1. every stage of every module parsed, verified, printed and re-read by XLA;
-2. a fusion-opportunity scan of the corpus (``fusion_analysis.scan``), report in
+2. a fusion-opportunity scan of the corpus (``hlo_lab.scan``), report in
    ``results/scan/report.{json,md,html}``;
 3. the best Python fusion pipeline (``passes.fusion.pipeline.BEST``) on one decode
    and one train module: outputs compared with stock XLA:CPU, both timed, and
@@ -21,7 +21,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 import corpus
-from fusion_analysis.scan import scan
+from hlo_lab.scan import scan
 from hlo_tools.fileio import write_output
 from hlo_tools.parser import parse
 from hlo_tools.stats import module_stats

@@ -26,11 +26,11 @@ from typing import Callable
 
 from corpus import bundled
 from corpus.dump import from_dump_dir
-from fusion_analysis import devices
-from fusion_analysis.md import md_code, md_escape
-from fusion_analysis.regions import Region, RegionDiff, match_regions, stamp_origins
+from hlo_analysis import devices
+from hlo_lab.md import md_code, md_escape
+from hlo_analysis.regions import Region, RegionDiff, match_regions, stamp_origins
 from hlo_tools.parser import parse
-from xla_bridge.display import fmt_seconds, fmt_us
+from hlo_analysis.units import fmt_seconds, fmt_us
 from xla_bridge.xla_proto import read_text
 from xla_bridge.xla_results import record
 from xla_bridge.xla_run import compare_outputs

@@ -30,8 +30,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from fusion_analysis import cost, devices, xla_gpu_model
-from fusion_analysis.roofline import roofline
+from hlo_analysis import cost, devices
+from hlo_lab.measured import xla_gpu_model
+from hlo_analysis.roofline import roofline
 from hlo_tools import HloOpcode, Module, parse
 from passes import PassManager
 from passes.fusion.pipeline import expand, passes_of
@@ -46,7 +47,7 @@ CPU_ONLY = frozenset({"library-dot-fusion"})
 
 def kernels(module: Module) -> int:
     """Kernels the module runs, loop and call bodies included: the one count
-    (``fusion_analysis.cost.kernel_instructions``) that ``analyze`` and ``regress`` print too."""
+    (``hlo_analysis.cost.kernel_instructions``) that ``analyze`` and ``regress`` print too."""
     return len(cost.kernel_instructions(module))
 
 

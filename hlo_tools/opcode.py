@@ -190,7 +190,7 @@ SIDE_EFFECTING = frozenset(
 #: constant), views of other buffers (bitcast, get-tuple-element, tuple), ordering
 #: and scheduling markers (after-all, add-dependency, domain, opt-barrier), and the
 #: partition and replica ids (a constant per device). The one "runs no kernel" rule:
-#: ``fusion_analysis.cost.is_kernel`` and every kernel count start from it.
+#: ``hlo_analysis.cost.is_kernel`` and every kernel count start from it.
 NO_KERNEL = frozenset(
     HloOpcode[n]
     for n in (

@@ -29,7 +29,7 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module, Shape
 from hlo_tools.rewriter import Rewriter
 from hlo_tools.shape import Layout
 
-from fusion_analysis.cost import unfused_bytes
+from hlo_analysis.cost import unfused_bytes
 
 from .base import ComputationPass, Pass, fused_computations
 

@@ -51,6 +51,10 @@ PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
 )}
 
 
+#: The user's pass files loaded here, by the module name they were loaded as: the XLA
+#: worker loads them too, so that their passes can be sent there.
+USER_FILES: dict[str, str] = {}
+
 #: Passes from the user's files (``load_passes``), by name: looked up after the built-ins.
 USER_PASSES: dict[str, type[Pass]] = {}
 
@@ -91,9 +95,7 @@ def load_passes(path: str | Path) -> list[str]:
         del sys.modules[module_name]
         where = traceback.extract_tb(e.__traceback__)[-1]
         raise ImportError(f"{path}:{where.lineno}: {type(e).__name__}: {e}") from None
-    from xla_bridge.xla_worker import share_module_file  # lazy: the bridge's worker protocol, not XLA
-
-    share_module_file(module_name, str(path))
+    USER_FILES[module_name] = str(path.resolve())
     found = [c for c in vars(module).values()
              if isinstance(c, type) and issubclass(c, Pass) and c.__module__ == module_name and "name" in vars(c)]
     if not found:

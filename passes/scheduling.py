@@ -6,7 +6,7 @@ sequence order, which is how XLA prints and parses an HloSchedule).
   (xla/service/hlo_memory_scheduler.cc), several orders are tried (the list
   scheduler with the bytes-freed-minus-bytes-defined priority, a DFS post order,
   and the order the module already has) and the one with the least peak live
-  bytes (``fusion_analysis.memory``) wins, so it never does worse than the
+  bytes (``hlo_analysis.memory``) wins, so it never does worse than the
   incoming schedule.
 * ``latency-hiding-scheduler``: issues async starts as early as they are ready
   and delays their dones until the cost model says the transfer is covered
@@ -29,8 +29,8 @@ from hlo_tools.opcode import COLLECTIVES
 from hlo_tools.rewriter import Rewriter
 from hlo_tools.side_effects import SideEffects
 
-from fusion_analysis.memory import BufferModel, profile
-from fusion_analysis.overlap import ASYNC_DONES, ASYNC_STARTS, CostModel, overlap
+from hlo_analysis.memory import BufferModel, profile
+from hlo_analysis.overlap import ASYNC_DONES, ASYNC_STARTS, CostModel, overlap
 
 from .base import Pass, fused_computations
 
@@ -293,7 +293,7 @@ class MemoryScheduler(Pass):
 @dataclass(frozen=True)
 class LatencyHidingScheduler(Pass):
     """Overlaps async pairs with independent compute (cost model in
-    ``fusion_analysis.overlap``); emits ``is_scheduled=true``.
+    ``hlo_analysis.overlap``); emits ``is_scheduled=true``.
 
     Like XLA's latency-hiding scheduler under its memory limit, it gives up
     overlap rather than memory: of the schedules with 1..``max_in_flight`` pairs

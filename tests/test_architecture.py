@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("hlo_lab", "visualize", "passes", "fusion_analysis", "corpus", "xla_bridge", "hlo_tools")
+PACKAGES = ("hlo_lab", "corpus", "xla_bridge", "visualize", "passes", "hlo_analysis", "hlo_tools")
 LINT = Path(sys.executable).with_name("lint-imports")
 
 
@@ -35,18 +35,26 @@ def copy_tree(dest: Path) -> Path:
 def test_the_tree_keeps_every_contract():
     result = lint(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 @pytest.mark.parametrize("module, line, broken", [
     # the IR reaching up into the passes
     ("hlo_tools/ir.py", "import passes.dce", "hlo_tools is not allowed to import passes"),
     # an analysis reaching up into a transform, hidden inside a function
-    ("fusion_analysis/cost.py", "def _late():\n    from passes.fusion import priority\n", "fusion_analysis is not allowed to import passes"),
+    ("hlo_analysis/cost.py", "def _late():\n    from passes.fusion import priority\n", "hlo_analysis is not allowed to import passes"),
     # a library module importing the application
     ("visualize/dot.py", "from hlo_lab import cli", "visualize is not allowed to import hlo_lab"),
     # jax outside the XLA bridge
     ("passes/dce.py", "import jax", "passes is not allowed to import jax"),
+    # a pass reaching the XLA bridge (what registry.py once did for --load files)
+    ("passes/registry.py", "def _late():\n    from xla_bridge import xla_worker\n", "passes is not allowed to import xla_bridge"),
+    # an analysis measuring with XLA (what devices.py once did for the host)
+    ("hlo_analysis/devices.py", "from xla_bridge.measure import Measurement", "hlo_analysis is not allowed to import xla_bridge"),
+    # a picture reading the corpus (what visualize/samples.py once did)
+    ("visualize/view.py", "import corpus", "visualize is not allowed to import corpus"),
+    # the bridge reaching up into the corpus
+    ("xla_bridge/measure.py", "import corpus", "xla_bridge is not allowed to import corpus"),
 ])
 def test_an_upward_import_breaks_the_check(tmp_path, module, line, broken):
     root = copy_tree(tmp_path)
@@ -62,6 +70,20 @@ def test_the_copy_alone_passes(tmp_path):
     """The copy the tests above break is itself clean: their failures come from the added line."""
     result = lint(copy_tree(tmp_path))
     assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize("package", ["passes", "hlo_analysis", "visualize", "hlo_tools"])
+def test_the_pure_packages_load_no_bridge_and_no_jax(package):
+    """In a fresh process, importing a package under the bridge (and every module in
+    it) loads no ``xla_bridge``, ``corpus`` or jax module: a pass author's code is pure
+    Python over the IR."""
+    probe = (f"import importlib, pkgutil, sys, {package}\n"
+             f"for m in pkgutil.walk_packages({package}.__path__, '{package}.'):\n"
+             "    importlib.import_module(m.name)\n"
+             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('xla_bridge', 'corpus', 'jax', 'jaxlib'))))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [], f"import {package} loaded {result.stdout}"
 
 
 def _metrics():

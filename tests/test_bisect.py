@@ -54,7 +54,7 @@ def user_passes(monkeypatch):
     """``load_passes`` here, undone afterwards: the registry's user table and the
     worker's file list are this test's only (the worker restarts when they change)."""
     monkeypatch.setattr(registry, "USER_PASSES", {})
-    monkeypatch.setenv("HLO_WORKER_FILES", "{}")
+    monkeypatch.setattr(registry, "USER_FILES", {})
     load_passes(SWAP)
 
 

@@ -17,8 +17,9 @@ import corpus
 from hlo_lab.cli import main
 from tests.conftest import ROOT, run_hlo
 from tests.test_parser_errors import GOOD
-from xla_bridge.display import clean_cost, fmt_seconds, speedup_label, speedup_verdict
+from xla_bridge.display import clean_cost, speedup_label, speedup_verdict
 
+from hlo_analysis.units import fmt_seconds
 TRAIN = "llama3-tiny-train-f32"
 
 

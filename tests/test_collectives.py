@@ -1,4 +1,4 @@
-"""The collective inventory (fusion_analysis.collectives), its prices
+"""The collective inventory (hlo_analysis.collectives), its prices
 (collective_time), exposed communication (communication) and ``hlo collectives``,
 on the sharded corpus stages and on small modules with known answers."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from corpus import bundled
-from fusion_analysis import devices
-from fusion_analysis.collective_time import price, price_detail
-from fusion_analysis.collectives import counts, grep_counts, infer_mesh, inventory, mesh_from_entry
-from fusion_analysis.communication import analyze
-from fusion_analysis.replica_groups import Mesh, ReplicaGroupsError, parse_replica_groups
+from hlo_analysis import devices
+from hlo_analysis.collective_time import price, price_detail
+from hlo_analysis.collectives import counts, grep_counts, infer_mesh, inventory, mesh_from_entry
+from hlo_analysis.communication import analyze
+from hlo_analysis.replica_groups import Mesh, ReplicaGroupsError, parse_replica_groups
 from hlo_lab.cli import main
 from hlo_lab.cli_collectives import latency_hiding_comparison
 from hlo_tools import parse

@@ -1,4 +1,4 @@
-"""fusion_analysis.cost against XLA's own HloCostAnalysis (real XLA on CPU).
+"""hlo_analysis.cost against XLA's own HloCostAnalysis (real XLA on CPU).
 
 Every corpus module's optimized CPU stage is compared; the other stages on the
 tiny modules (the full-size ones run in ``bench/cost_model_accuracy.py
@@ -10,7 +10,7 @@ import pytest
 
 import corpus
 import hlo_tools
-from fusion_analysis import cost
+from hlo_analysis import cost
 from xla_bridge import xla
 
 KEYS = ("flops", "transcendentals", "bytes accessed")

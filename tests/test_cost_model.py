@@ -1,4 +1,4 @@
-"""The one cost model (fusion_analysis.cost) as its callers use it: the kernel rule,
+"""The one cost model (hlo_analysis.cost) as its callers use it: the kernel rule,
 the fusion-traffic model of the fusion passes, the scheduler's coarse work, the
 roofline time, and the one fusion-kind rule."""
 
@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from fusion_analysis import cost, devices, opportunities, roofline
-from fusion_analysis.cost import KernelTime, bytes_saved, element_flops, is_kernel, reread_bytes, unfused_bytes
-from fusion_analysis.fusion_kind import fusion_kind, loop_kind
-from fusion_analysis.overlap import CostModel
+from hlo_analysis import cost, devices, opportunities, roofline
+from hlo_analysis.cost import KernelTime, bytes_saved, element_flops, is_kernel, reread_bytes, unfused_bytes
+from hlo_analysis.fusion_kind import fusion_kind, loop_kind
+from hlo_analysis.overlap import CostModel
 from hlo_tools import parse
 from hlo_tools.opcode import NO_KERNEL
 

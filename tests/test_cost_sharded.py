@@ -1,4 +1,4 @@
-"""fusion_analysis.cost against XLA's HloCostAnalysis on a real sharded dump (real XLA on CPU).
+"""hlo_analysis.cost against XLA's HloCostAnalysis on a real sharded dump (real XLA on CPU).
 
 A sharded train step (2x4 data x model mesh, ``tests/sharded_dump_model.py``) is
 dumped by jax in a fresh process, once with Shardy and once with GSPMD. Its module
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import hlo_tools
-from fusion_analysis import cost
+from hlo_analysis import cost
 from xla_bridge import xla
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode

@@ -161,7 +161,7 @@ def test_check_writable_reports_before_work(tmp_path):
         check_writable(tmp_path / "f" / "x.txt")
 
 
-LIBRARY = ("hlo_lab", "hlo_tools", "xla_bridge", "fusion_analysis", "passes", "visualize", "corpus")
+LIBRARY = ("hlo_lab", "hlo_tools", "xla_bridge", "hlo_analysis", "passes", "visualize", "corpus")
 MOVES = ("os.replace(", "os.rename(", "shutil.move(")  # (Path.rename would catch IR renames too)
 
 
@@ -179,8 +179,8 @@ def test_every_writer_goes_through_write_output():
     assert "os.replace(" in sources["hlo_tools/fileio.py"] and len(sources) > 50  # the walk found the tree
     assert _second_writers(sources) == []
     writers = ["hlo_lab/cli.py", "hlo_lab/cli_passes.py", "hlo_lab/cli_visualize.py", "hlo_lab/cli_xla.py", "hlo_lab/demo.py",
-               "passes/manager.py", "visualize/render.py", "fusion_analysis/report.py", "fusion_analysis/devices.py",
-               "fusion_analysis/scan.py", "xla_bridge/xla_targets.py"]
+               "passes/manager.py", "visualize/render.py", "hlo_lab/scan_report.py", "hlo_analysis/devices.py",
+               "hlo_lab/scan.py", "xla_bridge/xla_targets.py"]
     for rel in writers:
         assert "write_output" in sources[rel], rel
 

@@ -15,8 +15,9 @@ import pytest
 
 import corpus
 import hlo_tools
-from fusion_analysis import devices, opportunities, roofline, scan
-from fusion_analysis.compare import compare_decisions
+from hlo_analysis import devices, opportunities, roofline
+from hlo_lab import scan
+from hlo_analysis.compare import compare_decisions
 from hlo_lab.cli import main as hlo_main
 
 SOFTMAX = """HloModule softmax

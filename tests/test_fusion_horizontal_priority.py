@@ -9,7 +9,7 @@ import pytest
 
 import corpus
 import hlo_tools
-from fusion_analysis.legality import Decision
+from hlo_analysis.legality import Decision
 from hlo_lab.study import ours
 from hlo_tools import HloOpcode
 from hlo_tools.testing import assert_rewrite

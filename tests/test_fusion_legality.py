@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hlo_tools
 from passes.fusion.clusters import Clusters
-from fusion_analysis.legality import ALLOW, Decision, can_fuse, creates_cycle, fusible, is_expensive, is_fusible
+from hlo_analysis.legality import ALLOW, Decision, can_fuse, creates_cycle, fusible, is_expensive, is_fusible
 
 SRC = """HloModule m
 
@@ -128,7 +128,7 @@ def test_a_loop_state_read_is_not_moved_past_its_in_place_update():
     value into the counter's buffer: copied into the fusion of ``c``, ``bc`` and
     ``y`` (which ``next`` does not depend on) it would read the counter after
     that write.  ``y`` reads ``x``, which only ``y`` itself updates: fine."""
-    from fusion_analysis.legality import keeps_loop_state_order
+    from hlo_analysis.legality import keeps_loop_state_order
     from passes.fusion.producer_consumer import FusionLog, ProducerConsumerFusion
     from passes.fusion.profitability import ForcedEdges
 

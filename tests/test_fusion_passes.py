@@ -5,7 +5,7 @@ on a small corpus module."""
 from __future__ import annotations
 
 import hlo_tools
-from fusion_analysis.legality import Decision
+from hlo_analysis.legality import Decision
 from hlo_tools import HloOpcode
 from hlo_tools.testing import assert_rewrite
 from passes import PassManager

@@ -1,4 +1,4 @@
-"""Our GPU kernel model (fusion_analysis.gpu_kernel_model) against XLA:GPU's own
+"""Our GPU kernel model (hlo_analysis.gpu_kernel_model) against XLA:GPU's own
 GpuPerformanceModel: the formulas one by one, and the per-kernel agreement on a
 real deviceless XLA:GPU compile of a corpus module."""
 
@@ -11,10 +11,11 @@ import pytest
 
 import corpus
 import hlo_tools
-from fusion_analysis import devices, roofline, xla_gpu_model
-from fusion_analysis import gpu_kernel_model as g
-from fusion_analysis.cost import KernelTime, analyze
-from fusion_analysis.rank_stats import spearman
+from hlo_analysis import devices, roofline
+from hlo_lab.measured import xla_gpu_model
+from hlo_analysis import gpu_kernel_model as g
+from hlo_analysis.cost import KernelTime, analyze
+from hlo_analysis.rank_stats import spearman
 from xla_bridge import xla
 
 H100 = devices.load("h100")

@@ -1,6 +1,6 @@
 """The host roofline's measured parts: per-thunk times from XLA's trace
 (xla_bridge.xla_trace), the cache bandwidth curve and the per-opcode costs
-(fusion_analysis.host_bench, op_profile), all on the real XLA:CPU.
+(hlo_lab.measured.host_bench, op_profile), all on the real XLA:CPU.
 
 These check what the figures are made of; how they compare (a thunk against a
 whole execute, a library call against a launch, exp against add) is a
@@ -15,8 +15,8 @@ import pytest
 
 import corpus
 import hlo_tools
-from fusion_analysis import cost, devices, kernels, op_profile, roofline
-from fusion_analysis.host_bench import compiled_kernel
+from hlo_analysis import cost, devices, kernels, op_profile, roofline
+from hlo_lab.measured.host_bench import compiled_kernel
 from passes.fusion import producer_consumer
 from xla_bridge.xla_compile import compile as xla_compile
 from xla_bridge.xla_inputs import make_inputs
@@ -140,7 +140,7 @@ def test_stale_host_caches_are_measured_again(tmp_path, monkeypatch):
                            transcendentals_per_s=1e9, memory_bandwidth=2e10, launch_overhead_s=5e-7,
                            extra={"spec_version": devices.HOST_SPEC_VERSION})
     measured: list[devices.Device] = []
-    monkeypatch.setattr(devices, "measure_host", lambda: measured.append(fresh) or fresh)
+    monkeypatch.setattr(devices, "_HOST_MEASURER", lambda: measured.append(fresh) or fresh)
     stale = json.loads(fresh.to_json())
     stale["extra"] = {"spec_version": devices.HOST_SPEC_VERSION - 1}
     stale["launch_overhead_s"] = 123.0

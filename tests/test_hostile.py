@@ -191,7 +191,7 @@ def test_best_on_a_chain_thousands_deep_has_no_recursion(kind, tmp_path):
     effects, fusion legality and dce walk with explicit stacks (the hostile2
     reproducers, 1,000 deep, ended in RecursionError)."""
     from hlo_lab.cli import main
-    from fusion_analysis.legality import fusible
+    from hlo_analysis.legality import fusible
     from hlo_tools.side_effects import SideEffects
 
     src = tmp_path / f"{kind}.hlo"

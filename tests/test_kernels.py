@@ -1,17 +1,18 @@
-"""fusion_analysis.kernels (a kernel as its own module, a region as one fusion) and
-fusion_analysis.xla_fusion_log (XLA:GPU's priority-fusion dump and its replay)."""
+"""hlo_analysis.kernels (a kernel as its own module, a region as one fusion) and
+hlo_lab.measured.xla_fusion_log (XLA:GPU's priority-fusion dump and its replay)."""
 
 from __future__ import annotations
 
 import pytest
 
 import corpus
-from fusion_analysis import cost, kernels, xla_fusion_log
+from hlo_analysis import cost, kernels
+from hlo_lab.measured import xla_fusion_log
 from hlo_tools import parse
 from hlo_tools.ir import Instruction
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.shape import Shape
-from xla_bridge import xla
+from xla_bridge import kernel_alone, xla
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import AS_WRITTEN, Measurement
 from xla_bridge.xla_inputs import make_inputs
@@ -89,7 +90,7 @@ def _probe(module, kernel_name: str):
 
 def _compile_exact(module):
     res = Measurement("cpu").compile(kernels.stand_in(module),
-                                     AS_WRITTEN.hooked(kernels.SwapIn(module), HookStage.PRE_SCHEDULER))
+                                     AS_WRITTEN.hooked(kernel_alone.SwapIn(module), HookStage.PRE_SCHEDULER))
     assert res.hook.changed == 1
     return res
 
@@ -101,7 +102,7 @@ def test_extracted_kernels_run_alone_and_match_their_value_in_the_module(decode_
         probe, n = _probe(decode_cpu, k.name)
         values = run(_compile_exact(probe), make_inputs(probe)[0])
         operands, expected = values[:n], values[n]
-        _, alone = kernels.compile_alone(k)  # raises unless XLA runs exactly that kernel
+        _, alone = kernel_alone.compile_alone(k)  # raises unless XLA runs exactly that kernel
         ran = kernels.kernels_of(alone.optimized_module)
         assert [r.opcode_text for r in ran] == [k.opcode_text], k.name
         got = run(alone, operands)
@@ -189,7 +190,7 @@ def test_every_kernel_of_an_h100_module_compiles_alone_without_a_gpu():
     ks = kernels.kernels_of(m)
     assert len(ks) > 20
     for k in ks:
-        _, res = kernels.compile_alone(k, "gpu", target="h100")
+        _, res = kernel_alone.compile_alone(k, "gpu", target="h100")
         assert [r.name for r in kernels.kernels_of(res.optimized_module)] == [k.name]
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from fusion_analysis import devices
-from fusion_analysis.cost import analyze, executions, kernel_instructions, known_trip_count
-from fusion_analysis.roofline import roofline
+from hlo_analysis import devices
+from hlo_analysis.cost import analyze, executions, kernel_instructions, known_trip_count
+from hlo_analysis.roofline import roofline
 from hlo_lab.study import kernels
 from hlo_tools import parse
 

@@ -8,7 +8,7 @@ import hlo_tools
 from hlo_tools import HloOpcode
 from xla_bridge import xla
 from hlo_tools.opcode import ELEMENTWISE
-from fusion_analysis import kernels
+from hlo_analysis import kernels
 from hlo_tools.outline import region_module
 from passes.fusion import FusionError, inline_fusion, outline_fusion
 from tests.conftest import corpus_stage_texts

@@ -58,7 +58,7 @@ def test_scan_and_corpus_list_agree_on_the_module_count(which, pass_dump, proto_
 
 def test_scan_reads_the_stablehlo_a_dump_holds(pass_dump, tmp_path):
     """jax writes each jitted function's StableHLO as ``module_<id>.<name>/module.mlir``."""
-    from fusion_analysis import scan
+    from hlo_lab import scan
 
     folder = tmp_path / "mlir"
     folder.mkdir()
@@ -170,7 +170,7 @@ def test_passes_dump_errors_and_listing(pass_dump, tmp_path, capsys):
 # -- fusion-log ------------------------------------------------------------------------------
 
 def test_fusion_log_of_a_deviceless_gpu_dump(pass_dump, capsys):
-    from fusion_analysis import xla_fusion_log as fl
+    from hlo_lab.measured import xla_fusion_log as fl
 
     if "--gpu" not in gpu_flags():
         pytest.skip("no deviceless XLA:GPU here (CUDA plugin or H100 target missing)")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import corpus
-from fusion_analysis import devices, opportunities
-from fusion_analysis.patterns import (GELU, GQA, KV_CACHE, LABELS, LAYERNORM, MOE, OPTIMIZER, RMSNORM, ROPE, SOFTMAX,
+from hlo_analysis import devices, opportunities
+from hlo_analysis.patterns import (GELU, GQA, KV_CACHE, LABELS, LAYERNORM, MOE, OPTIMIZER, RMSNORM, ROPE, SOFTMAX,
                                       SWIGLU, Patterns)
 from hlo_tools import parse
 from tests.dump_model import make_dump

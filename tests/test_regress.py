@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_analysis.regions import Kernel, match_kernels
+from hlo_analysis.regions import Kernel, match_kernels
 from hlo_lab.cli import main
 from hlo_lab.regress import RegressReport, compare_module, sources
 from xla_bridge import xla, xla_results, xla_versions, xla_worker

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import corpus
-from fusion_analysis import scan
+from hlo_lab import scan
 from hlo_lab.cli import main as hlo_main
 
 HERE = Path(__file__).resolve().parent

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import corpus
-from fusion_analysis import scan
-from fusion_analysis.report import html_page, markdown, split_modules
-from xla_bridge.display import fmt_seconds
+from hlo_lab import scan
+from hlo_lab.scan_report import html_page, markdown, split_modules
+from hlo_analysis.units import fmt_seconds
 from tests.conftest import run_hlo
 from tests.dump_model import make_dump
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fusion_analysis import scan
+from hlo_lab import scan
 from tests.dump_model import make_dump
 from tests.test_visualize_browser import chromium
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import corpus
-from fusion_analysis.memory import profile
-from fusion_analysis.overlap import overlap
+from hlo_analysis.memory import profile
+from hlo_analysis.overlap import overlap
 from hlo_tools import parse, verify
 from hlo_tools.testing import assert_rewrite
 from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler

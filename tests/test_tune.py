@@ -14,7 +14,7 @@ import time
 import pytest
 
 import corpus
-from fusion_analysis.rank_stats import kendall_tau
+from hlo_analysis.rank_stats import kendall_tau
 from hlo_lab.cli import main
 from hlo_tools import HloOpcode, parse
 from passes import PassManager

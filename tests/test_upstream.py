@@ -78,7 +78,6 @@ def test_a_rewrite_that_changes_nothing_is_refused(decode, tmp_path):
 def test_the_bundle_of_a_users_pass_runs_its_own_run_line(decode, tmp_path, monkeypatch):
     """A user's pass (--load): the bundle holds its source, and the test's RUN line,
     run as written from the bundle's folder (hlo opt | filecheck), passes."""
-    monkeypatch.setenv("HLO_WORKER_FILES", "{}")
     out = tmp_path / "bundle"
     r = hlo("upstream", decode, "--load", SWAP, "--passes", "commute-operands", "-o", out, "--reps", "5", "-q")
     assert r.returncode == 0, r.stderr[-2000:]

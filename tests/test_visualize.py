@@ -17,7 +17,7 @@ from visualize import FocusOptions, VisualizeError, diff_modules, format_diff, s
 from visualize.dot import to_dot
 from visualize.page import before_after_html
 from visualize.render import render
-from visualize.samples import corpus_module, jax_pair
+from hlo_lab.samples import corpus_module, jax_pair
 from visualize.view import fused_computations
 
 # The environment: the graphviz Python package is a dependency, its `dot` binary a system package.

@@ -12,7 +12,7 @@ import pytest
 
 from hlo_tools.opcode import HloOpcode
 from visualize.page import before_after_html
-from visualize.samples import jax_pair
+from hlo_lab.samples import jax_pair
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 FLAGS = ("--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "

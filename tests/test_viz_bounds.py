@@ -21,7 +21,7 @@ import corpus
 from tests.conftest import ROOT, run_hlo
 from visualize import FocusOptions, select, to_dot
 from visualize.render import LayoutTimeout, dot_binary, render
-from visualize.samples import corpus_module
+from hlo_lab.samples import corpus_module
 from visualize.view import suggest_focus
 
 needs_dot = pytest.mark.skipif(dot_binary() is None, reason="Graphviz's dot is not installed (apt-get install graphviz)")

@@ -12,11 +12,12 @@ import json
 import pytest
 
 import corpus
-from fusion_analysis import devices, xla_gpu_model
-from fusion_analysis.fusion_kind import fusion_kind
-from fusion_analysis.rank_stats import spearman
-from fusion_analysis.gpu_legality import gpu_outputs_compatible
-from fusion_analysis.roofline import roofline
+from hlo_analysis import devices
+from hlo_lab.measured import xla_gpu_model
+from hlo_analysis.fusion_kind import fusion_kind
+from hlo_analysis.rank_stats import spearman
+from hlo_analysis.gpu_legality import gpu_outputs_compatible
+from hlo_analysis.roofline import roofline
 from hlo_lab.cli import main
 from hlo_lab.study import cpu_study, gpu_study_modes
 from hlo_tools import parse

@@ -20,9 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from fusion_analysis.patterns import Flow
+from hlo_analysis.patterns import Flow
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import HloOpcode
+from hlo_analysis.units import html_table
 
 from .style import shorten
 
@@ -94,8 +95,6 @@ class ModuleDiff:
 
     def _repr_html_(self) -> str:
         """The notebook view: the counts, then the opcodes whose count changed."""
-        from xla_bridge.display import html_table  # lazy: the bridge's display helpers, only in a notebook
-
         counts = self.counts()
         rows = [(o, b, a, f"{a - b:+d}") for o, b, a in self.opcode_counts if a != b]
         notes = [", ".join(f"{k} {v}" for k, v in counts.items())]

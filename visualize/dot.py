@@ -9,7 +9,7 @@ import graphviz
 
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import HloOpcode
-from xla_bridge.display import fmt_bytes
+from hlo_analysis.units import fmt_bytes
 
 from .style import COLORS, Category, category, shorten
 from .view import FocusOptions, View, select

@@ -10,10 +10,10 @@ import html
 import json
 from typing import Any, Sequence
 
-from fusion_analysis import devices
-from fusion_analysis.cost import analyze
-from xla_bridge.display import fmt_bytes, fmt_seconds
-from fusion_analysis.roofline import roofline
+from hlo_analysis import devices
+from hlo_analysis.cost import analyze
+from hlo_analysis.units import fmt_bytes, fmt_seconds
+from hlo_analysis.roofline import roofline
 from hlo_tools.ir import Module
 
 from . import _assets
@@ -93,7 +93,7 @@ TOTAL_ROWS = ("kernels", "flops", "bytes", "time")
 
 def before_after_totals(before: Module, after: Module, device: str | devices.Device = "h100") -> dict[str, dict]:
     """What the engineer asks of a change, before vs after: kernels launched, flops,
-    bytes accessed and predicted time (the one cost model, ``fusion_analysis.cost``,
+    bytes accessed and predicted time (the one cost model, ``hlo_analysis.cost``,
     and its roofline on ``device``)."""
     dev = devices.load(device)
     out: dict[str, dict] = {}
@@ -122,7 +122,7 @@ def totals_table(totals: dict[str, dict]) -> str:
         b, a = totals["before"][key], totals["after"][key]
         rows.append(f'<tr data-row="{key}"><th>{html.escape(label[key])}</th><td class="num">{fmt[key](b)}</td>'
                     f'<td class="num">{fmt[key](a)}</td><td class="num">{_change(b, a)}</td></tr>')
-    return ('<table id="totals"><caption>before / after totals (fusion_analysis cost model)</caption>'
+    return ('<table id="totals"><caption>before / after totals (hlo_analysis cost model)</caption>'
             f'<tr><th></th><th>before</th><th>after</th><th>after / before</th></tr>{"".join(rows)}</table>')
 
 

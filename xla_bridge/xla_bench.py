@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import xla, xla_worker
-from .display import finite, html_table, speedup_label, speedup_verdict, within_noise
+from .display import speedup_label, speedup_verdict, within_noise
+from hlo_analysis.units import finite, html_table
 from .errors import XlaCompileError
 from .xla_compile import CompileResult, Hook, adopt_hook_state, compile, parse_flags
 from .xla_inputs import make_inputs

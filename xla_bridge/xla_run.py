@@ -17,7 +17,7 @@ from hlo_tools.parser import parse
 from hlo_tools.precision import computed_through
 
 from . import xla, xla_worker
-from .display import finite, html_table
+from hlo_analysis.units import finite, html_table
 from .errors import NoDeviceError, XlaCompileError
 from .xla_compile import CompileResult, compile, parse_flags
 from .xla_inputs import make_inputs, numpy_dtype

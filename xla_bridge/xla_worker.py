@@ -254,7 +254,9 @@ def _tell(where: tuple[str, str]) -> None:
 
 
 def _env_key() -> tuple:
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)))
+    """What the worker was started with: a change restarts it."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)))
+    return env + tuple(sorted(_user_pass_files().items()))
 
 
 def _foreign_paths(paths: list[str]) -> list[str]:
@@ -276,6 +278,7 @@ def _child_env(python: str | None = None) -> dict[str, str]:
         paths = _foreign_paths(paths)
         env.pop("PYTHONHOME", None)
     env["HLO_WORKER_SYS_PATH"] = json.dumps(paths)
+    env[_FILES_ENV] = json.dumps(_user_pass_files())
     env["PYTHONPATH"] = os.pathsep.join([here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     jax = sys.modules.get("jax")
     if "JAX_PLATFORMS" not in env and jax is not None:  # set in this process through jax.config
@@ -468,13 +471,14 @@ def shutdown() -> None:
 _FILES_ENV = "HLO_WORKER_FILES"
 
 
-def share_module_file(module_name: str, path: str) -> None:
-    """Makes the module that this process loaded from ``path`` as ``module_name``
-    (a user's pass file) importable in the worker too, so that its objects can be
-    sent there.  The worker restarts to load it (an ``HLO_`` variable changed)."""
-    files = json.loads(os.environ.get(_FILES_ENV, "{}"))
-    files[module_name] = os.path.abspath(path)
-    os.environ[_FILES_ENV] = json.dumps(files)
+def _user_pass_files() -> dict[str, str]:
+    """The user's pass files this process loaded (``passes.registry.load_passes``), by
+    module name: the worker loads them too, so that their objects can be sent there."""
+    if "passes.registry" not in sys.modules:
+        return {}  # nothing loaded the registry, so no user file either
+    from passes.registry import USER_FILES  # lazy: loaded already (checked above)
+
+    return dict(USER_FILES)
 
 
 def _load_shared_files() -> None:

@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Iterator
 
-from fusion_analysis import devices
+from hlo_analysis import devices
 from passes.fusion.decisions import DecisionFusion, FusionDecisions
 from xla_bridge.measure import STOCK, Measurement, Pipeline
 from xla_bridge.xla_bench import benchmark

@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fusion_analysis.rank_stats import kendall_tau
+from hlo_analysis.rank_stats import kendall_tau
 from hlo_tools import parse
 from hlo_tools.errors import HloError
 from passes.fusion.decisions import FusionDecisions, pipelines

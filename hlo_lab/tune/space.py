@@ -18,8 +18,8 @@ import dataclasses
 import random
 from dataclasses import dataclass
 
-from fusion_analysis import devices
-from fusion_analysis.roofline import roofline
+from hlo_analysis import devices
+from hlo_analysis.roofline import roofline
 from hlo_lab.study import kernels
 from hlo_tools import HloOpcode, Instruction, Module, parse
 from hlo_tools.attributes import parse_metadata

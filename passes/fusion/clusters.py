@@ -22,8 +22,8 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.outline import inline_fusion, outline_fusion, remove_uncalled, restore_topological_order
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import fusion_kind
-from fusion_analysis.legality import loop_state_writers
+from hlo_analysis.fusion_kind import fusion_kind
+from hlo_analysis.legality import loop_state_writers
 
 #: Computations whose instructions run as kernels: the entry and control-flow
 #: bodies. Reducers, comparators and fusion bodies are excluded.

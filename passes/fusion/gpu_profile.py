@@ -6,8 +6,8 @@ it replaces: a reduction fused under a broadcast is recomputed per output elemen
 and a merged kernel can launch fewer blocks than its parts. XLA:GPU's priority
 fusion prices every decision with its GpuPerformanceModel (``us_fused`` against
 ``us_unfused``, each kernel launch 1 us). Our GPU roofline
-(``fusion_analysis.gpu_kernel_model``) follows that model per kernel (rho 0.996
-against XLA's own estimates over the corpus, docs/fusion_analysis.md), so the
+(``hlo_analysis.gpu_kernel_model``) follows that model per kernel (rho 0.996
+against XLA's own estimates over the corpus, docs/hlo_lab.md), so the
 same rule here: price the kernels apart and the would-be fusion
 (``kernels.fused_region``) on the target, and fuse when it saves time.
 
@@ -23,12 +23,12 @@ from typing import Sequence
 
 from hlo_tools import Instruction
 
-from fusion_analysis import devices
-from fusion_analysis.cost import is_kernel
-from fusion_analysis.fusion_kind import gpu_fusion_kind
-from fusion_analysis.kernels import fused_region
-from fusion_analysis.legality import ALLOW, Decision
-from fusion_analysis.roofline import roofline
+from hlo_analysis import devices
+from hlo_analysis.cost import is_kernel
+from hlo_analysis.fusion_kind import gpu_fusion_kind
+from hlo_analysis.kernels import fused_region
+from hlo_analysis.legality import ALLOW, Decision
+from hlo_analysis.roofline import roofline
 
 from .clusters import Cluster, Clusters
 

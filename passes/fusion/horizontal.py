@@ -42,8 +42,8 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.opcode import NO_KERNEL
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import loop_kind
-from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
+from hlo_analysis.fusion_kind import loop_kind
+from hlo_analysis.legality import ALLOW, Decision, fusible, shape_key
 
 from passes.base import FusionPass
 from passes.fuel import consume_fuel

@@ -31,9 +31,9 @@ from typing import Callable
 from hlo_tools import HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import gpu_fusion_kind, loop_kind
-from fusion_analysis.gpu_legality import gpu_outputs_compatible
-from fusion_analysis.legality import ALLOW, Decision, fusible, shape_key
+from hlo_analysis.fusion_kind import gpu_fusion_kind, loop_kind
+from hlo_analysis.gpu_legality import gpu_outputs_compatible
+from hlo_analysis.legality import ALLOW, Decision, fusible, shape_key
 
 from passes.base import FusionPass
 from passes.fuel import consume_fuel

@@ -1,5 +1,5 @@
 """Outlining in the pass layer: ``outline_fusion`` whose kind defaults to the
-one rule (``fusion_analysis.fusion_kind``), and the ``inline-fusions`` pass.  The outliner itself (one for the
+one rule (``hlo_analysis.fusion_kind``), and the ``inline-fusions`` pass.  The outliner itself (one for the
 whole project) is ``hlo_tools.outline``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hlo_tools import outline as _outline
 from hlo_tools.outline import Kind, inline_fusion
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import fusion_kind
+from hlo_analysis.fusion_kind import fusion_kind
 
 from passes.base import FusionPass
 

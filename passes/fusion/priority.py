@@ -23,7 +23,7 @@ rewritten fusion instructions:
   extra rule for grown producer clusters (an expensive member must not be
   recomputed per reused element), and ``Clusters.would_cycle`` for merges.
 - Benefit: a pluggable ``cost(candidate) -> float`` (bytes of memory traffic by
-  default, from ``fusion_analysis.cost``: ``bytes_saved`` minus the operand
+  default, from ``hlo_analysis.cost``: ``bytes_saved`` minus the operand
   re-reads of each extra copy, ``reread_bytes``; pass a roofline-based one to
   model time). Only positive benefits are queued.
 - After a fusion, the priorities of the fused cluster and of its operand
@@ -44,9 +44,9 @@ from typing import Callable
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.cost import bytes_saved, result_bytes, reread_bytes
-from fusion_analysis.fusion_kind import loop_kind
-from fusion_analysis.legality import (ALLOW, Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
+from hlo_analysis.cost import bytes_saved, result_bytes, reread_bytes
+from hlo_analysis.fusion_kind import loop_kind
+from hlo_analysis.legality import (ALLOW, Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
                                      reused_within, shape_key)
 from passes.base import FusionPass
 from passes.fuel import consume_fuel

@@ -19,8 +19,8 @@ from typing import Callable
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import gpu_fusion_kind, loop_kind
-from fusion_analysis.legality import (Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
+from hlo_analysis.fusion_kind import gpu_fusion_kind, loop_kind
+from hlo_analysis.legality import (Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
                                      reused_within)
 
 from passes.base import FusionPass

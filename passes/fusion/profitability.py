@@ -6,7 +6,7 @@ it to try another heuristic or a cost model::
 
     ProducerConsumerFusion(profitable=lambda p, users, duplicate: Decision(not duplicate, "no duplication"))
 
-``bytes_saved`` (from ``fusion_analysis.cost``, the one cost model) is the
+``bytes_saved`` (from ``hlo_analysis.cost``, the one cost model) is the
 memory-traffic model ``min_bytes_saved`` and the priority pass share: fusing a
 producer removes one write and one read of its result per consumer, and a
 duplicated producer re-reads its own operands.
@@ -19,8 +19,8 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from hlo_tools import HloOpcode, Instruction
 
-from fusion_analysis.cost import bytes_saved
-from fusion_analysis.legality import ALLOW, Decision, is_expensive_producer
+from hlo_analysis.cost import bytes_saved
+from hlo_analysis.legality import ALLOW, Decision, is_expensive_producer
 
 
 class Profitability(Protocol):

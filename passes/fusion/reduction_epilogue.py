@@ -30,8 +30,8 @@ from hlo_tools import HloOpcode, Instruction, Module
 from hlo_tools.opcode import ELEMENTWISE
 from hlo_tools.rewriter import Rewriter
 
-from fusion_analysis.fusion_kind import loop_kind
-from fusion_analysis.legality import ALLOW, Decision
+from hlo_analysis.fusion_kind import loop_kind
+from hlo_analysis.legality import ALLOW, Decision
 
 from passes.base import FusionPass
 

@@ -51,10 +51,11 @@ from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import make_dirs, write_output
 from xla_bridge import load
 
-from . import communication, cost, devices, opportunities, roofline
-from .collectives import infer_mesh
+from hlo_analysis import communication, cost, devices, opportunities, roofline
+from hlo_analysis.collectives import infer_mesh
+
 from .md import md_escape
-from .report import html_page, markdown
+from .scan_report import html_page, markdown
 
 #: Bump when the analysis changes what it computes: old cache entries are ignored.
 ANALYSIS_VERSION = 4

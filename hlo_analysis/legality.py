@@ -4,7 +4,7 @@ Legality is kept apart from profitability (``profitability.py``): these rules sa
 what XLA's emitters can compile inside one fusion and what keeps the graph a DAG;
 whether a legal fusion is worth it is a pluggable callable of each pass.
 
-Public API (other packages, e.g. ``fusion_analysis``, import these):
+Public API (other packages, e.g. ``hlo_analysis``, import these):
 
 - ``Decision(ok, reason)``: a frozen verdict; truthy when ``ok``. ``ALLOW`` is the
   shared yes; ``Decision.forbid("producer is a dot")`` a no with its reason.

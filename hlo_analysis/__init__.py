@@ -1,4 +1,4 @@
-"""fusion_analysis: where a module's time goes and which fusions are left.
+"""hlo_analysis: where a module's time goes and which fusions are left.
 
 * ``cost``: the one cost model: flops / transcendentals / bytes per instruction,
   fusion and module, agreeing with XLA's HloCostAnalysis (``module_cost(m)``);

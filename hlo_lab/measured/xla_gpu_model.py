@@ -25,8 +25,8 @@ from hlo_tools.opcode import HloOpcode
 from xla_bridge.measure import STOCK, Measurement, Pipeline
 from xla_bridge.xla_compile import CompileResult
 
-from .devices import Device
-from .roofline import roofline
+from hlo_analysis.devices import Device
+from hlo_analysis.roofline import roofline
 
 #: the XLA debug option that makes XLA:GPU write its estimates into backend configs
 COLLECT_FLAG = "xla_gpu_collect_cost_model_stats"

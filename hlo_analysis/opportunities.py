@@ -8,7 +8,7 @@ Two kinds of edge:
   only user (otherwise the producer is duplicated into the consumer).
 * sibling: two kernels read the same value; a multi-output fusion reads it once.
 
-Legality reuses ``fusion_analysis.legality`` (XLA:CPU's loop-fusion rules). The cycle
+Legality reuses ``hlo_analysis.legality`` (XLA:CPU's loop-fusion rules). The cycle
 check is a graph search per edge, so it runs on the ``cycle_check_top`` edges
 with the most bytes saved per computation; the others say ``cycle unchecked``.
 Edges are found inside each non-fused computation (entry, call and loop bodies);

@@ -1,5 +1,5 @@
 """Device specs for the roofline: four NVIDIA GPUs with cited numbers, the host CPU
-measured once by a micro-benchmark (cached), and user specs from JSON.
+measured once (``hlo_lab.measured.host``) and cached, and user specs from JSON.
 
 Peaks are dense (no 2:4 sparsity) tensor-core rates for matmuls, and the plain
 FP32 vector rate for everything else.
@@ -11,16 +11,12 @@ import json
 import math
 import os
 import platform
-import time
 from dataclasses import MISSING, asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
-
-import numpy as np
+from typing import Callable, Mapping
 
 from hlo_tools.fileio import OutputError, write_output
 
-from . import host_bench, op_profile
 
 CACHE_DIR = Path(os.environ.get("HLO_PASS_LAB_CACHE", Path.home() / ".cache" / "hlo-pass-lab"))
 
@@ -59,7 +55,7 @@ class Device:
     #: launch cost of a matmul that runs as a library call (the host's YNNPACK or
     #: dot thunk: measured); 0: matmuls launch like any kernel
     library_call_overhead_s: float = 0.0
-    #: the interconnect collectives are priced on (``fusion_analysis.collective_time``):
+    #: the interconnect collectives are priced on (``hlo_analysis.collective_time``):
     #: bytes/s per GPU per direction and per-step latency within a node (NVLink) and
     #: across nodes (InfiniBand, one NIC per GPU); 0: not a multi-GPU part
     nvlink_bandwidth: float = 0.0
@@ -146,7 +142,7 @@ H100_SXM = Device(
     collective_bandwidth=450e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,
     sms=132, clock_ghz=1.98, l2_bytes=50 * 2**20, shared_memory_per_sm=228 * 1024, memory_bytes=80 * 10**9,
     source="NVIDIA H100 datasheet + Hopper whitepaper; gpu_specs/h100_sxm.txtpb",
-    # XLA:GPU's kernel model (fusion_analysis.gpu_kernel_model): fpus_per_core 128 and
+    # XLA:GPU's kernel model (hlo_analysis.gpu_kernel_model): fpus_per_core 128 and
     # threads_per_core_limit 2048 from gpu_specs/h100_sxm.txtpb (128 FP32 cores per SM:
     # Hopper whitepaper); memory_transactions_per_clock 32 and l1_cache_size_per_SM
     # 2 KiB are DeviceDescription's hard-coded values in XLA (stream_executor).
@@ -197,7 +193,7 @@ B200 = Device(
            "l1_bytes_per_sm": 2048},
 )
 
-# The latency-hiding scheduler's device (fusion_analysis.overlap.CostModel): round
+# The latency-hiding scheduler's device (hlo_analysis.overlap.CostModel): round
 # H100-class figures, older than the cited spec above (400 TFLOP/s for every flop,
 # 3 TB/s, 200 GB/s per link, 5 us per async transfer). Only their ratios steer a
 # schedule; they stay as they were so that schedules do not change. Not a ``load``able
@@ -217,63 +213,26 @@ ALIASES = {"h100_sxm": "h100", "h200_sxm": "h200", "a100_sxm": "a100", "a100_80g
 HOST_SPEC_VERSION = 4
 
 
-def measure_host(*, seconds: float = 0.6) -> Device:
-    """Measures this machine: DRAM bandwidth (numpy copy of 128 MiB: read + write)
-    and matmul flop rate (numpy f32 GEMM, 1024^3) with numpy; the cache bandwidth
-    curve, the fused-loop vector and transcendental rates, the per-thunk launch and
-    matmul library-call overheads and the per-opcode costs with XLA:CPU
-    micro-kernels (``host_bench``, ``op_profile``), timed by XLA's trace events.
-
-    Run it after pinning the process to fewer cores to get those cores' figures
-    (``bench/cost_model_accuracy.py --pin`` does). About four seconds."""
-
-    def best(fn, reps: int = 5) -> float:
-        ts = []
-        deadline = time.perf_counter() + seconds / 3
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-            if time.perf_counter() > deadline and len(ts) >= 2:
-                break
-        return min(ts)
-
-    n = 32 * 2**20 // 4  # 128 MiB of f32: past any last-level cache here
-    src = np.ones(n, np.float32)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
-    t = best(lambda: np.copyto(dst, src))
-    bandwidth = 2 * src.nbytes / t
-    k = 1024
-    a = np.ones((k, k), np.float32)
-    b = np.ones((k, k), np.float32)
-    a @ b
-    gemm = 2 * k**3 / best(lambda: a @ b)
-    # XLA:CPU micro-kernels, in the order host_bench measured them (launch first:
-    # every other figure takes it out)
-    launch = host_bench.launch_overhead()
-    vec = host_bench.vector_rate()
-    curve = (*host_bench.bandwidth_curve(launch), (2.0 * src.nbytes, bandwidth))
-    transcendentals = host_bench.transcendental_rate(vec)
-    library = host_bench.library_call_overhead()
-    return Device(
-        name="host", kind="cpu", peak_flops={"f32": gemm, "bf16": gemm / 2, "f16": gemm / 2, "f64": gemm / 2},
-        memory_bandwidth=bandwidth, bandwidth_curve=curve, vector_flops=vec, transcendentals_per_s=transcendentals,
-        launch_overhead_s=launch, library_call_overhead_s=library, op_seconds=op_profile.measure(launch_s=launch),
-        sms=_usable_cpus(),
-        source=f"measured on {platform.node()} ({os.cpu_count()} CPUs) by fusion_analysis.devices.measure_host",
-        extra={"spec_version": HOST_SPEC_VERSION},
-    )
+#: How ``host()`` measures this machine when no current spec is cached: set by the
+#: application (``hlo_lab.measured.host``), since measuring compiles with XLA and
+#: analysis does not.
+_HOST_MEASURER: Callable[[], Device] | None = None
 
 
-def _usable_cpus() -> int:
+def register_host_measurer(measure: Callable[[], Device]) -> None:
+    """Sets what ``host()`` calls to measure the host (``hlo_lab`` does on import)."""
+    global _HOST_MEASURER
+    _HOST_MEASURER = measure
+
+
+def usable_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def host_cache_path() -> Path:
     """Keyed by the CPUs this process may use: a spec measured under ``taskset`` is
     not one for the whole machine, nor the reverse."""
-    return CACHE_DIR / f"host_spec_{platform.node() or 'host'}_{_usable_cpus()}.json"
+    return CACHE_DIR / f"host_spec_{platform.node() or 'host'}_{usable_cpus()}.json"
 
 
 def host(*, remeasure: bool = False) -> Device:
@@ -286,7 +245,10 @@ def host(*, remeasure: bool = False) -> Device:
                 return cached
         except (ValueError, TypeError, json.JSONDecodeError):
             pass  # a stale or broken cache is measured again
-    dev = measure_host()
+    if _HOST_MEASURER is None:
+        raise LookupError(f"no host spec at {path} and nothing here measures one: "
+                          "import hlo_lab (hlo_lab.measured.host measures the host with XLA:CPU)")
+    dev = _HOST_MEASURER()
     try:
         write_output(path, dev.to_json())
     except OutputError:

@@ -1,9 +1,9 @@
 """A collective's time on a GPU cluster: the alpha-beta ring model (and a tree for
 an all-reduce across nodes), with the interconnect figures of
-``fusion_analysis.devices`` (NVLink within a node, InfiniBand across nodes).
+``hlo_analysis.devices`` (NVLink within a node, InfiniBand across nodes).
 
 ``price(collective, device, nodes)`` is the one entry point: seconds for one
-execution of an inventory entry (``fusion_analysis.collectives.Collective``), to
+execution of an inventory entry (``hlo_analysis.collectives.Collective``), to
 set against XLA's own estimators on the same collective.
 
 With ``n`` devices in a group, payload ``S`` bytes per device, link bandwidth

@@ -24,7 +24,7 @@ Executions: a collective in a while body runs once per iteration; where XLA
 recorded the trip count (``backend_config={"known_trip_count":{"n":"N"}}``)
 ``executions`` is N (products through nested loops), else 1 with
 ``trip_count_known`` False. Counts stay static (one per instruction, as grep);
-bytes and times in :mod:`fusion_analysis.communication` are per execution times
+bytes and times in :mod:`hlo_analysis.communication` are per execution times
 ``executions``.
 """
 

@@ -7,7 +7,7 @@ the regions that differ: kernel shapes (a fusion's root-opcode chain, or the
 opcode) that one side has more of than the other.
 
 Not done yet: matching kernels one to one through metadata. Agreement with
-XLA's priority-fusion log is ``fusion_analysis.xla_fusion_log``.
+XLA's priority-fusion log is ``hlo_lab.measured.xla_fusion_log``.
 """
 
 from __future__ import annotations

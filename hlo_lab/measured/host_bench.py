@@ -8,7 +8,7 @@ counted. Nothing here looks at a corpus kernel.
 
 - ``bandwidth_curve``: a one-read-one-write loop (``negate``) over footprints from
   8 KiB to 16 MiB (beyond that, buffers come from fresh ``mmap`` pages and time
-  page faults; ``devices.measure_host`` adds numpy's 128 MiB copy as the DRAM point). The corpus kernels are small (median a few KiB) and run with
+  page faults; ``measured.host.measure_host`` adds numpy's 128 MiB copy as the DRAM point). The corpus kernels are small (median a few KiB) and run with
   their inputs in cache, where the host moves 3-6x more bytes per second than
   from DRAM; the roofline takes the bandwidth of the kernel's own footprint.
 - ``vector_rate``: a chain of 32 fused multiply/add steps per element on a
@@ -20,7 +20,7 @@ counted. Nothing here looks at a corpus kernel.
 - ``library_call_overhead``: a tiny dot, which XLA:CPU hands to a matmul library.
 
 ``op_profile`` builds its per-opcode figures on ``compiled_kernel`` and
-``best_of_passes``; ``devices.measure_host`` puts the pieces together.
+``best_of_passes``; ``measured.host.measure_host`` puts the pieces together.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 from xla_bridge.measure import Measurement
 from xla_bridge.xla_trace import thunk_times
 
-from .cost import is_kernel
+from hlo_analysis.cost import is_kernel
 
 #: footprints (bytes read + written) the bandwidth curve is measured at
 CURVE_BYTES = tuple(2**k for k in range(13, 25))  # 8 KiB .. 16 MiB

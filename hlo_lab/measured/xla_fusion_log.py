@@ -39,9 +39,9 @@ from hlo_tools.opcode import HloOpcode
 from hlo_tools.parser import parse
 from xla_bridge.measure import Measurement
 
-from . import cost, devices, roofline
-from .devices import Device
-from .kernels import extract_kernel, fused_region
+from hlo_analysis import cost, devices, roofline
+from hlo_analysis.devices import Device
+from hlo_analysis.kernels import extract_kernel, fused_region
 
 _H = HloOpcode
 DUMP_SUFFIX = "priority_fusion_dump.txt"

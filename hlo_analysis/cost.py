@@ -9,7 +9,7 @@ and writes its outputs once, and nothing inside it touches memory; dot flops are
 
 The one deliberate difference: XLA marks a ``custom-call`` as unknown with -1
 flops and -1 bytes; we count 0 flops and its operands plus output as bytes, and
-say so in ``InstructionCost.unknown`` (see docs/fusion_analysis.md). Sharding
+say so in ``InstructionCost.unknown`` (see docs/hlo_lab.md). Sharding
 annotations (``Sharding``, ``SPMDFullToShardShape``, ``xla.sdy.*``... a sharded
 module before optimization is full of them) are custom-calls too, but they are
 markers the SPMD partitioner consumes, not code: they cost nothing here, which
@@ -28,7 +28,7 @@ saves in memory traffic (``bytes_saved``, for the fusion passes' decisions), the
 coarse per-instruction work the scheduler weighs (``element_flops``,
 ``unfused_bytes``) and a kernel's time on a device's rates (``KernelTime``, for
 the roofline, the opportunities and the scheduler's overlap). The rates
-themselves live in ``fusion_analysis.devices``.
+themselves live in ``hlo_analysis.devices``.
 """
 
 from __future__ import annotations

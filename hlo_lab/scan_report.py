@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hlo_tools.fileio import make_dirs, write_output
-from xla_bridge.display import fmt_bytes, fmt_seconds
+from hlo_analysis.units import fmt_bytes, fmt_seconds
 
 from .md import md_block, md_code, md_escape
 
