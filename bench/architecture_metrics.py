@@ -5,7 +5,7 @@ imports placed inside a function (and how many of those carry a comment saying w
 the import cycles between modules, counting every import (function-local ones too,
 since they are what hide a cycle), the imports that go up the layer order (the
 contract in pyproject.toml, or ``--layers``), the largest file, the modules whose
-name repeats their folder (``xla_bridge/xla_run.py``), and which ``xla_bridge`` and
+name repeats their folder (``xla_bridge/runner.py``), and which ``xla_bridge`` and
 jax modules ``import passes`` and ``import <analysis>`` load in a fresh process.
 
     python bench/architecture_metrics.py [--json] [--layers top,...,bottom]

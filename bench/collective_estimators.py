@@ -1,5 +1,5 @@
 """Our collective prices (``hlo_analysis.collective_time.price``) against XLA's
-own estimates (``xla_bridge.xla_collective_estimates``: the numbers XLA:GPU's
+own estimates (``xla_bridge.collective_estimates``: the numbers XLA:GPU's
 latency-hiding scheduler logs, from its NCCL tables within a node and its SOL
 formulas across nodes) on the same collectives: the ratio table of docs/collectives.md.
 
@@ -28,7 +28,7 @@ from hlo_analysis.collectives import inventory  # noqa: E402
 from hlo_analysis.replica_groups import Mesh  # noqa: E402
 from hlo_tools.parser import parse  # noqa: E402
 from hlo_analysis.units import fmt_bytes, fmt_seconds  # noqa: E402
-from xla_bridge.xla_collective_estimates import xla_collective_estimates  # noqa: E402
+from xla_bridge.collective_estimates import xla_collective_estimates  # noqa: E402
 
 DEVICES = 8
 

@@ -19,7 +19,7 @@ from hlo_analysis import devices  # noqa: E402
 from hlo_analysis.communication import analyze  # noqa: E402
 from hlo_analysis.replica_groups import Mesh  # noqa: E402
 
-from hlo_lab.cli_collectives import latency_hiding_comparison  # noqa: E402
+from hlo_lab.cli.collectives import latency_hiding_comparison  # noqa: E402
 from hlo_analysis.units import fmt_bytes, fmt_seconds  # noqa: E402
 
 STAGES = {"cpu_after_optimizations": "cpu", "gpu_h100_after_optimizations": "gpu h100"}

@@ -9,7 +9,7 @@
 optimized module (``before_optimizations`` compiled with stock XLA:CPU here, or the
 stored ``cpu_after_optimizations`` stage with ``--stored``) is compiled as its own
 module so that XLA runs exactly that kernel (``xla_bridge.kernel_alone.compile_alone``),
-timed by XLA's own per-thunk trace events (``xla_bridge.xla_trace``: no harness in the
+timed by XLA's own per-thunk trace events (``xla_bridge.trace``: no harness in the
 figure; the wall clock less the harness is printed beside it), median of ``--reps``
 runs, and compared with the roofline prediction for the measured host spec.
 ``--pin CPU`` (the setting the goal is measured with) runs XLA on that one CPU and
@@ -49,11 +49,11 @@ import hlo_tools  # noqa: E402
 from hlo_analysis import cost, devices, kernels, roofline  # noqa: E402
 from hlo_lab.measured import xla_fusion_log  # noqa: E402
 from hlo_analysis.rank_stats import spearman  # noqa: E402
-from xla_bridge import kernel_alone, xla  # noqa: E402
+from xla_bridge import kernel_alone, jax_internals  # noqa: E402
 from xla_bridge.measure import Measurement  # noqa: E402
-from xla_bridge.xla_bench import harness_overhead, time_compiled  # noqa: E402
-from xla_bridge.xla_inputs import make_inputs  # noqa: E402
-from xla_bridge.xla_trace import TraceUnavailable, device_kernel_us, thunk_times  # noqa: E402
+from xla_bridge.bench import harness_overhead, time_compiled  # noqa: E402
+from xla_bridge.inputs import make_inputs  # noqa: E402
+from xla_bridge.trace import TraceUnavailable, device_kernel_us, thunk_times  # noqa: E402
 
 KEYS = ("flops", "transcendentals", "bytes accessed")
 
@@ -64,7 +64,7 @@ def agreement() -> int:
     for e in corpus.load():
         for stage in e.stages:
             text = e.text(stage)
-            theirs = xla.cost_analysis_of_text(text)
+            theirs = jax_internals.cost_analysis_of_text(text)
             label = f"{e.name}/{stage}"
             if not theirs:
                 print(f"{label:70s} XLA cannot parse/analyse it: skipped")
@@ -379,7 +379,7 @@ def _selected(name: str, only: str | None) -> bool:
 # -- --xla-log: XLA:GPU priority-fusion decisions vs our roofline ------------------------
 
 def xla_log(only: str | None, device: str, show: int) -> int:
-    if not xla.cuda_plugin_available():
+    if not jax_internals.cuda_plugin_available():
         print("jax's CUDA plugin is not installed: no deviceless XLA:GPU compile, no priority-fusion log "
               "(pip install --no-deps jax-cuda12-plugin jax-cuda12-pjrt at jaxlib's version)", file=sys.stderr)
         return 2

@@ -40,7 +40,7 @@ import hlo_tools  # noqa: E402
 from hlo_lab.study import cpu_study, fusions, gpu_study_modes, kernels  # noqa: E402
 from passes import PassManager  # noqa: E402
 from passes.fusion.pipeline import BEST, GPU_BEST, TEXT_PREFIX, passes_of  # noqa: E402
-from xla_bridge import xla  # noqa: E402
+from xla_bridge import jax_internals  # noqa: E402
 from xla_bridge.errors import XlaCompileError  # noqa: E402
 from xla_bridge.measure import AS_WRITTEN, FUSION_MODES, STOCK, Measurement  # noqa: E402
 
@@ -127,7 +127,7 @@ def _geomean(xs: list[float]) -> float:
 def gpu_table(args) -> int:
     """The XLA:GPU study, compiled without a GPU; its last line is the best mode's
     predicted geomean.  Returns 0, or 1 when no module could be studied."""
-    if not xla.cuda_plugin_available():
+    if not jax_internals.cuda_plugin_available():
         print("\nGPU study skipped: no XLA:GPU compiler here (the CUDA plugin is not installed)")
         return 0
     modes = [m for m in args.modes.split(",") if m]

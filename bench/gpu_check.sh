@@ -28,7 +28,7 @@ if [ "$REHEARSE" = 1 ]; then
 else
   if ! "$PY" - <<'PYEOF' 2>/dev/null
 import sys
-from xla_bridge.xla import backend_available
+from xla_bridge.jax_internals import backend_available
 sys.exit(0 if backend_available("gpu") else 1)
 PYEOF
   then
@@ -37,7 +37,7 @@ PYEOF
   fi
   BACKEND=gpu; FULL_ONLY="gemma2-full-*-bf16"; FULL_FLAGS="--measure-full --input-sets 1"; MODELS_FLAGS=""
   "$PY" - <<'PYEOF'
-from xla_bridge.xla import get_client, hook_supported, jax_versions
+from xla_bridge.jax_internals import get_client, hook_supported, jax_versions
 dev = get_client("gpu").local_devices()[0]
 v = jax_versions()
 print(f"GPU: {dev.device_kind}; jax {v['jax']} jaxlib {v['jaxlib']}; pipeline hook: {'yes' if hook_supported() else 'no'}")

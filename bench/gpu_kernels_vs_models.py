@@ -2,7 +2,7 @@
 own performance model (its per-fusion estimates, ``hlo_lab.measured.xla_gpu_model``).
 
 On a GPU: stock XLA:GPU compiles each module with XLA's estimates collected, runs
-it on deterministic inputs under the profiler (``xla_trace.device_kernel_times``:
+it on deterministic inputs under the profiler (``trace.device_kernel_times``:
 CUPTI device time per kernel, named after its instruction), and every kernel XLA
 priced is printed with its measured time, our prediction and XLA's (no launch
 overhead on either side: it is not in a kernel's device time). Per module and
@@ -31,16 +31,16 @@ from hlo_analysis import devices  # noqa: E402
 from hlo_lab.measured import xla_gpu_model  # noqa: E402
 from hlo_analysis.rank_stats import spearman  # noqa: E402
 from hlo_analysis.roofline import roofline  # noqa: E402
-from xla_bridge import xla  # noqa: E402
+from xla_bridge import jax_internals  # noqa: E402
 from xla_bridge.measure import STOCK, Measurement  # noqa: E402
-from xla_bridge.xla_inputs import make_inputs  # noqa: E402
-from xla_bridge.xla_trace import TraceUnavailable, device_kernel_times  # noqa: E402
+from xla_bridge.inputs import make_inputs  # noqa: E402
+from xla_bridge.trace import TraceUnavailable, device_kernel_times  # noqa: E402
 
 DEFAULT_ONLY = "llama3-tiny-decode-f32,llama3-tiny-train-f32"
 
 
 def _device_name() -> str:
-    kind = xla.get_client("gpu").local_devices()[0].device_kind.lower()
+    kind = jax_internals.get_client("gpu").local_devices()[0].device_kind.lower()
     return next((n for n in ("h200", "h100", "b200", "a100") if n in kind), "h100")
 
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rehearse", action="store_true", help="no GPU: compile without one and print the models only")
     args = ap.parse_args(argv)
 
-    on_gpu = not args.rehearse and xla.backend_available("gpu")
+    on_gpu = not args.rehearse and jax_internals.backend_available("gpu")
     if not on_gpu and not args.rehearse:
         print("no GPU: run with --rehearse to check the script here")
         return 0

@@ -5,8 +5,8 @@ figures are made of; how big they come out is a measurement, and lives here.
     JAX_PLATFORMS=cpu .venv/bin/python bench/host_model.py [--reps 6] [--json]
 
 * ``thunk / execute``: the longest per-thunk time XLA's trace gives for a corpus
-  module (``xla_trace.thunk_times``) over the wall time of one whole execute
-  (``xla_bench.time_compiled``). Each thunk runs inside one execute: a ratio near
+  module (``trace.thunk_times``) over the wall time of one whole execute
+  (``bench.time_compiled``). Each thunk runs inside one execute: a ratio near
   1 or above means a span was paired with a later run's end event.
 * ``library call / launch``: a matmul library call's fixed cost
   (``host_bench.library_call_overhead``) over a loop kernel's launch
@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import corpus  # noqa: E402
 from hlo_analysis import kernels  # noqa: E402
 from hlo_lab.measured import host_bench, op_profile  # noqa: E402
-from xla_bridge.xla_bench import time_compiled  # noqa: E402
-from xla_bridge.xla_compile import compile as xla_compile  # noqa: E402
-from xla_bridge.xla_inputs import make_inputs  # noqa: E402
-from xla_bridge.xla_trace import thunk_times  # noqa: E402
+from xla_bridge.bench import time_compiled  # noqa: E402
+from xla_bridge.compiler import compile as xla_compile  # noqa: E402
+from xla_bridge.inputs import make_inputs  # noqa: E402
+from xla_bridge.trace import thunk_times  # noqa: E402
 
 MODULE = "llama3-tiny-decode-f32"
 

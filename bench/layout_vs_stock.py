@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import corpus  # noqa: E402
 from hlo_tools import parse, verify  # noqa: E402
-from xla_bridge import xla  # noqa: E402
+from xla_bridge import jax_internals  # noqa: E402
 from xla_bridge.hook_stage import HookStage  # noqa: E402
 from xla_bridge.measure import STOCK, Measurement  # noqa: E402
 from passes.layout import LayoutNormalization, TransposeFolding, layout_analysis  # noqa: E402
@@ -51,7 +51,7 @@ def main() -> None:
         b0 = layout_analysis(m).bytes_moved
         TransposeFolding().run(m)
         verify(m)
-        xla.proto_from_text(m.to_text())
+        jax_internals.proto_from_text(m.to_text())
         b1 = layout_analysis(m).bytes_moved
         row = [e.name, kb(b0), kb(b1), "-", "-", "-", "-", "-", "-"]
         if e.size == "tiny" or args.full:

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import hlo_tools
-    from xla_bridge.xla import _xc
+    from xla_bridge.jax_internals import _xc
 
     xla_parse = _xc().hlo.hlo_module_from_text
     from rich.console import Console

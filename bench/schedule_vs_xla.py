@@ -31,10 +31,10 @@ import corpus  # noqa: E402
 from hlo_analysis.memory import lower_bound, profile  # noqa: E402
 from hlo_analysis.overlap import overlap  # noqa: E402
 from hlo_tools import parse, verify  # noqa: E402
-from xla_bridge import xla  # noqa: E402
+from xla_bridge import jax_internals  # noqa: E402
 from xla_bridge.hook_stage import HookStage  # noqa: E402
 from xla_bridge.measure import STOCK, Measurement  # noqa: E402
-from xla_bridge.xla_run import compare  # noqa: E402
+from xla_bridge.runner import compare  # noqa: E402
 from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler  # noqa: E402
 
 #: Sharded modules: XLA:CPU's SPMD partitioner over 8 host devices.
@@ -121,7 +121,7 @@ def all_modules(quick: bool, xla_temp_for_full: bool = False):
         verify(m)
         p1 = profile(m.entry).peak_bytes
         worse += p1 > p0
-        xla.proto_from_text(m.to_text())  # XLA's parser accepts our schedule
+        jax_internals.proto_from_text(m.to_text())  # XLA's parser accepts our schedule
         verdict, t_xla, t_ours = "-", "-", "-"
         if not e.sharded and (e.runnable or xla_temp_for_full):
             orig = e.module("before_optimizations")

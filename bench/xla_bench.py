@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import corpus  # noqa: E402
 from hlo_tools import load, parse  # noqa: E402
-from xla_bridge.xla_bench import benchmark, harness_overhead  # noqa: E402
-from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
+from xla_bridge.bench import benchmark, harness_overhead  # noqa: E402
+from xla_bridge.examples import FUSION_KLOOP, UNFUSED  # noqa: E402
 
 
 def pick_module(name: str | None):

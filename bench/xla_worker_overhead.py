@@ -19,10 +19,10 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import corpus  # noqa: E402
-from xla_bridge import xla_worker  # noqa: E402
-from xla_bridge.xla_compile import compile  # noqa: E402
-from xla_bridge.xla_examples import UNFUSED  # noqa: E402
-from xla_bridge.xla_run import run_module  # noqa: E402
+from xla_bridge import worker  # noqa: E402
+from xla_bridge.compiler import compile  # noqa: E402
+from xla_bridge.examples import UNFUSED  # noqa: E402
+from xla_bridge.runner import run_module  # noqa: E402
 
 
 def _seconds(fn, reps: int) -> list[float]:
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     compile(text)
     first_here = time.perf_counter() - t0  # jax import and client start are in it
 
-    ping = _seconds(lambda: xla_worker.contained(os.getpid), 50)
+    ping = _seconds(lambda: worker.contained(os.getpid), 50)
     contained, here, run_contained, run_here = [], [], [], []
     for _ in range(args.reps):  # interleaved, so that the machine's load hits both alike
         contained += _seconds(lambda: compile(text, contained=True), 1)
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(20):
         run_contained += _seconds(lambda: run_module(UNFUSED, contained=True), 1)
         run_here += _seconds(lambda: run_module(UNFUSED), 1)
-    w = xla_worker.worker()
+    w = worker.worker()
 
     def ms(xs: list[float]) -> str:
         return f"{statistics.median(xs) * 1e3:8.1f} ms"

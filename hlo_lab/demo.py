@@ -29,7 +29,7 @@ from hlo_tools.verifier import verify
 from passes.fusion.pipeline import BEST, GPU_BEST
 from visualize.page import before_after_html
 from visualize.view import FocusOptions
-from xla_bridge import xla
+from xla_bridge import jax_internals
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.fidelity import fidelity_problem
 
@@ -121,7 +121,7 @@ def fusion_step(pages: Path, lines: list[str], reps: int) -> tuple[list, list, i
             write_output(pages / f"{name}.html", page)
         print(f"step 3: {name}: outputs {row.outputs}, kernels {row.kernels_stock} -> {row.kernels_ours}, "
               f"speedup vs stock XLA:CPU {row.speedup:.3f}")
-        if xla.cuda_plugin_available():
+        if jax_internals.cuda_plugin_available():
             try:
                 g = gpu_study(name, text, GPU_BEST, "h100", mode="on-top")
             except XlaCompileError as e:

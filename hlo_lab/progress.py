@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from typing import Callable, Iterator
 
-from xla_bridge import xla_worker
+from xla_bridge import worker
 
 
 def wanted(args) -> bool:
@@ -62,5 +62,5 @@ def status(what: str, enabled: bool) -> Iterator[Callable[[str], None]]:
         def heard(phase: str, module: str) -> None:
             update(f"{current[0]}: {phase} {module}"[:100])
 
-        with xla_worker.listening(heard):
+        with worker.listening(heard):
             yield say

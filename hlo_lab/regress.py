@@ -1,7 +1,7 @@
 """``hlo regress``: what two XLA versions (or one with a pass disabled) decide on the
 same pre-optimization modules, region by region, and what it costs.
 
-For each module, each side (``xla_sides.Side``: a version and extra flags)
+For each module, each side (``sides.Side``: a version and extra flags)
 compiles the stamped module (``regions.stamp_origins``) for XLA:CPU, which is
 run and timed here, and for a GPU without one (deviceless XLA:GPU).  The two
 optimized modules of a backend are matched region by region
@@ -31,10 +31,10 @@ from hlo_lab.md import md_code, md_escape
 from hlo_analysis.regions import Region, RegionDiff, match_regions, stamp_origins
 from hlo_tools.parser import parse
 from hlo_analysis.units import fmt_seconds, fmt_us
-from xla_bridge.xla_proto import read_text
-from xla_bridge.xla_results import record
-from xla_bridge.xla_run import compare_outputs
-from xla_bridge.xla_sides import Side, SideRun, profile, time_sides
+from xla_bridge.proto import read_text
+from xla_bridge.results import record
+from xla_bridge.runner import compare_outputs
+from xla_bridge.sides import Side, SideRun, profile, time_sides
 
 #: Parameters larger than this are not run by default (a real-shape module's
 #: weights: gigabytes of inputs on a laptop); such modules are compiled and priced only.

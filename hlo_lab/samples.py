@@ -1,6 +1,6 @@
 """Real modules to draw, for tests, benchmarks and notebooks: the bundled corpus
 when it is there, else modules lowered and compiled by jax on the spot (a
-genuine before/after of XLA:CPU's fusion passes, ``xla_bridge.xla_examples``)."""
+genuine before/after of XLA:CPU's fusion passes, ``xla_bridge.examples``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import corpus
 import hlo_tools
-from xla_bridge.xla_examples import jax_texts
+from xla_bridge.examples import jax_texts
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root
 MODULES = ROOT / "corpus" / "modules"

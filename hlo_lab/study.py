@@ -36,10 +36,10 @@ from hlo_analysis.roofline import roofline
 from hlo_tools import HloOpcode, Module, parse
 from passes import PassManager
 from passes.fusion.pipeline import expand, passes_of
-from xla_bridge import xla_worker
+from xla_bridge import worker
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.measure import STOCK, Measurement, Pipeline
-from xla_bridge.xla_compile import CompileResult
+from xla_bridge.compiler import CompileResult
 
 #: CPU-only passes, dropped from a pipeline for the GPU columns.
 CPU_ONLY = frozenset({"library-dot-fusion"})
@@ -130,8 +130,8 @@ def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 
     outputs compared.  ``backend="gpu"`` does the same on a real GPU (CPU-only
     passes dropped).  ``contained``: all of it in the XLA worker (``spec`` goes
     there as names or Pass objects)."""
-    if contained and not xla_worker.in_worker():
-        return xla_worker.contained(cpu_study, (name, text, spec),
+    if contained and not worker.in_worker():
+        return worker.contained(cpu_study, (name, text, spec),
                                     dict(reps=reps, warmup=warmup, backend=backend, mode=mode, input_sets=input_sets),
                                     phase="compiling", module=name, backend=backend)
 
@@ -234,8 +234,8 @@ def gpu_study(name: str, text: str, spec: str, target: str = "h100", *, mode: st
 def gpu_study_modes(name: str, text: str, spec: str, target: str = "h100", *,
                     modes: Sequence[str] = ("replace", "on-top", "as-written"), contained: bool = True) -> list[GpuRow]:
     """``gpu_study`` in each of ``modes``, stock compiled once."""
-    if contained and not xla_worker.in_worker():
-        return xla_worker.contained(gpu_study_modes, (name, text, spec, target), dict(modes=tuple(modes)),
+    if contained and not worker.in_worker():
+        return worker.contained(gpu_study_modes, (name, text, spec, target), dict(modes=tuple(modes)),
                                     phase="compiling", module=name, backend="gpu")
 
     device = devices.load(target)

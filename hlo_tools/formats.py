@@ -5,7 +5,7 @@ A module reaches us as HLO text, a serialized ``HloModuleProto`` (or the
 ``HloProto``/``HloSnapshot`` wrapping one: ``--xla_dump_hlo_as_proto`` writes
 ``*.hlo.pb``), or StableHLO (``*.mlir`` text or bytecode), each optionally
 gzip'd.  Everything here is plain Python: only turning a proto or StableHLO
-into HLO text needs jaxlib, and that lives in ``xla_proto``.
+into HLO text needs jaxlib, and that lives in ``proto``.
 
 ``is_module_file`` is the one rule for "is this file a module, by its name":
 ``hlo check DIR`` and the corpus scan both walk folders with it, so the side

@@ -77,7 +77,7 @@ def assert_rewrite(hlo_in: str | Module, pass_: HloPassLike, expected: str | Non
     module as it was; returns False.  Otherwise it must report a change and its
     printed result must match the FileCheck lines ``expected``; returns True.
     Either way the pass's ``changed`` must agree with the text, and
-    ``accepted_by`` (for instance XLA's parser, ``xla_bridge.xla.xla_module_from_text``)
+    ``accepted_by`` (for instance XLA's parser, ``xla_bridge.jax_internals.xla_module_from_text``)
     is called on the printed result.  Failures show the printed module and
     FileCheck's diagnostic.
     """

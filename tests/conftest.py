@@ -64,8 +64,8 @@ def conformance_dir() -> Path:
 @pytest.fixture(scope="module")
 def xla_cpu():
     """The XLA bridge, for tests that run Python passes inside XLA:CPU's pipeline."""
-    from xla_bridge import xla  # here, not at the top: the bridge is slow to import; only these tests need it
+    from xla_bridge import jax_internals  # here, not at the top: the bridge is slow to import; only these tests need it
 
-    if not xla.hook_supported():  # the environment: a jaxlib built without them
+    if not jax_internals.hook_supported():  # the environment: a jaxlib built without them
         pytest.skip("this jaxlib has no jax.extend.xla pipeline hooks")
     return xla

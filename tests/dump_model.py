@@ -101,7 +101,7 @@ def _compile_gpu(fn, params, x) -> None:
     from jax.experimental import topologies
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from xla_bridge.xla_targets import target_config
+    from xla_bridge.targets import target_config
 
     topo = topologies.get_topology_desc("", platform="cuda", target_config=target_config("h100"), topology="1x1x1")
     sharding = jax.sharding.SingleDeviceSharding(topo.devices[0])
@@ -117,7 +117,7 @@ def gpu_flags() -> list[str]:
     except ImportError:
         return []
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from xla_bridge.xla_targets import target_names
+    from xla_bridge.targets import target_names
 
     return ["--gpu"] if "h100" in target_names() else []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hlo_tools
 from hlo_tools.testing import assert_rewrite as filecheck_rewrite
 from passes import ComputationPass
-from xla_bridge import xla
+from xla_bridge import jax_internals
 
 
 def assert_rewrite(hlo_in: str, pass_, expected: str | None) -> hlo_tools.Module:
@@ -14,7 +14,7 @@ def assert_rewrite(hlo_in: str, pass_, expected: str | None) -> hlo_tools.Module
     and ``expected`` a whole module the result must print exactly as (after our
     parse/print).  New tests write CHECK lines with hlo_tools.testing instead."""
     module = hlo_tools.parse(hlo_in)
-    filecheck_rewrite(module, pass_, None if expected is None else "CHECK: HloModule", accepted_by=xla.xla_module_from_text)
+    filecheck_rewrite(module, pass_, None if expected is None else "CHECK: HloModule", accepted_by=jax_internals.xla_module_from_text)
     if expected is not None:
         want = hlo_tools.parse(expected).to_text()
         assert module.to_text() == want, f"got:\n{module.to_text()}\nwant:\n{want}"

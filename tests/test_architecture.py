@@ -94,6 +94,21 @@ def _metrics():
     return module
 
 
+def test_jax_internals_are_reached_from_two_bridge_modules_only():
+    """Every ``jax._src`` import sits in ``xla_bridge.jax_internals`` or
+    ``xla_bridge.stablehlo`` (import-linter cannot name a subpackage of jax), so a
+    jax release that moves one is fixed in one place."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "xla_bridge").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [(path.stem, n) for n in names if n.startswith("jax._src")]
+    assert {stem for stem, _ in found} == {"jax_internals", "stablehlo"}, found
+
+
 def test_no_import_cycles_between_modules():
     """Imports inside functions included: a lazy import no longer hides a cycle."""
     metrics = _metrics()

@@ -18,7 +18,7 @@ from hlo_analysis.collectives import counts, grep_counts, infer_mesh, inventory,
 from hlo_analysis.communication import analyze
 from hlo_analysis.replica_groups import Mesh, ReplicaGroupsError, parse_replica_groups
 from hlo_lab.cli import main
-from hlo_lab.cli_collectives import latency_hiding_comparison
+from hlo_lab.cli.collectives import latency_hiding_comparison
 from hlo_tools import parse
 
 H100 = devices.load("h100")

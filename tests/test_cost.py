@@ -11,7 +11,7 @@ import pytest
 import corpus
 import hlo_tools
 from hlo_analysis import cost
-from xla_bridge import xla
+from xla_bridge import jax_internals
 
 KEYS = ("flops", "transcendentals", "bytes accessed")
 
@@ -38,7 +38,7 @@ def _rel(ours: float, theirs: float) -> float:
 @pytest.mark.parametrize("entry,stage", _cases())
 def test_agrees_with_xla_cost_analysis(entry, stage):
     text = entry.text(stage)
-    theirs = xla.cost_analysis_of_text(text)
+    theirs = jax_internals.cost_analysis_of_text(text)
     if not theirs:
         # XLA's parser rejects two sharded XLA:GPU modules it printed itself
         # (output_to_operand_aliasing on all-reduce-start); nothing to compare.
@@ -55,7 +55,7 @@ def _module(body: str, extra: str = "") -> str:
 
 
 def _both(text: str) -> tuple[dict, dict]:
-    return cost.module_cost(hlo_tools.parse(text)), xla.cost_analysis_of_text(text)
+    return cost.module_cost(hlo_tools.parse(text)), jax_internals.cost_analysis_of_text(text)
 
 
 def test_dot_is_two_m_n_k_flops():
@@ -143,7 +143,7 @@ def test_sharded_before_optimizations_within_one_percent(entry):
     """The 2x4-mesh train steps before optimization (issue 15 item 9); a real dump of a
     sharded step, with its sharding custom-calls, is in tests/test_cost_sharded.py."""
     text = entry.text("before_optimizations")
-    theirs = xla.cost_analysis_of_text(text)
+    theirs = jax_internals.cost_analysis_of_text(text)
     assert theirs, f"XLA could not analyse {entry.name}"
     ours = cost.module_cost(hlo_tools.parse(text))
     for k in KEYS:
@@ -154,9 +154,9 @@ ANNOTATIONS = [
     ('f32[256]{0} custom-call(%a), custom_call_target="Sharding", sharding={devices=[4]<=[4]}', 256),
     ('f32[64]{0} custom-call(%a), custom_call_target="SPMDFullToShardShape", sharding={manual}', 256),
     ('f32[1024]{0} custom-call(%a), custom_call_target="SPMDShardToFullShape", sharding={devices=[4]<=[4]}', 256),
-    ('(f32[64]{0}) custom-call(%a), custom_call_target="xla.sdy.GlobalToLocalShape", '
+    ('(f32[64]{0}) custom-call(%a), custom_call_target="jax_internals.sdy.GlobalToLocalShape", '
      'custom_call_has_side_effect=true', 256),
-    ('f32[1024]{0} custom-call(%a), custom_call_target="xla.sdy.LocalToGlobalShape", '
+    ('f32[1024]{0} custom-call(%a), custom_call_target="jax_internals.sdy.LocalToGlobalShape", '
      'custom_call_has_side_effect=true', 256),
 ]
 

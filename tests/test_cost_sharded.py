@@ -20,7 +20,7 @@ import pytest
 
 import hlo_tools
 from hlo_analysis import cost
-from xla_bridge import xla
+from xla_bridge import jax_internals
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 
@@ -66,7 +66,7 @@ def test_sharded_dump_holds_annotations_and_collectives(dumps, partitioner):
     m = _parse(dumps[partitioner]["before_optimizations"])
     ops = {i.opcode_text for c in m.computations for i in c}
     assert {"all-reduce", "all-gather", "reduce-scatter", "collective-permute", "while"} <= ops
-    expected = ({"Sharding", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape"} if partitioner == "shardy"
+    expected = ({"Sharding", "jax_internals.sdy.GlobalToLocalShape", "jax_internals.sdy.LocalToGlobalShape"} if partitioner == "shardy"
                 else {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"})
     assert expected <= _targets(m)
 
@@ -75,7 +75,7 @@ def test_sharded_dump_holds_annotations_and_collectives(dumps, partitioner):
 @pytest.mark.parametrize("partitioner", PARTITIONERS)
 def test_sharded_dump_agrees_with_xla_within_one_percent(dumps, partitioner, stage):
     text = dumps[partitioner][stage]
-    theirs = xla.cost_analysis_of_text(text)
+    theirs = jax_internals.cost_analysis_of_text(text)
     assert theirs, "XLA could not analyse the module it dumped"
     ours = cost.module_cost(_parse(text))
     for k in ("flops", "transcendentals", "bytes accessed"):
@@ -134,7 +134,7 @@ def test_each_opcode_of_the_sharded_module_is_priced_as_xla_prices_it(dumps, par
     wrong = []
     for key, instr in sorted(first.items()):
         text = _alone(instr).to_text()
-        theirs = xla.cost_analysis_of_text(text)
+        theirs = jax_internals.cost_analysis_of_text(text)
         assert theirs, f"XLA could not analyse {key} alone"
         ours = cost.analyze(hlo_tools.parse(text))
         if cost.is_sharding_annotation(instr):

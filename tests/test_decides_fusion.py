@@ -12,7 +12,7 @@ import pytest
 
 import corpus
 import hlo_tools
-from hlo_lab.cli_args import user_pipeline
+from hlo_lab.cli.args import user_pipeline
 from hlo_lab.debug.rewrite import default_pipeline, measure_rewrite, rewrite_route
 from passes import FixedPoint, FusionPass, PassManager, decides_fusion, get_pass, registry
 from passes.fusion.call_inliner import CallInliner

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from xla_bridge import xla
+from xla_bridge import jax_internals
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "writing_a_pass.md"
 
@@ -53,7 +53,7 @@ ENTRY e {
     assert "multiply" in ops
     assert report.records[0].changed and report.records[0].name == "reciprocal-divide"
     assert any(i.literal == "0.25" for i in module.entry)
-    xla.xla_module_from_text(module.to_text())
+    jax_internals.xla_module_from_text(module.to_text())
 
 
 def test_the_fusion_pass_and_its_test_run():

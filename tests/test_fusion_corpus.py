@@ -11,16 +11,16 @@ import pytest
 from hlo_tools import HloOpcode
 
 
-from xla_bridge import xla  # noqa: E402
+from xla_bridge import jax_internals  # noqa: E402
 
-if not xla.hook_supported():
+if not jax_internals.hook_supported():
     pytest.skip("needs jax.extend.xla pipeline hooks", allow_module_level=True)
 
 import corpus  # noqa: E402
 from hlo_lab.study import gpu_study, ours  # noqa: E402
 from passes.fusion.pipeline import BEST, PRIORITY  # noqa: E402
 from xla_bridge.measure import STOCK, Measurement  # noqa: E402
-from xla_bridge.xla_run import compare  # noqa: E402
+from xla_bridge.runner import compare  # noqa: E402
 
 CPU = Measurement("cpu")
 
@@ -72,7 +72,7 @@ def test_priority_pipeline_equal_and_kept(name, stock):
 def test_xla_gpu_keeps_our_fusions_deviceless():
     """XLA:GPU for an H100, compiled here without a GPU: BEST as written at the
     post-scheduler hook, every fusion we wrote is in XLA:GPU's optimized module."""
-    if not xla.cuda_plugin_available():
+    if not jax_internals.cuda_plugin_available():
         pytest.skip("no XLA:GPU compiler here: the CUDA plugin is not installed")
     g = gpu_study("llama3-tiny-decode-f32", _text("llama3-tiny-decode-f32"), BEST, "h100", mode="as-written")
     assert g.fusions_written > 0 and g.kept

@@ -16,7 +16,7 @@ from hlo_lab.measured import xla_gpu_model
 from hlo_analysis import gpu_kernel_model as g
 from hlo_analysis.cost import KernelTime, analyze
 from hlo_analysis.rank_stats import spearman
-from xla_bridge import xla
+from xla_bridge import jax_internals
 
 H100 = devices.load("h100")
 PER_BLOCK = 1.98e9 * 32  # bytes/s one block can move: clock x memory_transactions_per_clock
@@ -104,7 +104,7 @@ def test_host_path_is_unchanged():
 
 @pytest.fixture(scope="module")
 def priced_decode():
-    if not xla.cuda_plugin_available():
+    if not jax_internals.cuda_plugin_available():
         pytest.skip("jax's CUDA plugin is not installed: XLA:GPU cannot compile, even deviceless")
     (entry,) = list(corpus.load("llama3-tiny-decode-f32"))
     text = xla_gpu_model.compile_priced(entry.text("before_optimizations"), "h100").optimized_text

@@ -1,5 +1,5 @@
 """The host roofline's measured parts: per-thunk times from XLA's trace
-(xla_bridge.xla_trace), the cache bandwidth curve and the per-opcode costs
+(xla_bridge.trace), the cache bandwidth curve and the per-opcode costs
 (hlo_lab.measured.host_bench, op_profile), all on the real XLA:CPU.
 
 These check what the figures are made of; how they compare (a thunk against a
@@ -18,9 +18,9 @@ import hlo_tools
 from hlo_analysis import cost, devices, kernels, op_profile, roofline
 from hlo_lab.measured.host_bench import compiled_kernel
 from passes.fusion import producer_consumer
-from xla_bridge.xla_compile import compile as xla_compile
-from xla_bridge.xla_inputs import make_inputs
-from xla_bridge.xla_trace import _is_host_transfer, spans, thunk_times
+from xla_bridge.compiler import compile as xla_compile
+from xla_bridge.inputs import make_inputs
+from xla_bridge.trace import _is_host_transfer, spans, thunk_times
 
 from passes_util import SOFTMAX_CHAIN
 

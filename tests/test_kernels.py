@@ -12,11 +12,11 @@ from hlo_tools import parse
 from hlo_tools.ir import Instruction
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.shape import Shape
-from xla_bridge import kernel_alone, xla
+from xla_bridge import kernel_alone, jax_internals
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import AS_WRITTEN, Measurement
-from xla_bridge.xla_inputs import make_inputs
-from xla_bridge.xla_run import compare_outputs, run
+from xla_bridge.inputs import make_inputs
+from xla_bridge.runner import compare_outputs, run
 
 SOFTMAX_ROW = """HloModule softmax_row
 %add (a: f32[], b: f32[]) -> f32[] {
@@ -62,7 +62,7 @@ def test_extract_kernel_copies_its_computations_and_shares_nothing(decode_cpu):
     assert all(id(c) not in originals for c in m.computations)
     assert all(c.parent is m for c in m.computations)
     assert {c.name for c in m.computations} >= {c.name for c in k.fused_computation.make_embedded_computations_post_order()}
-    xla.xla_module_from_text(m.to_text())  # XLA's parser accepts it
+    jax_internals.xla_module_from_text(m.to_text())  # XLA's parser accepts it
     # the kernel's cost is the same alone as inside its module
     alone = cost.analyze(m).by_name()[k.name]
     inside = cost.analyze(decode_cpu).by_name()[k.name]
@@ -176,7 +176,7 @@ def test_dump_parses_into_steps_and_replays():
 
 
 def _no_deviceless_gpu() -> str | None:
-    if not xla.cuda_plugin_available():
+    if not jax_internals.cuda_plugin_available():
         return ("jax's CUDA plugin is not installed, so there is no deviceless XLA:GPU compile and no "
                 "priority-fusion log (pip install --no-deps jax-cuda12-plugin jax-cuda12-pjrt at jaxlib's version)")
     return None

@@ -9,8 +9,8 @@ from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
 from passes import PassManager, get_pass
 from xla_bridge import AS_WRITTEN, STOCK, HookStage, Measurement, Pipeline, XlaCompileError
-from xla_bridge.xla import hook_supported
-from xla_bridge.xla_examples import UNFUSED
+from xla_bridge.jax_internals import hook_supported
+from xla_bridge.examples import UNFUSED
 
 needs_hook = pytest.mark.skipif(not hook_supported(), reason="needs jax.extend.xla's pipeline hook (jax >= 0.12)")
 

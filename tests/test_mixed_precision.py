@@ -19,9 +19,9 @@ from hlo_tools.shape import PrimitiveType
 from passes import PassManager
 from passes.fusion.pipeline import passes_of
 from xla_bridge.hook_stage import HookStage
-from xla_bridge.xla_compile import Hook, compile
-from xla_bridge.xla_inputs import make_inputs
-from xla_bridge.xla_run import compare_outputs, diff_output, output_precisions, run
+from xla_bridge.compiler import Hook, compile
+from xla_bridge.inputs import make_inputs
+from xla_bridge.runner import compare_outputs, diff_output, output_precisions, run
 
 SCAN = Path(__file__).parent / "data" / "bf16_scan_train_step.hlo"
 

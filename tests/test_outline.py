@@ -6,7 +6,7 @@ import pytest
 
 import hlo_tools
 from hlo_tools import HloOpcode
-from xla_bridge import xla
+from xla_bridge import jax_internals
 from hlo_tools.opcode import ELEMENTWISE
 from hlo_analysis import kernels
 from hlo_tools.outline import region_module
@@ -51,7 +51,7 @@ def test_single_output_loop_fusion():
     assert {u.name for u in fusion.users} == {"r", "k"}
     text = module.to_text()
     assert "%fusion = f32[4,8]{1,0} fusion(%x, %y), kind=kLoop, calls=%fused_computation" in text
-    xla.xla_module_from_text(text)
+    jax_internals.xla_module_from_text(text)
 
 
 def test_multi_output_fusion_makes_tuple_and_get_tuple_elements():
@@ -87,12 +87,12 @@ def test_refuses_parameters_and_control_dependencies():
 
 def test_inline_is_the_inverse():
     module = hlo_tools.parse(SRC)
-    want = xla.canonical_text(module.to_text())
+    want = jax_internals.canonical_text(module.to_text())
     f1 = outline_fusion(module.entry, _get(module, "m", "n", "z", "r"))
     inline_fusion(f1)
     hlo_tools.verify(module)
     assert len(module.computations) == 2
-    assert xla.canonical_text(module.to_text()) == want
+    assert jax_internals.canonical_text(module.to_text()) == want
 
 
 def _outline_all_elementwise_pairs(module) -> list:
@@ -118,14 +118,14 @@ _PRE = [(label, t) for label, t in corpus_stage_texts() if label.endswith("befor
 @pytest.mark.parametrize("label, text", _PRE, ids=[p[0] for p in _PRE])
 def test_outline_then_inline_round_trips_on_corpus_modules(label, text):
     module = hlo_tools.parse(text, label)
-    want = xla.canonical_text(text)
+    want = jax_internals.canonical_text(text)
     fusions = _outline_all_elementwise_pairs(module)
     assert fusions, "an LLM module has fusible elementwise pairs"
     hlo_tools.verify(module)
-    xla.xla_module_from_text(module.to_text())
+    jax_internals.xla_module_from_text(module.to_text())
     for f in fusions:
         inline_fusion(f)
-    assert xla.canonical_text(module.to_text()) == want
+    assert jax_internals.canonical_text(module.to_text()) == want
 
 
 # -- the one outliner: region_module builds what kernels.fused_region builds ------------

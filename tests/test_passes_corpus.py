@@ -9,7 +9,7 @@ import pytest
 import corpus
 import hlo_tools
 import xla_bridge
-from xla_bridge import xla
+from xla_bridge import jax_internals
 from passes import PassManager, get_pass
 
 _HAVE = (corpus.CORPUS_DIR / "manifest.json").exists()
@@ -28,7 +28,7 @@ def test_cleanup_verifies_and_xla_accepts(entry):
     before = module.instruction_count
     _cleanup(module)  # the manager verifies after each pass that changed something
     assert module.instruction_count < before, "pre-optimization LLM modules have dead/duplicate/trivial ops"
-    xla.xla_module_from_text(module.to_text())
+    jax_internals.xla_module_from_text(module.to_text())
 
 
 @pytest.mark.parametrize("entry", _RUN, ids=[e.name for e in _RUN])

@@ -125,7 +125,7 @@ def test_any_cut_of_a_fusion_body_is_a_valid_module(aborting_train_step):
     """Every fusion of the fused train step, its body cut to the first half: our
     verifier and XLA's parser accept each (a fusion used inside the entry keeps
     its root and so its shape; the new parameters are fed from the entry)."""
-    from xla_bridge import xla
+    from xla_bridge import jax_internals
 
     module = parse(open(aborting_train_step).read())
     names = subgraph.fusions(module)
@@ -137,7 +137,7 @@ def test_any_cut_of_a_fusion_body_is_a_valid_module(aborting_train_step):
         fusion = cand.entry.get_instruction(name)
         assert fusion.operand_count == len(fusion.fused_computation.parameters)
         if n % 20 == 0:
-            xla.xla_module_from_text(cand.to_text())
+            jax_internals.xla_module_from_text(cand.to_text())
 
 
 def test_reduce_cli_shrinks_an_aborting_train_step(aborting_train_step, tmp_path):

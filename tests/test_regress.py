@@ -17,15 +17,15 @@ import pytest
 from hlo_analysis.regions import Kernel, match_kernels
 from hlo_lab.cli import main
 from hlo_lab.regress import RegressReport, compare_module, sources
-from xla_bridge import xla, xla_results, xla_versions, xla_worker
-from xla_bridge.xla_sides import Side
+from xla_bridge import jax_internals, results, versions, worker
+from xla_bridge.sides import Side
 
 MODULE = "llama3-tiny-decode-f32"
 NO_FUSION = "--xla_disable_hlo_passes=fusion"
 
 
 def _gpu_plugin() -> bool:
-    return xla.cuda_plugin_available()
+    return jax_internals.cuda_plugin_available()
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_regions_split_merge_and_duplicated_producers():
 
 @pytest.fixture
 def versions_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv(xla_versions.DIR_ENV, str(tmp_path / "versions"))
+    monkeypatch.setenv(versions.DIR_ENV, str(tmp_path / "versions"))
     return tmp_path / "versions"
 
 
@@ -126,8 +126,8 @@ def test_a_malformed_version_is_one_line(versions_dir, capsys):
 
 
 def test_a_version_not_on_the_index_names_nearby_ones(versions_dir):
-    with pytest.raises(xla_versions.VersionError, match=r"jax 0\.11\.7 is not on the package index; nearby: .*0\.11\.2"):
-        xla_versions.add("0.11.7", say=lambda _s: None, index=lambda: ["0.12.0", "0.11.2", "0.11.1", "0.10.2"])
+    with pytest.raises(versions.VersionError, match=r"jax 0\.11\.7 is not on the package index; nearby: .*0\.11\.2"):
+        versions.add("0.11.7", say=lambda _s: None, index=lambda: ["0.12.0", "0.11.2", "0.11.1", "0.10.2"])
     assert not (versions_dir / "0.11.7").exists()
 
 
@@ -135,51 +135,51 @@ def test_a_set_up_version_is_cached(versions_dir):
     env = versions_dir / "0.10.2"
     (env / "bin").mkdir(parents=True)
     (env / "bin" / "python").symlink_to(sys.executable)
-    (env / xla_versions.MARKER).write_text(json.dumps({"jax": "0.10.2", "jaxlib": "0.10.2", "gpu": False}))
+    (env / versions.MARKER).write_text(json.dumps({"jax": "0.10.2", "jaxlib": "0.10.2", "gpu": False}))
     said = []
 
     def no_index():
         raise AssertionError("a cached version must not ask the package index")
 
-    v = xla_versions.add("0.10.2", say=said.append, index=no_index)
+    v = versions.add("0.10.2", say=said.append, index=no_index)
     assert v.python == str(env / "bin" / "python") and said == [f"jax 0.10.2: cached ({env})"]
-    assert [x.version for x in xla_versions.installed()] == [xla_versions.current(), "0.10.2"]
+    assert [x.version for x in versions.installed()] == [versions.current(), "0.10.2"]
 
 
 def test_a_version_not_set_up_is_a_clear_error(versions_dir, capsys):
     assert main(["regress", "--versions", "0.10.1,current", "--no-record", "-q"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"hlo regress: jax 0.10.1 is not set up here: run `hlo xla add 0.10.1` (set up: {xla_versions.current()})"
+    assert err == f"hlo regress: jax 0.10.1 is not set up here: run `hlo xla add 0.10.1` (set up: {versions.current()})"
     assert main(["xla", "list", "--json"]) == 0
-    assert [v["version"] for v in json.loads(capsys.readouterr().out)] == [xla_versions.current()]
+    assert [v["version"] for v in json.loads(capsys.readouterr().out)] == [versions.current()]
 
 
 def test_pyproject_dependencies_without_jax():
-    deps = xla_versions.project_dependencies()
+    deps = versions.project_dependencies()
     assert any(d.startswith("lark") for d in deps) and any(d.startswith("numpy") for d in deps)
     assert not any(d.split(">")[0].split("=")[0].strip() in ("jax", "jaxlib") for d in deps)
 
 
 def test_a_worker_under_another_interpreter_is_its_own_process():
-    own = xla_worker.contained(os.getpid)
-    with xla_worker.using(sys.executable):
-        other = xla_worker.contained(os.getpid)
-        assert xla_worker.contained(os.getpid) == other  # one persistent worker per interpreter
-    assert other != own and xla_worker.contained(os.getpid) == own
+    own = worker.contained(os.getpid)
+    with worker.using(sys.executable):
+        other = worker.contained(os.getpid)
+        assert worker.contained(os.getpid) == other  # one persistent worker per interpreter
+    assert other != own and worker.contained(os.getpid) == own
 
 
 def test_a_real_other_version_answers_with_its_own_jax():
-    others = [v for v in xla_versions.installed() if v.python is not None]
+    others = [v for v in versions.installed() if v.python is not None]
     if not others:
         pytest.skip("no other XLA version set up here (`hlo xla add 0.11.2`); tests never install one")
-    with xla_versions.activated(others[0].version):
-        assert xla_worker.contained(xla.jax_versions)["jaxlib"] == others[0].version
+    with versions.activated(others[0].version):
+        assert worker.contained(jax_internals.jax_versions)["jaxlib"] == others[0].version
 
 
 # -- the results database --------------------------------------------------------------------------
 
 
-OLD_SCHEMA = xla_results.SCHEMA.replace(",\n    side TEXT,\n    predicted_us REAL", "")
+OLD_SCHEMA = results.SCHEMA.replace(",\n    side TEXT,\n    predicted_us REAL", "")
 
 
 def test_an_old_database_is_migrated_without_losing_rows(tmp_path):
@@ -191,8 +191,8 @@ def test_an_old_database_is_migrated_without_losing_rows(tmp_path):
                  "VALUES ('2025-01-01T00:00:00', 'm', 'h', 'cpu', 'cpu', 'stock', '0.10.2', '0.10.2', 10.0)")
     conn.commit()
     conn.close()
-    xla_results.connect(db).close()
-    rows = xla_results.history(db, module="m")
+    results.connect(db).close()
+    rows = results.history(db, module="m")
     assert len(rows) == 1 and rows[0]["a_median_us"] == 10.0 and "side" in rows[0] and rows[0]["side"] is None
 
 
@@ -212,7 +212,7 @@ def test_cli_regress_records_by_version_and_history_shows_the_trend(tmp_path, ca
     assert "<table>" in page.read_text()
     assert main(["history", "--db", str(db), "--module", "small.hlo", "--trend", "--json"]) == 0
     trend = json.loads(capsys.readouterr().out)
-    assert [r["side"] for r in trend] == [xla_versions.current(), f"{xla_versions.current()} {flag}"]
+    assert [r["side"] for r in trend] == [versions.current(), f"{versions.current()} {flag}"]
     assert all(r["predicted_us"] > 0 and r["a_median_us"] > 0 for r in trend)
     assert trend[1]["predicted_us"] > trend[0]["predicted_us"]
     assert main(["history", "--db", str(db), "--trend"]) == 2

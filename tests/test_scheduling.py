@@ -9,7 +9,7 @@ from hlo_tools import parse, verify
 from hlo_tools.testing import assert_rewrite
 from passes.scheduling import LatencyHidingScheduler, MemoryScheduler, run_scheduler
 from xla_bridge import STOCK, HookStage, Measurement, compare
-from xla_bridge.xla import xla_module_from_text
+from xla_bridge.jax_internals import xla_module_from_text
 
 CPU = Measurement("cpu")
 

@@ -11,9 +11,9 @@ import numpy as np  # noqa: E402
 from hlo_tools import parse  # noqa: E402
 from hlo_tools.opcode import HloOpcode  # noqa: E402
 from xla_bridge.stablehlo import from_jax, from_module, to_module  # noqa: E402
-from xla_bridge.xla import XlaCompileError  # noqa: E402
-from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
-from xla_bridge.xla_run import compare, run_module  # noqa: E402
+from xla_bridge.jax_internals import XlaCompileError  # noqa: E402
+from xla_bridge.examples import FUSION_KLOOP, UNFUSED  # noqa: E402
+from xla_bridge.runner import compare, run_module  # noqa: E402
 
 
 def test_from_jax_with_abstract_args_gives_the_pre_optimization_module():

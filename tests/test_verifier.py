@@ -120,7 +120,7 @@ def test_conformance_modules_verify():
 @pytest.mark.parametrize("name", ["s1", "u4", "pred", "f32", "bf16", "f8e4m3fn", "token", "opaque", "tuple", "s33", "f32x", "x"])
 def test_instruction_named_like_an_element_type_is_what_xla_rejects(name):
     """The verifier flags exactly the names XLA's parser rejects (it sanitizes them)."""
-    from xla_bridge.xla import XlaCompileError, proto_from_text
+    from xla_bridge.jax_internals import XlaCompileError, proto_from_text
 
     text = f"HloModule m\n\nENTRY e {{\n  p = f32[4]{{0}} parameter(0)\n  ROOT {name} = f32[4]{{0}} negate(p)\n}}\n"
     ours = verify(hlo_tools.parse(text), raise_on_error=False)
@@ -213,7 +213,7 @@ def test_bitcast_convert_across_widths_is_what_xla_accepts(operand, result, ok):
     """XLA's rule (ShapeInference::InferBitcastConvertShape), checked against
     XLA's own parser and verifier on the same text."""
     from xla_bridge.errors import XlaCompileError
-    from xla_bridge.xla_compile import compile
+    from xla_bridge.compiler import compile
 
     text = _one(f"  p = {operand} parameter(0)\n  ROOT b = {result} bitcast-convert(p)")
     ours = verify(hlo_tools.parse(text), raise_on_error=False)
@@ -236,7 +236,7 @@ def test_shapes_whose_size_overflows_int64_are_rejected_as_xla_does(shape, messa
     rejected at the instruction, with the verifier's location; `hlo stats` no longer
     prints 3.4e38 bytes for them."""
     from xla_bridge.errors import XlaCompileError
-    from xla_bridge.xla_compile import compile
+    from xla_bridge.compiler import compile
 
     text = _one(f"  p = {shape} parameter(0)\n  ROOT n = {shape} negate(p)")
     problems = verify(hlo_tools.parse(text), raise_on_error=False)

@@ -9,10 +9,10 @@ import pytest
 
 from hlo_tools import parse
 from hlo_lab.cli import main
-from xla_bridge import xla
-from xla_bridge.xla_bench import benchmark, harness_overhead
-from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED
-from xla_bridge.xla_results import connect, history, record
+from xla_bridge import jax_internals
+from xla_bridge.bench import benchmark, harness_overhead
+from xla_bridge.examples import FUSION_KLOOP, UNFUSED
+from xla_bridge.results import connect, history, record
 
 
 def test_benchmark_interleaves_and_reports_spread():
@@ -94,7 +94,7 @@ def test_cli_bench_and_history(files, capsys):
 
 
 def test_cli_bench_runs_fusion_passes_at_the_hook(files, capsys):
-    if not xla.hook_supported():
+    if not jax_internals.hook_supported():
         pytest.skip("needs jax.extend.xla pipeline hooks")
     db = files / "h.db"
     assert main(["bench", str(files / "a.hlo"), "--passes", "producer-consumer-fusion,dce", "--hook", "pre-scheduler",

@@ -1,4 +1,4 @@
-"""XLA:GPU's own collective estimates (xla_bridge.xla_collective_estimates): read
+"""XLA:GPU's own collective estimates (xla_bridge.collective_estimates): read
 from XLA's scheduler log during a deviceless 8-GPU compile (no GPU needed)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 import pytest
 
 from corpus.bundled import load
-from xla_bridge.xla import cuda_plugin_available
-from xla_bridge.xla_collective_estimates import parse_estimator_log, xla_collective_estimates
+from xla_bridge.jax_internals import cuda_plugin_available
+from xla_bridge.collective_estimates import parse_estimator_log, xla_collective_estimates
 
 pytestmark = pytest.mark.skipif(not cuda_plugin_available(),
                                 reason="jax's CUDA plugin is not installed (pip install --no-deps jax-cuda12-plugin "

@@ -10,9 +10,9 @@ import pytest
 
 import corpus
 from hlo_tools import parse
-from xla_bridge.xla import cuda_plugin_available
-from xla_bridge.xla_compile import compile
-from xla_bridge.xla_run import compare
+from xla_bridge.jax_internals import cuda_plugin_available
+from xla_bridge.compiler import compile
+from xla_bridge.runner import compare
 
 MANIFEST = Path(__file__).resolve().parent.parent / "corpus" / "manifest.json"
 

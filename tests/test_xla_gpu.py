@@ -8,11 +8,11 @@ import pytest
 
 from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
-from xla_bridge.xla import XlaCompileError, backend_available, cuda_plugin_available, hook_supported
-from xla_bridge.xla_compile import compile
-from xla_bridge.xla_run import compare, run
-from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED
-from xla_bridge.xla_targets import UnknownTargetError, device_description, target_config
+from xla_bridge.jax_internals import XlaCompileError, backend_available, cuda_plugin_available, hook_supported
+from xla_bridge.compiler import compile
+from xla_bridge.runner import compare, run
+from xla_bridge.examples import FUSION_KLOOP, UNFUSED
+from xla_bridge.targets import UnknownTargetError, device_description, target_config
 
 needs_plugin = pytest.mark.skipif(not cuda_plugin_available(),
                                   reason="jax's CUDA plugin is not installed (pip install --no-deps jax-cuda12-plugin "

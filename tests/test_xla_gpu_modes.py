@@ -25,11 +25,11 @@ from passes.fusion.gpu_profile import FasterOn
 from passes.fusion.pipeline import GPU_BEST, expand, passes_of
 from passes.registry import get_pass
 from passes.fusion.producer_consumer import FusionLog, GpuProducerConsumerFusion, ProducerConsumerFusion
-from xla_bridge import xla
+from xla_bridge import jax_internals
 from xla_bridge.measure import FUSION_MODES, Measurement, Pipeline
-from xla_bridge.xla_compile import disabled_passes
+from xla_bridge.compiler import disabled_passes
 
-needs_xla_gpu = pytest.mark.skipif(not xla.cuda_plugin_available(),
+needs_xla_gpu = pytest.mark.skipif(not jax_internals.cuda_plugin_available(),
                                    reason="no XLA:GPU compiler here: the CUDA plugin is not installed")
 
 DECODE = "llama3-tiny-decode-f32"

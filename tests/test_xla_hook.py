@@ -7,11 +7,11 @@ import pytest
 
 from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
-from xla_bridge.xla import XlaCompileError, hook_supported
-from xla_bridge.xla_compile import Hook, compile
-from xla_bridge.xla_examples import TWO_BRANCHES, UNFUSED
-from xla_bridge.xla_inputs import make_inputs
-from xla_bridge.xla_run import compare_outputs, run
+from xla_bridge.jax_internals import XlaCompileError, hook_supported
+from xla_bridge.compiler import Hook, compile
+from xla_bridge.examples import TWO_BRANCHES, UNFUSED
+from xla_bridge.inputs import make_inputs
+from xla_bridge.runner import compare_outputs, run
 
 pytestmark = pytest.mark.skipif(not hook_supported(), reason="this jax has no HLO module transformation hook (jax >= 0.12)")
 

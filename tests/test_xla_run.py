@@ -9,11 +9,11 @@ import pytest
 
 
 from hlo_tools import parse
-from xla_bridge.xla import XlaCompileError
-from xla_bridge.xla_compile import compile
-from xla_bridge.xla_examples import FUSION_KLOOP, INDICES, TWO_BRANCHES, UNFUSED
-from xla_bridge.xla_inputs import index_bounds, make_inputs
-from xla_bridge.xla_run import compare, compare_outputs, diff_output, run
+from xla_bridge.jax_internals import XlaCompileError
+from xla_bridge.compiler import compile
+from xla_bridge.examples import FUSION_KLOOP, INDICES, TWO_BRANCHES, UNFUSED
+from xla_bridge.inputs import index_bounds, make_inputs
+from xla_bridge.runner import compare, compare_outputs, diff_output, run
 
 
 def test_inputs_are_deterministic_typed_and_index_safe():
@@ -108,7 +108,7 @@ def test_an_optimizer_state_that_reaches_a_sqrt_is_generated_non_negative():
     """Adam's second moment: scaled, summed with g*g, bias-corrected, square-rooted,
     inside a fusion. Generated in [-1, 1) it turned about 17% of a corpus train step's
     outputs into NaN; only the parameters on such a path are made non-negative."""
-    from xla_bridge.xla_inputs import nonnegative_parameters
+    from xla_bridge.inputs import nonnegative_parameters
 
     m = parse("""HloModule adam
 

@@ -20,14 +20,14 @@ import corpus  # noqa: E402
 from hlo_tools import HloError, HloOpcode, parse  # noqa: E402
 from hlo_lab.study import CpuRow, StudyError, studies  # noqa: E402
 from passes import PassManager, parse_pipeline  # noqa: E402
-from xla_bridge import xla_worker  # noqa: E402
+from xla_bridge import worker  # noqa: E402
 from xla_bridge.hook_stage import HookStage  # noqa: E402
 from xla_bridge.measure import AS_WRITTEN, STOCK, Measurement  # noqa: E402
 from xla_bridge.errors import XlaAbortError, XlaCompileError  # noqa: E402
-from xla_bridge.xla import backend_available, hook_supported  # noqa: E402
-from xla_bridge.xla_compile import Hook, compile, is_optimized  # noqa: E402
-from xla_bridge.xla_examples import FUSION_KLOOP, UNFUSED  # noqa: E402
-from xla_bridge.xla_run import compare, run_module  # noqa: E402
+from xla_bridge.jax_internals import backend_available, hook_supported  # noqa: E402
+from xla_bridge.compiler import Hook, compile, is_optimized  # noqa: E402
+from xla_bridge.examples import FUSION_KLOOP, UNFUSED  # noqa: E402
+from xla_bridge.runner import compare, run_module  # noqa: E402
 from tests.conftest import run_hlo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,13 +85,13 @@ def test_compile_and_run_report_the_abort_in_one_line(files, cmd):
 
 def _abort_while_running() -> None:
     """Stands in for XLA dying at run time (a real SIGABRT in the worker)."""
-    xla_worker.note("running", "stand_in_module")
+    worker.note("running", "stand_in_module")
     os.abort()
 
 
 def test_worker_is_reused_and_restarts_after_an_abort(files):
     compile(UNFUSED, contained=True)
-    w = xla_worker.worker()
+    w = worker.worker()
     pid, starts = w.pid, w.starts
     res = compile(FUSION_KLOOP, "cpu", "as-written", contained=True)
     assert w.pid == pid and w.starts == starts  # reused: no start-up paid again
@@ -111,7 +111,7 @@ def test_worker_is_reused_and_restarts_after_an_abort(files):
 
 def test_an_abort_while_running_names_the_phase():
     with pytest.raises(XlaAbortError, match=r"^XLA aborted while running stand_in_module: Fatal Python error"):
-        xla_worker.contained(_abort_while_running)
+        worker.contained(_abort_while_running)
     assert compare(UNFUSED, UNFUSED, contained=True).verdict == "exact"
 
 
@@ -124,7 +124,7 @@ def test_errors_raised_in_the_worker_keep_their_type_and_fields():
 
 
 def test_a_closure_cannot_be_sent_and_says_what_to_do():
-    with pytest.raises(xla_worker.XlaWorkerError, match="contained=False"):
+    with pytest.raises(worker.XlaWorkerError, match="contained=False"):
         compile(UNFUSED, hook=Hook(lambda module: False, "post-scheduler"), contained=True)
 
 
@@ -141,20 +141,20 @@ def test_a_hooked_benchmark_in_the_worker_brings_the_hooks_state_back():
 
 
 def test_the_parents_environment_reaches_the_worker(monkeypatch):
-    w = xla_worker.worker()
-    xla_worker.contained(os.getpid)
+    w = worker.worker()
+    worker.contained(os.getpid)
     starts = w.starts
     monkeypatch.setenv("HLO_WORKER_PROBE", "42")
-    assert xla_worker.contained(os.getenv, ("HLO_WORKER_PROBE",)) == "42"
+    assert worker.contained(os.getenv, ("HLO_WORKER_PROBE",)) == "42"
     assert w.starts == starts + 1  # XLA reads its environment once: a change restarts the worker
-    assert xla_worker.contained(os.getenv, ("JAX_PLATFORMS",)) == os.environ.get("JAX_PLATFORMS")
+    assert worker.contained(os.getenv, ("JAX_PLATFORMS",)) == os.environ.get("JAX_PLATFORMS")
 
 
 _PARENT = """
 import sys, time
-from xla_bridge import xla_worker
-xla_worker.contained(sum, ([1, 2],))
-print(xla_worker.worker().pid, flush=True)
+from xla_bridge import worker
+worker.contained(sum, ([1, 2],))
+print(worker.worker().pid, flush=True)
 time.sleep(60)
 """
 

@@ -10,24 +10,26 @@ To measure a pass against XLA (stock, as written, or with the pass hooked in at 
 stage of XLA's pipeline), one object: ``Measurement`` with ``Pipeline``s
 (``measure``), hook stages spelled ``HookStage``.
 
-The pieces: ``xla`` (every jaxlib internal, one small function each),
-``errors``, ``hook_stage``, ``measure``, ``xla_compile``, ``xla_run``, ``xla_bench``, ``xla_trace``, ``xla_results`` (the
-SQLite history), ``xla_inputs``, ``xla_targets`` (GPU target descriptions),
-``xla_worker`` (the child process that contains XLA aborts; ``worker_main`` starts
-it), ``xla_collective_estimates`` (XLA:GPU's own collective latencies), ``xla_proto``
-(module files in any form), ``stablehlo``, ``fidelity``.
+The pieces: ``jax_internals`` (every ``jax._src`` access but StableHLO's, one small
+function each), ``errors``, ``hook_stage``, ``measure``, ``compiler``, ``runner``,
+``bench``, ``trace``, ``results`` (the SQLite history), ``inputs``, ``targets`` (GPU
+target descriptions), ``worker`` (the child process that contains XLA aborts;
+``worker_main`` starts it), ``versions`` and ``sides`` (other jax releases),
+``collective_estimates`` (XLA:GPU's own collective latencies), ``kernel_alone`` (one
+kernel compiled alone), ``proto`` (module files in any form), ``display`` (speedup
+verdicts), ``examples`` (jax-made sample modules), ``stablehlo``, ``fidelity``.
 """
 
 from .errors import XlaAbortError, XlaCompileError
 from .hook_stage import HookStage
 from .measure import AS_WRITTEN, FUSION_MODES, STOCK, Measurement, Pipeline
 from .stablehlo import from_jax
-from .xla_bench import BenchResult, benchmark
-from .xla_compile import AS_WRITTEN_DISABLED_PASSES, REPLACE_DISABLED_PASSES, CompileResult, Hook, compile
-from .xla_inputs import make_inputs
-from .xla_proto import load, read_text
-from .xla_run import Comparison, compare, compare_outputs, run, run_module
-from .xla_worker import contained
+from .bench import BenchResult, benchmark
+from .compiler import AS_WRITTEN_DISABLED_PASSES, REPLACE_DISABLED_PASSES, CompileResult, Hook, compile
+from .inputs import make_inputs
+from .proto import load, read_text
+from .runner import Comparison, compare, compare_outputs, run, run_module
+from .worker import contained
 
 __all__ = [
     "AS_WRITTEN", "AS_WRITTEN_DISABLED_PASSES", "FUSION_MODES", "REPLACE_DISABLED_PASSES", "BenchResult", "CompileResult", "Comparison", "Hook", "HookStage",

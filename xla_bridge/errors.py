@@ -29,7 +29,7 @@ class XlaCompileError(HloError):
 class XlaAbortError(XlaCompileError):
     """XLA ended the process it ran in (a C++ ``CHECK`` failure, ``LOG(FATAL)``, a
     crash) while compiling or running a module.  It was contained in the XLA worker
-    process (``xla_worker``), so the caller lives on: ``phase`` is "compiling" or
+    process (``worker``), so the caller lives on: ``phase`` is "compiling" or
     "running", ``module`` the module's name, ``message`` XLA's last fatal line
     (``Check failed: ...``)."""
 

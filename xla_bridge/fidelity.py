@@ -3,7 +3,7 @@ the conformance tests and ``hlo demo``."""
 
 from __future__ import annotations
 
-from . import xla
+from . import jax_internals
 from hlo_tools.errors import HloParseError
 from hlo_tools.parser import parse
 
@@ -22,11 +22,11 @@ def fidelity_problem(text: str, source: str = "<string>") -> str | None:
     except HloParseError as e:
         return f"our parser rejects it: {e.format(caret=False)}"
     try:
-        want = xla.canonical_text(text)
+        want = jax_internals.canonical_text(text)
     except HloParseError:
         return None if ours == text else "XLA cannot re-read this module, and our print differs from XLA's"
     try:
-        got = xla.canonical_text(ours)
+        got = jax_internals.canonical_text(ours)
     except HloParseError as e:
         return f"XLA rejects our print: {e.message}"
     if got != want:

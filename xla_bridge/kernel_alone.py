@@ -11,7 +11,7 @@ from hlo_tools.shape import Shape
 
 from .hook_stage import HookStage
 from .measure import Measurement, Pipeline
-from .xla_compile import CompileResult
+from .compiler import CompileResult
 
 
 class NotAlone(RuntimeError):

@@ -23,8 +23,8 @@ from typing import Any, Mapping
 from hlo_tools.ir import Module
 
 from .hook_stage import HookStage
-from .xla_bench import BenchResult, benchmark
-from .xla_compile import PIPELINES, CompileResult, Hook, compile
+from .bench import BenchResult, benchmark
+from .compiler import PIPELINES, CompileResult, Hook, compile
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ AS_WRITTEN = Pipeline("as-written")
 @dataclass(frozen=True)
 class Measurement:
     """Where modules are compiled and timed: ``backend`` ("cpu" or "gpu"),
-    ``target`` (a GPU name or target file from ``xla_targets``: XLA:GPU compiled
+    ``target`` (a GPU name or target file from ``targets``: XLA:GPU compiled
     here without a GPU; nothing runs), ``flags`` (XLA debug options),
     ``partitions`` (SPMD over that many CPU devices) and ``contained`` (in the XLA
     worker, where an XLA abort raises ``XlaAbortError``; executables stay there)."""
@@ -120,7 +120,7 @@ class Measurement:
                   pipeline_a: Pipeline = STOCK, pipeline_b: Pipeline = AS_WRITTEN, *, reps: int = 50,
                   warmup: int = 5, input_sets: int = 3, seed: int = 0, check: bool = True) -> BenchResult:
         """A and B timed interleaved on the same inputs, B's outputs compared with
-        A's (``xla_bench.benchmark``).  Only B may have a hooked pass; the result's
+        A's (``bench.benchmark``).  Only B may have a hooked pass; the result's
         ``hook_b`` holds what it saw and left."""
         if pipeline_a.pass_ is not None:
             raise ValueError("benchmark hooks a pass into B's pipeline only: measure the pass as B")

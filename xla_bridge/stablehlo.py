@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from . import xla
+from . import jax_internals
 from hlo_tools.ir import Module
 from hlo_tools.parser import parse
 
@@ -18,9 +18,9 @@ def to_module(mlir_module: str | bytes, source: str = "<stablehlo>") -> Module:
     """A StableHLO (or MHLO) module, as text or bytecode, converted by XLA to HLO
     and parsed into our IR."""
     try:
-        text = xla.stablehlo_to_hlo_text(mlir_module)
+        text = jax_internals.stablehlo_to_hlo_text(mlir_module)
     except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime errors
-        raise xla.XlaCompileError(xla._first_line(e), module_name=source, stage="convert", xla_message=str(e)) from None
+        raise jax_internals.XlaCompileError(jax_internals._first_line(e), module_name=source, stage="convert", xla_message=str(e)) from None
     return parse(text, source=source)
 
 
@@ -29,15 +29,15 @@ def from_module(module: Module | str, *, debug_info: bool = True) -> str:
     ``debug_info`` its metadata is printed as MLIR locations (``loc("jit(f)/add")``),
     which ``to_module`` turns back into metadata."""
     text = module.to_text(tuple_sugar=False) if isinstance(module, Module) else module
-    name = module.name if isinstance(module, Module) else xla.module_name_of_text(text)
-    bytecode = xla.hlo_to_stablehlo_bytes(text, name)
+    name = module.name if isinstance(module, Module) else jax_internals.module_name_of_text(text)
+    bytecode = jax_internals.hlo_to_stablehlo_bytes(text, name)
     return mlir_text(bytecode, debug_info=debug_info)
 
 
 def mlir_text(bytecode: bytes, *, debug_info: bool = False) -> str:
     """Prints MLIR bytecode as text (jax's MLIR context knows the dialects);
     ``debug_info`` prints the locations too."""
-    xla._xc()
+    jax_internals._xc()
     from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
 
@@ -49,7 +49,7 @@ def mlir_text(bytecode: bytes, *, debug_info: bool = False) -> str:
 def from_jax(fn, *example_args, **example_kwargs) -> Module:
     """The module jax lowers ``fn`` to, before XLA's optimizations.  Arguments may
     be arrays or abstract ``jax.ShapeDtypeStruct``s."""
-    xla._xc()  # picks the CPU platform first when no GPU is present
+    jax_internals._xc()  # picks the CPU platform first when no GPU is present
     import jax
 
     _hide_from_jax_tracebacks()
@@ -71,11 +71,11 @@ def _hlo_text_with_metadata(lowered) -> str:
     except TypeError:  # no debug_info keyword in this jax
         pass
     try:
-        return xla.stablehlo_to_hlo_text(lowered.as_text(debug_info=True))
+        return jax_internals.stablehlo_to_hlo_text(lowered.as_text(debug_info=True))
     except TypeError:
         from jax._src.interpreters import mlir as jax_mlir
 
-        return xla.stablehlo_to_hlo_text(jax_mlir.module_to_string(lowered.compiler_ir("stablehlo"),
+        return jax_internals.stablehlo_to_hlo_text(jax_mlir.module_to_string(lowered.compiler_ir("stablehlo"),
                                                                    enable_debug_info=True))
 
 

@@ -3,6 +3,5 @@ first decision inside it, that makes a module fail), ``divergence`` (the first
 instruction whose value differs between two modules), ``reduce`` (delta debugging
 a module while a predicate holds) and ``upstream`` (a bundle a reviewer can read).
 
-Each command's module has ``register(subparsers)``; ``hlo_lab.cli_debug`` lists them.
-Modules here import the heavy layers inside functions: ``hlo`` starts on every call.
+Their subcommands are ``hlo_lab.cli.{bisect,divergence,reduce,upstream}``.
 """

@@ -41,12 +41,12 @@ from corpus.dump import from_dump_dir
 from hlo_tools import parse
 from passes.fuel import Fueled, fuel
 from passes.manager import PassManager
-from xla_bridge import make_inputs, run_module, xla_worker
+from xla_bridge import make_inputs, run_module, worker
 from xla_bridge.errors import XlaAbortError, XlaCompileError
 from xla_bridge.measure import STOCK, Measurement, Pipeline
-from xla_bridge.xla_compile import compile as xla_compile
-from xla_bridge.xla_compile import parse_flags
-from xla_bridge.xla_run import compare_outputs, run
+from xla_bridge.compiler import compile as xla_compile
+from xla_bridge.compiler import parse_flags
+from xla_bridge.runner import compare_outputs, run
 
 from .rewrite import default_pipeline
 
@@ -120,7 +120,7 @@ class _Runner:
 
         t0 = time.perf_counter()
         try:
-            outs = xla_worker.contained(_compile_and_run, (module, pipeline, self.inputs, self.backend, flags),
+            outs = worker.contained(_compile_and_run, (module, pipeline, self.inputs, self.backend, flags),
                                         phase="compiling", module=getattr(module, "name", "?"), backend=self.backend)
         except XlaAbortError as e:
             probe = Probe(what, True, "abort", _line(str(e)))
@@ -303,7 +303,7 @@ def xla_passes(module, backend: str, flags=None) -> list[str]:
 
     with tempfile.TemporaryDirectory(prefix="hlo-bisect-") as d:
         with contextlib.suppress(XlaCompileError):  # an abort still leaves the dumps before it
-            xla_worker.contained(xla_compile, (module, backend, "stock"), dict(flags=flags, dump_dir=d),
+            worker.contained(xla_compile, (module, backend, "stock"), dict(flags=flags, dump_dir=d),
                                  phase="compiling", module=module.name, backend=backend)
         names: list[str] = []
         for m in from_dump_dir(d):

@@ -5,7 +5,7 @@ Both modules' entry ``call``s are inlined (the call's value keeps the call's
 name), their entry instructions are matched (``match``), and the matched values
 are read by making them outputs (``hlo_tools.expose``), in batches in A's post
 order, compiled and run in the XLA worker.  The first matched instruction whose
-value differs beyond tolerance (``xla_run.diff_output``) is the divergence: every
+value differs beyond tolerance (``runner.diff_output``) is the divergence: every
 value it depends on comes earlier in post order, so its read operands agree.
 
     d = first_divergence(a, b, pipeline_b="as-written")
@@ -27,9 +27,9 @@ from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.rewriter import Rewriter
 from xla_bridge import make_inputs
-from xla_bridge.xla_compile import compile
-from xla_bridge.xla_run import Comparison, OutputDiff, compare_outputs, entry_parameter_shapes, labels, run
-from xla_bridge.xla_worker import contained
+from xla_bridge.compiler import compile
+from xla_bridge.runner import Comparison, OutputDiff, compare_outputs, entry_parameter_shapes, labels, run
+from xla_bridge.worker import contained
 
 #: Attributes that do not say what an instruction computes: ignored when
 #: instructions are matched by structure (a renamed module's callees have other names).
@@ -439,7 +439,7 @@ def first_divergence(a: Module, b: Module, *, pipeline_a: str = "stock", pipelin
     """Runs A and B (compiled under ``pipeline_a``/``pipeline_b`` in the XLA
     worker) on ``make_inputs(A, seed)`` and finds the first instruction, in A's
     post order, whose value differs beyond tolerance (``rtol``/``atol``, default
-    ``xla_run.tolerance`` of the dtype) from its match in B.  Values are read
+    ``runner.tolerance`` of the dtype) from its match in B.  Values are read
     ``batch`` at a time; the search stops after the first batch that holds a
     divergence.  ``progress(done, total)`` after each batch.  Raises
     ``DivergenceError`` when the parameters differ, ``XlaCompileError`` (or

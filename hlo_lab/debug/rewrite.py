@@ -12,7 +12,7 @@ from hlo_tools import Module
 from passes import Pass, PassManager, decides_fusion
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import STOCK, Measurement, Pipeline
-from xla_bridge.xla_bench import BenchResult
+from xla_bridge.bench import BenchResult
 
 
 def has_fusion_pass(passes: Sequence[Pass]) -> bool:

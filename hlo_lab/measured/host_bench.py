@@ -3,7 +3,7 @@
 The roofline's ceilings are measured the way an empirical roofline tool measures
 them: small synthetic kernels, compiled by the same compiler that compiles the
 corpus (XLA:CPU, stock pipeline), timed by XLA's own per-thunk trace events
-(``xla_bridge.xla_trace``) so that the harness around an ``execute`` call is not
+(``xla_bridge.trace``) so that the harness around an ``execute`` call is not
 counted. Nothing here looks at a corpus kernel.
 
 - ``bandwidth_curve``: a one-read-one-write loop (``negate``) over footprints from
@@ -30,7 +30,7 @@ import statistics
 import numpy as np
 
 from xla_bridge.measure import Measurement
-from xla_bridge.xla_trace import thunk_times
+from xla_bridge.trace import thunk_times
 
 from hlo_analysis.cost import is_kernel
 

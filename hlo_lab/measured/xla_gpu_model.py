@@ -23,7 +23,7 @@ from typing import Iterator
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import HloOpcode
 from xla_bridge.measure import STOCK, Measurement, Pipeline
-from xla_bridge.xla_compile import CompileResult
+from xla_bridge.compiler import CompileResult
 
 from hlo_analysis.devices import Device
 from hlo_analysis.roofline import roofline

@@ -3,7 +3,7 @@ real XLA (its decision set replayed at the fusion hook), check its outputs
 against stock's, and time both interleaved; or, for a GPU target compiled
 without a GPU, price both optimized modules with the GPU roofline.
 
-Each worker is an ``xla_worker.Worker`` process (an XLA abort loses only that
+Each worker is an ``worker.Worker`` process (an XLA abort loses only that
 candidate) and keeps, per module, stock's compile and its last few candidates'
 compiles, so a candidate measured again (a win is, before it is kept) on the
 worker that measured it first is not compiled again (on another, it is).  Several workers compile at once, but nothing compiles while
@@ -22,9 +22,9 @@ from typing import Any, Iterator
 from hlo_analysis import devices
 from passes.fusion.decisions import DecisionFusion, FusionDecisions
 from xla_bridge.measure import STOCK, Measurement, Pipeline
-from xla_bridge.xla_bench import benchmark
-from xla_bridge.xla_compile import CompileResult
-from xla_bridge.xla_run import require_device
+from xla_bridge.bench import benchmark
+from xla_bridge.compiler import CompileResult
+from xla_bridge.runner import require_device
 
 from hlo_lab.study import GpuSide, kernels
 

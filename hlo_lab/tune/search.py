@@ -46,8 +46,8 @@ from hlo_analysis.rank_stats import kendall_tau
 from hlo_tools import parse
 from hlo_tools.errors import HloError
 from passes.fusion.decisions import FusionDecisions, pipelines
-from xla_bridge import xla_worker
-from xla_bridge.xla import jax_versions
+from xla_bridge import worker
+from xla_bridge.jax_internals import jax_versions
 
 from . import measure
 from .space import Proposal, Space, mutate, random_point, stock_decisions, text_hash
@@ -87,7 +87,7 @@ class _Pool:
 
     def __init__(self, n: int):
         self.free: queue.Queue = queue.Queue()
-        self.workers = [xla_worker.Worker() for _ in range(max(1, n))]
+        self.workers = [worker.Worker() for _ in range(max(1, n))]
         for w in self.workers:
             self.free.put(w)
         self.executor = ThreadPoolExecutor(len(self.workers))

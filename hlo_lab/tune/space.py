@@ -28,7 +28,7 @@ from passes.fusion.decisions import KNOBS, FusionDecisions, pipelines
 from passes.fusion.producer_consumer import FusionLog
 from passes.fusion.profitability import KEPT_APART
 from passes.manager import PassManager
-from xla_bridge.xla_results import text_hash
+from xla_bridge.results import text_hash
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``hlo tune``'s candidates in the results database (``xla_results``), one row
+"""``hlo tune``'s candidates in the results database (``results``), one row
 each, written in its own transaction as soon as it is measured: a search killed
 half-way keeps every candidate it measured, and the same search run again
 finds them (by the hash of the fused module it would compile) instead of
@@ -17,8 +17,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from xla_bridge.xla import jax_versions
-from xla_bridge.xla_results import connect
+from xla_bridge.jax_internals import jax_versions
+from xla_bridge.results import connect
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tune_candidates (

@@ -6,7 +6,6 @@ exits 0), keeping every candidate a valid module.
 - ``subgraph``: the candidates (the subgraph some instructions induce);
 - ``predicates``: what a reduction keeps true;
 - ``reducer``: ``reduce_module(module, predicate) -> Reduction``;
-- ``cli``: the ``hlo reduce`` subcommand (``register``).
 
 In a notebook::
 
@@ -14,7 +13,3 @@ In a notebook::
     from hlo_lab.debug.reduce.reducer import reduce_module
     small = reduce_module(module, aborts_like(module)).module
 """
-
-from .cli import register
-
-__all__ = ["register"]

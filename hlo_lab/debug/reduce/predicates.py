@@ -32,7 +32,7 @@ def abort_message(module: Module, pipeline: str = "as-written", backend: str = "
     """XLA's fatal line when it aborts compiling and running ``module`` under
     ``pipeline`` (in the XLA worker), or None when it does not abort."""
     from xla_bridge import XlaAbortError  # lazy: only predicates that call XLA need the bridge
-    from xla_bridge.xla_run import run_module  # lazy: as above
+    from xla_bridge.runner import run_module  # lazy: as above
 
     try:
         run_module(module, backend=backend, pipeline=pipeline, contained=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from hlo_tools.errors import HloError
 from hlo_tools.fileio import OutputError, write_output
 
-from .xla import cuda_plugin_library
+from .jax_internals import cuda_plugin_library
 
 #: name -> (file name in gpu_specs/, XLA's device_description_str)
 GPU_TARGETS: dict[str, tuple[str, str]] = {

@@ -1,7 +1,7 @@
 """``hlo analyze``, ``hlo scan``, ``hlo passes-dump`` and ``hlo fusion-log``: thin
 layers over ``hlo_lab.scan``, ``hlo_lab.pass_dumps`` and
 ``hlo_lab.measured.xla_fusion_log``.  Those are imported inside the commands:
-with the visualize package (``cli_visualize``) they would add about 65 ms, a
+with the visualize package (``cli.visualize``) they would add about 65 ms, a
 quarter, to the start-up of every ``hlo`` command, ``hlo --help`` included
 (measured: 270 ms without them)."""
 
@@ -14,10 +14,10 @@ import sys
 
 from hlo_tools.errors import HloParseError
 from hlo_tools.fileio import check_writable
-from xla_bridge import read_text, xla  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
+from xla_bridge import read_text, jax_internals  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
 from hlo_analysis.units import fmt_bytes, fmt_seconds
 
-from .console import stdout_console
+from ..console import stdout_console
 
 
 def _cmd_analyze(args) -> int:
@@ -40,7 +40,7 @@ def _cmd_analyze(args) -> int:
         print(f"hlo analyze: {e}", file=sys.stderr)
         return 1
     if args.compare_xla:
-        x = xla.cost_analysis_of_text(text, contained=True)
+        x = jax_internals.cost_analysis_of_text(text, contained=True)
         r["xla_cost"] = {k: x.get(k) for k in r["cost"]}
     if args.json:
         print(json.dumps(r, indent=1))

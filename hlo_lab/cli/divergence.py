@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 from .. import progress
-from ..cli_args import at_least_one, non_negative, seed
+from .args import at_least_one, non_negative, seed
 
 
 def _cmd(args) -> int:
     from xla_bridge import load  # lazy: the bridge, ~20 ms on each hlo start
 
-    from .divergence import first_divergence  # lazy: the bridge and numpy, ~50 ms on each hlo start
+    from ..debug.divergence import first_divergence  # lazy: the bridge and numpy, ~50 ms on each hlo start
 
     a, b = load(args.a), load(args.b)
     with progress.line("reading values (batches)", progress.wanted(args), counts=True) as update:

@@ -1,6 +1,6 @@
 """``hlo xla add|list`` (XLA versions side by side) and ``hlo regress`` (what two
 versions decide on the same modules, region by region): thin commands over
-``xla_bridge.xla_versions`` and ``hlo_lab.regress``."""
+``xla_bridge.versions`` and ``hlo_lab.regress``."""
 
 from __future__ import annotations
 
@@ -10,47 +10,47 @@ import shlex
 import sys
 
 from hlo_tools.fileio import check_writable, write_output
-from xla_bridge import xla_versions
-from xla_bridge.xla_compile import parse_flags
-from xla_bridge.xla_sides import Side
+from xla_bridge import versions
+from xla_bridge.compiler import parse_flags
+from xla_bridge.sides import Side
 
-from . import progress
-from .cli_args import at_least_one, gpu_target, non_negative
+from .. import progress
+from .args import at_least_one, gpu_target, non_negative
 
 
 def _cmd_xla(args) -> int:
     if args.xla_cmd == "add":
         say = (lambda _s: None) if args.json else print
-        v = xla_versions.add(args.version, say=say)
+        v = versions.add(args.version, say=say)
         if args.json:
             print(json.dumps(v.as_dict(), indent=1))
         return 0
-    found = xla_versions.installed()
+    found = versions.installed()
     if args.json:
         print(json.dumps([v.as_dict() for v in found], indent=1))
         return 0
     for i, v in enumerate(found):
         where = "this environment" if v.python is None else v.path
         print(f"{v.version:12} {'GPU deviceless' if v.gpu else 'CPU only      '}  {where}")
-    print(f"(environments in {xla_versions.versions_dir()}; add one with `hlo xla add VERSION`)")
+    print(f"(environments in {versions.versions_dir()}; add one with `hlo xla add VERSION`)")
     return 0
 
 
 def _sides(args) -> tuple[Side, Side]:
     names = [v.strip() for v in args.versions.split(",")]
     if len(names) != 2 or not all(names):
-        raise xla_versions.VersionError(f"--versions takes two versions, A,B (e.g. 0.11.2,0.12.0.1), not {args.versions!r}")
+        raise versions.VersionError(f"--versions takes two versions, A,B (e.g. 0.11.2,0.12.0.1), not {args.versions!r}")
     for f in (args.xla_flag_a or []) + (args.xla_flag_b or []):
         parse_flags([f])
     sides = []
     for name, flags in zip(names, (args.xla_flag_a or [], args.xla_flag_b or [])):
-        v = xla_versions.lookup(name)  # VersionError (exit 2) for one not set up, before any work
+        v = versions.lookup(name)  # VersionError (exit 2) for one not set up, before any work
         sides.append(Side("current" if v.python is None else v.version, tuple(flags)))
     return sides[0], sides[1]
 
 
 def _cmd_regress(args) -> int:
-    from .regress import regress, sources  # lazy: the corpus, analysis and report modules (~100 ms)
+    from ..regress import regress, sources  # lazy: the corpus, analysis and report modules (~100 ms)
 
     a, b = _sides(args)
     for out in (args.output, args.html):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..cli_args import PipelineError, add_load, at_least_one, positive_seconds, user_pipeline
+from .args import PipelineError, add_load, at_least_one, positive_seconds, user_pipeline
 
 
 def register(sub) -> None:
@@ -29,7 +29,7 @@ def _cmd_upstream(args) -> int:
     from hlo_tools.fileio import check_writable  # lazy, as below: hlo starts on every command
     from xla_bridge import load  # lazy: the bridge, ~20 ms
 
-    from .upstream import UpstreamError, make_bundle, verdict  # lazy: the reducer, passes and bridge
+    from ..debug.upstream import UpstreamError, make_bundle, verdict  # lazy: the reducer, passes and bridge
 
     check_writable(args.output, directory=True)
     try:

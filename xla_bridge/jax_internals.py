@@ -3,10 +3,10 @@ touches ``jax._src``.
 
 Every call into jaxlib internals is one small function here, with fallbacks for
 the names that moved between jax 0.10, 0.11 and 0.12, so a rename in a new jax
-release is one fix.  The user-facing layer is in ``xla_compile`` (compile),
-``xla_run`` (inputs, run, compare), ``xla_bench`` (timing) and ``xla_results``
+release is one fix.  The user-facing layer is in ``compiler`` (compile),
+``runner`` (inputs, run, compare), ``bench`` (timing) and ``results``
 (the SQLite db); ``compile``, ``run``, ``compare`` and ``benchmark`` are
-imported from the package: ``from xla_bridge import compile``.  ``xla_worker`` runs them in a child
+imported from the package: ``from xla_bridge import compile``.  ``worker`` runs them in a child
 process when asked (``contained=True``, what the ``hlo`` commands and the fusion
 study do), so that an XLA abort becomes ``XlaAbortError`` instead of the end of
 the caller.
@@ -25,7 +25,7 @@ import numpy as np
 
 from hlo_tools.errors import HloParseError
 
-from . import xla_worker
+from . import worker
 from .errors import XlaCompileError
 from .hook_stage import HookStage
 
@@ -243,8 +243,8 @@ def cost_analysis_of_text(text: str, *, contained: bool = False) -> dict[str, fl
     """XLA's HloCostAnalysis of a module's text, through the CPU client (works for
     any module XLA parses, e.g. XLA:GPU's optimized module compiled without a GPU).
     ``contained``: in the XLA worker, where an abort raises ``XlaAbortError``."""
-    if contained and not xla_worker.in_worker():
-        return xla_worker.contained(cost_analysis_of_text, (text,), phase="analysing",
+    if contained and not worker.in_worker():
+        return worker.contained(cost_analysis_of_text, (text,), phase="analysing",
                                     module=module_name_of_text(text))
     ext = _jaxlib_ext()
     fn = getattr(ext, "hlo_module_cost_analysis", None)
@@ -409,6 +409,14 @@ def compile_deviceless_gpu(text: str, target_config_text: str, debug_options: di
     with jax_mlir.make_ir_context():
         ir_module = ir.Module.parse(mlir_bytes)
         return devices[0].client.compile(ir_module, _xc().DeviceList(tuple(devices)), opts), devices[0]
+
+
+def profiler_modules():
+    """jaxlib's ``_profiler`` (``ProfilerSession``) and ``_profile_data`` (``ProfileData``)
+    modules, for XLA's own trace events (``trace``)."""
+    from jax._src.lib import _profile_data, _profiler
+
+    return _profiler, _profile_data
 
 
 _MODULE_NAME_RE = re.compile(r"^\s*HloModule\s+([^\s,]+)", re.M)

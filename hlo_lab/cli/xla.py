@@ -1,5 +1,5 @@
 """``hlo compile | run | compare | bench | history``: thin commands over
-``xla_compile``, ``xla_run``, ``xla_bridge.Measurement`` and ``xla_results``."""
+``compiler``, ``runner``, ``xla_bridge.Measurement`` and ``results``."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from hlo_analysis.units import finite, fmt_seconds, fmt_us
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import FUSION_MODES, STOCK, Measurement, Pipeline
-from xla_bridge.xla_compile import PIPELINES, compile
-from xla_bridge.xla_results import history, record, trend
-from xla_bridge.xla_run import compare, run_module
+from xla_bridge.compiler import PIPELINES, compile
+from xla_bridge.results import history, record, trend
+from xla_bridge.runner import compare, run_module
 
-from .console import stdout_console
-from . import progress
-from .cli_args import add_load, at_least_one, seed
+from ..console import stdout_console
+from .. import progress
+from .args import add_load, at_least_one, seed
 
 
 def _load(path: str):
@@ -197,7 +197,7 @@ def _cmd_bench(args) -> int:
 def _bench_b(args, original, pipeline: list) -> tuple[Pipeline, object, str, str]:
     """B's pipeline and module, the mode in a few words, and why that mode."""
     from passes import PassManager  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
-    from .debug.rewrite import default_pipeline, rewrite_route  # lazy: imports the passes, as above
+    from ..debug.rewrite import default_pipeline, rewrite_route  # lazy: imports the passes, as above
 
     if args.hook:
         base = args.pipeline_b or default_pipeline(pipeline)  # the rule bisect, reduce and upstream follow
@@ -272,7 +272,7 @@ def _bench_deviceless(args) -> int:
     ``--mode`` are compiled for the target and compared by model
     (``hlo_lab.study.gpu_study``): kernels, bytes and flops from our cost model,
     time from our roofline and from XLA's own GPU model."""
-    from .study import gpu_study  # lazy: the passes and analyses, ~90 ms on each hlo start (measured)
+    from ..study import gpu_study  # lazy: the passes and analyses, ~90 ms on each hlo start (measured)
 
     if not args.passes:  # unknown names were refused before the command ran (cli._check_pipeline)
         print("hlo bench: --target needs --passes (e.g. --passes gpu-best)", file=sys.stderr)

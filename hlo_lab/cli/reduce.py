@@ -11,14 +11,14 @@ from typing import Callable
 
 from hlo_tools.fileio import check_writable, write_output
 
-from ... import progress
-from ...cli_args import PipelineError, add_load, at_least_one, non_negative, positive_seconds, regex, seed, user_pipeline
+from .. import progress
+from .args import PipelineError, add_load, at_least_one, non_negative, positive_seconds, regex, seed, user_pipeline
 
 
 def _predicate(args: argparse.Namespace):
     """The predicate the options name (built on the module for ``--until-abort``,
     which must know the message to keep)."""
-    from . import predicates  # lazy: it reaches the XLA bridge and the passes when called
+    from ..debug.reduce import predicates  # lazy: it reaches the XLA bridge and the passes when called
 
     if args.until is not None:
         return lambda module: predicates.shell(args.until, timeout=args.test_timeout)
@@ -62,8 +62,8 @@ def _summary(d: dict, predicate: str, out: str | None) -> str:
 def _cmd_reduce(args) -> int:
     from xla_bridge import load  # lazy: the bridge costs every `hlo` start otherwise
 
-    from .predicates import NothingToReduce  # lazy: as above
-    from .reducer import reduce_module  # lazy: as above
+    from ..debug.reduce.predicates import NothingToReduce  # lazy: as above
+    from ..debug.reduce.reducer import reduce_module  # lazy: as above
 
     if args.output:
         check_writable(args.output)  # before any predicate runs

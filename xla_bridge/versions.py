@@ -2,14 +2,14 @@
 environment, made on demand and cached, where an XLA worker runs our bridge.
 
     add("0.11.2")          # one venv under versions_dir(): jax, jaxlib, our deps, the CUDA plugin
-    python_for("0.11.2")   # its interpreter, for ``xla_worker.using``
+    python_for("0.11.2")   # its interpreter, for ``worker.using``
     with activated("0.11.2"):
         compile(text, contained=True)   # compiled by XLA 0.11.2, in that version's worker
 
 Why a venv per version and not one process importing several jaxlibs: a process can
 load one jaxlib (its C++ extension registers global state), and comparing what two
 XLA releases decide on the same module needs both at once.  Our code is not
-installed there: the worker reaches it through ``PYTHONPATH`` (``xla_worker``), so
+installed there: the worker reaches it through ``PYTHONPATH`` (``worker``), so
 every version runs the same bridge, whose jaxlib fallbacks cover 0.10 to 0.12.
 
 The environment of this process (``.venv``) is a version too: ``current()``; it
@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 
 from hlo_tools.errors import HloError
 
-from . import xla_worker
+from . import worker
 
 #: Where the environments live unless ``HLO_XLA_VERSIONS_DIR`` says otherwise.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def activated(version: str) -> Iterator[XlaVersion]:
     """Within the block, contained calls (``compile(..., contained=True)``...) go to
     ``version``'s worker."""
     v = lookup(version)
-    with xla_worker.using(v.python):
+    with worker.using(v.python):
         yield v
 
 

@@ -47,7 +47,7 @@ def regex(text: str) -> str:
 def gpu_target(text: str) -> str:
     """An argparse type: a GPU XLA can compile for without one (a name, or a
     GpuTargetConfigProto .txtpb file)."""
-    from xla_bridge.xla_targets import target_names  # lazy: the bridge's table, only when the option is given
+    from xla_bridge.targets import target_names  # lazy: the bridge's table, only when the option is given
 
     names = target_names()
     if text.lower() in names or (text.endswith(".txtpb") and __import__("os").path.isfile(text)):

@@ -15,12 +15,12 @@ from hlo_tools.formats import module_files
 from hlo_tools.stats import module_stats
 from hlo_tools.verifier import VerificationError, verify
 from xla_bridge import load
-from xla_bridge.xla import XlaCompileError
-from xla_bridge.xla_compile import parse_flags
+from xla_bridge.jax_internals import XlaCompileError
+from xla_bridge.compiler import parse_flags
 
-from .console import stdout_console
-from . import cli_analysis, cli_collectives, cli_debug, cli_passes, cli_regress, cli_tune, cli_visualize, cli_xla
-from .cli_args import PipelineError, user_pipeline
+from ..console import stdout_console
+from . import analysis, bisect, collectives, divergence, passes, reduce, regress, tune, upstream, visualize, xla
+from .args import PipelineError, user_pipeline
 
 
 def _inputs(paths: list[str]) -> list[str]:
@@ -116,7 +116,7 @@ def _cmd_stats(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from .demo import run_demo  # lazy: it imports every layer, +80 ms (a fifth) on every hlo start (measured)
+    from ..demo import run_demo  # lazy: it imports every layer, +80 ms (a fifth) on every hlo start (measured)
 
     # The demo takes minutes: an output it could not write must fail now, not at the end.
     check_writable(args.report)
@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Modules that add subcommands: each has ``register(subparsers)`` and sets
 #: ``func`` on its parsers.
-_EXTENSIONS = (cli_xla, cli_passes, cli_analysis, cli_visualize, cli_tune, cli_debug, cli_collectives, cli_regress)
+_EXTENSIONS = (xla, passes, analysis, visualize, tune, bisect, divergence, reduce, upstream, collectives, regress)
 
 
 #: Commands whose failures exit 2 ("cannot compile/run"), so that compare's exit 1
@@ -297,6 +297,3 @@ def _stdout_to_devnull() -> None:
     except (OSError, ValueError, AttributeError):  # stdout is not a real file (pytest's capture)
         pass
 
-
-if __name__ == "__main__":
-    sys.exit(main())

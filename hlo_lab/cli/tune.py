@@ -12,8 +12,8 @@ from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
 from xla_bridge.display import speedup_verdict
 
-from . import progress
-from .cli_args import at_least_one, positive_seconds, seed
+from .. import progress
+from .args import at_least_one, positive_seconds, seed
 
 
 #: XLA's whole-module stage files: a dump's ``NAME.before_optimizations.txt``, the corpus's ``NAME/before_optimizations.hlo.txt.gz``.

@@ -1,4 +1,4 @@
-"""One module through one "side" of a comparison: an XLA version (``xla_versions``)
+"""One module through one "side" of a comparison: an XLA version (``versions``)
 with extra XLA flags (a pass disabled, say), compiled for XLA:CPU (run and timed
 here) and for a GPU without one (deviceless XLA:GPU), each in that version's
 worker.
@@ -24,12 +24,12 @@ import numpy as np
 from hlo_tools.errors import HloError
 from hlo_tools.parser import parse
 
-from . import xla, xla_versions, xla_worker
+from . import jax_internals, versions, worker
 from .errors import XlaAbortError
-from .xla_bench import BenchResult, Timing, _Runner, time_compiled
-from .xla_compile import compile, parse_flags
-from .xla_inputs import make_inputs
-from .xla_run import run
+from .bench import BenchResult, Timing, _Runner, time_compiled
+from .compiler import compile, parse_flags
+from .inputs import make_inputs
+from .runner import run
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,11 @@ class Side:
         object.__setattr__(self, "flags", tuple(self.flags))
         parse_flags(list(self.flags))  # a malformed flag fails here, before any compile
         if self.version != "current":
-            xla_versions.check_spelling(self.version)
+            versions.check_spelling(self.version)
 
     @property
     def label(self) -> str:
-        v = xla_versions.current() if self.version == "current" else self.version
+        v = versions.current() if self.version == "current" else self.version
         return v + "".join(f" {f}" for f in self.flags)
 
 
@@ -83,9 +83,9 @@ def cpu_side(text: str, flags: list[str], measure: bool, reps: int, warmup: int,
     """In the worker: XLA:CPU's stock compile of ``text``; when ``measure``, its
     outputs on ``make_inputs(seed)`` and its run time, or (``hold``) the executable
     kept under that key, warmed up, for ``time_held``."""
-    versions = xla.jax_versions()
+    running = jax_internals.jax_versions()
     c = compile(text, "cpu", "stock", flags=flags)
-    out = {"versions": versions, "text": c.optimized_text, "seconds": c.compile_seconds, "device": c.device}
+    out = {"versions": running, "text": c.optimized_text, "seconds": c.compile_seconds, "device": c.device}
     if measure:
         sets = make_inputs(parse(text, source=f"<{c.module_name}>"), seed=seed, sets=2)
         out["outputs"] = run(c, sets[0])
@@ -108,7 +108,7 @@ def _bench(name: str, device: str, t: Timing, reps: int, warmup: int, sets: int,
 def time_held(hold: str, reps: int) -> list[int]:
     """In the worker: ``reps`` run times (ns) of the executable held under ``hold``."""
     r = _HELD[hold]
-    xla_worker.note("running", r.compiled.module_name)
+    worker.note("running", r.compiled.module_name)
     return [r.time_once(i % len(r.sets)) for i in range(reps)]
 
 
@@ -119,8 +119,8 @@ def release(hold: str) -> None:
 
 def gpu_side(text: str, flags: list[str], target: str) -> dict:
     """In the worker: XLA:GPU's compile of ``text`` for ``target``, without a GPU."""
-    if not xla.cuda_plugin_available():
-        v = xla.jax_versions()["jaxlib"]
+    if not jax_internals.cuda_plugin_available():
+        v = jax_internals.jax_versions()["jaxlib"]
         raise HloError(f"jax {v} has no CUDA plugin here (deviceless XLA:GPU): `hlo xla add {v}` installs it")
     c = compile(text, "gpu", "stock", flags=flags, target=target)
     return {"text": c.optimized_text, "seconds": c.compile_seconds}
@@ -140,10 +140,10 @@ def profile(text: str, side: Side, *, cpu: bool = True, target: str | None = "h1
     timing it (``time_sides`` times several sides in alternating rounds)."""
     flags = list(side.flags)
     res: dict = {"side": side, "target": target}
-    with xla_versions.activated(side.version):
+    with versions.activated(side.version):
         if cpu:
             try:
-                got = xla_worker.contained(cpu_side, (text, flags, measure, reps, warmup, seed, hold),
+                got = worker.contained(cpu_side, (text, flags, measure, reps, warmup, seed, hold),
                                            phase="compiling", module=module, backend="cpu")
                 v = got["versions"]
                 res.update(jax=v["jax"], jaxlib=v["jaxlib"], cpu_text=got["text"], bench=got.get("bench"),
@@ -153,14 +153,14 @@ def profile(text: str, side: Side, *, cpu: bool = True, target: str | None = "h1
                 res["cpu_error"] = _why(e)
         if target is not None:
             try:
-                got = xla_worker.contained(gpu_side, (text, flags, target), phase="compiling", module=module,
+                got = worker.contained(gpu_side, (text, flags, target), phase="compiling", module=module,
                                            backend="gpu")
                 res["gpu_text"] = got["text"]
                 res.setdefault("compile_seconds", {})["gpu"] = got["seconds"]
             except (HloError, XlaAbortError, ValueError) as e:
                 res["gpu_error"] = _why(e)
         if not res.get("jax"):
-            v = xla_worker.contained(xla.jax_versions, phase="starting", module=module)
+            v = worker.contained(jax_internals.jax_versions, phase="starting", module=module)
             res.update(jax=v["jax"], jaxlib=v["jaxlib"])
     return SideRun(**res)
 
@@ -179,15 +179,15 @@ def time_sides(runs: list[SideRun], hold: str, *, reps: int = 50, rounds: int = 
         for i in order:
             if not alive[i]:
                 continue
-            with xla_versions.activated(runs[i].side.version):
+            with versions.activated(runs[i].side.version):
                 try:
-                    samples[i] += xla_worker.contained(time_held, (hold, per), phase="running", module=module)
+                    samples[i] += worker.contained(time_held, (hold, per), phase="running", module=module)
                 except (HloError, XlaAbortError) as e:
                     alive[i], notes[i] = False, f"timing failed: {_why(e)}"
     out = []
     for i, r in enumerate(runs):
-        with xla_versions.activated(r.side.version), contextlib.suppress(HloError, XlaAbortError):
-            xla_worker.contained(release, (hold,), phase="running", module=module)
+        with versions.activated(r.side.version), contextlib.suppress(HloError, XlaAbortError):
+            worker.contained(release, (hold,), phase="running", module=module)
         bench = None
         if alive[i] and samples[i]:
             bench = _bench(module, r.device, Timing.of(samples[i]), len(samples[i]), 0, 2, r.compile_seconds.get("cpu", 0.0))

@@ -2,7 +2,7 @@
 
 Registered by ``hlo_lab.cli``.  The visualize package (graphviz, the page) is
 imported inside the functions that use it: it adds about 22 ms to a start-up
-of 270 ms, and with the analysis commands' imports (``cli_analysis``) about
+of 270 ms, and with the analysis commands' imports (``cli.analysis``) about
 65 ms, to every ``hlo`` command, ``hlo --help`` included (measured).
 """
 
@@ -19,7 +19,7 @@ from hlo_tools.errors import HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from xla_bridge import load
 
-from . import progress
+from .. import progress
 
 if TYPE_CHECKING:  # annotations only: visualize is imported lazily (start-up, above)
     from hlo_tools.ir import Module

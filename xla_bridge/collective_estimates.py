@@ -9,7 +9,7 @@ How: XLA:GPU's latency-hiding scheduler asks its latency estimator how long each
 async collective takes (``LatencyEstimator::GetLatencyBetween`` on the start ->
 done edge).  jaxlib has no Python API for that number, but the estimators log it
 at VLOG(10), and the CUDA plugin honours ``TF_CPP_VMODULE`` read when the process
-starts.  So the compile runs in a worker process of its own (``xla_worker.Worker``,
+starts.  So the compile runs in a worker process of its own (``worker.Worker``,
 so an XLA abort raises ``XlaAbortError`` here) started with those variables, and
 its stderr goes to a file while it compiles; the lines parsed are:
 
@@ -59,7 +59,7 @@ from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.parser import parse
 
-from . import xla_worker
+from . import worker
 from .errors import XlaAbortError
 
 #: estimator name -> the XLA debug options that select it.
@@ -201,17 +201,17 @@ def parse_estimator_log(text: str) -> ParsedLog:
 
 # -- the compile, in a worker that logs ----------------------------------------------------
 
-_worker: xla_worker.Worker | None = None
+_worker: worker.Worker | None = None
 _worker_lock = threading.Lock()
 
 
-def _logging_worker() -> xla_worker.Worker:
+def _logging_worker() -> worker.Worker:
     """A worker of its own: the CUDA plugin reads TF_CPP_VMODULE only when the
     process starts, and the shared worker must not log this much."""
     global _worker
     with _worker_lock:
         if _worker is None or _worker.owner != os.getpid():
-            _worker = xla_worker.Worker()
+            _worker = worker.Worker()
             atexit.register(_worker.close)
         return _worker
 
@@ -242,27 +242,27 @@ def compile_logging(text: str, target: str, topology: str, partitions: int, flag
                     log_path: str) -> tuple[str, str]:
     """In the worker: compiles ``text`` for ``partitions`` deviceless GPUs with XLA's
     stderr (its log) sent to ``log_path``; returns (scheduled text, device name)."""
-    from . import xla  # noqa: PLC0415 - in the worker only: xla imports jax
-    from .xla_compile import parse_flags  # noqa: PLC0415 - one spelling of flags, imported with xla
-    from .xla_targets import device_description, target_config  # noqa: PLC0415 - reads the plugin
+    from . import jax_internals  # noqa: PLC0415 - in the worker only: xla imports jax
+    from .compiler import parse_flags  # noqa: PLC0415 - one spelling of flags, imported with xla
+    from .targets import device_description, target_config  # noqa: PLC0415 - reads the plugin
 
-    name = xla.module_name_of_text(text)
+    name = jax_internals.module_name_of_text(text)
     cfg = target_config(target)
     opts = parse_flags(flags)
-    if "xla_gpu_cuda_data_dir" not in opts and xla.cuda_data_dir():
-        opts["xla_gpu_cuda_data_dir"] = xla.cuda_data_dir()
-    xla_worker.note("compiling", name)
+    if "xla_gpu_cuda_data_dir" not in opts and jax_internals.cuda_data_dir():
+        opts["xla_gpu_cuda_data_dir"] = jax_internals.cuda_data_dir()
+    worker.note("compiling", name)
     saved = os.dup(2)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.dup2(fd, 2)
-        exe, _ = xla.compile_deviceless_gpu(text, cfg, opts, module_name=name, topology=topology,
+        exe, _ = jax_internals.compile_deviceless_gpu(text, cfg, opts, module_name=name, topology=topology,
                                             partitions=partitions)
     finally:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(fd)
-    return xla.optimized_text(exe), device_description(cfg)
+    return jax_internals.optimized_text(exe), device_description(cfg)
 
 
 def _topology_devices(topology: str) -> int:
@@ -297,7 +297,7 @@ def xla_collective_estimates(module: Module | str, target: str = "h100", topolog
     os.close(fd)
     try:
         args = (text, target, topology, partitions, all_flags, log_path)
-        if xla_worker.in_worker():
+        if worker.in_worker():
             if os.environ.get("TF_CPP_VMODULE") != _VMODULE:
                 raise EstimateLogError("xla_collective_estimates runs its own logging worker; call it from the "
                                        "main process, not from inside the XLA worker")
@@ -309,7 +309,7 @@ def xla_collective_estimates(module: Module | str, target: str = "h100", topolog
                                                                module=name, backend="gpu")
                 except XlaAbortError as e:
                     with open(log_path, encoding="utf-8", errors="replace") as f:
-                        message = xla_worker.abort_message(f.read(), e.exit_status)
+                        message = worker.abort_message(f.read(), e.exit_status)
                     raise XlaAbortError(message, phase=e.phase, module=e.module, backend="gpu",
                                         exit_status=e.exit_status) from None
         with open(log_path, encoding="utf-8", errors="replace") as f:

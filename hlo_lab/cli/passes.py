@@ -9,7 +9,7 @@ import sys
 from hlo_tools import HloParseError, VerificationError, load, verify
 from hlo_tools.fileio import check_writable, write_output
 
-from .cli_args import add_load
+from .args import add_load
 
 
 def _cmd_opt(args) -> int:

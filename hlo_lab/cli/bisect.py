@@ -8,7 +8,7 @@ from pathlib import Path
 
 from xla_bridge.hook_stage import HookStage
 
-from ..cli_args import PipelineError, add_load, non_negative, seed, user_pipeline
+from .args import PipelineError, add_load, non_negative, seed, user_pipeline
 
 
 def register(sub) -> None:
@@ -49,8 +49,8 @@ def _cmd_bisect(args) -> int:
     from hlo_tools.fileio import check_writable, write_output  # lazy, as below: hlo starts on every command
     from xla_bridge import load  # lazy: the bridge, ~20 ms
 
-    from .bisect import bisect_passes, bisect_xla  # lazy: all of the above
-    from .rewrite import default_pipeline  # lazy: as above
+    from ..debug.bisect import bisect_passes, bisect_xla  # lazy: all of the above
+    from ..debug.rewrite import default_pipeline  # lazy: as above
 
     if args.output:
         check_writable(args.output, directory=True)

@@ -3,7 +3,7 @@
 One row per benchmark, each written in its own transaction (WAL journal), so a
 run killed half-way leaves every earlier row intact.  A row is keyed by the XLA
 version that produced it (``jax``/``jaxlib``: the worker's, which under
-``xla_versions`` is not this process's) and its ``side`` (that version plus any
+``versions`` is not this process's) and its ``side`` (that version plus any
 extra XLA flags), so ``trend`` shows a module over versions.  Columns added since
 a database was made are added to it on open (``_migrate``), keeping its rows.
 """
@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .xla import jax_versions
+from .jax_internals import jax_versions
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

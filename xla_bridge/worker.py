@@ -291,7 +291,7 @@ def _child_env(python: str | None = None) -> dict[str, str]:
 class Worker:
     """One worker process and the pipes to it; ``call`` starts it when needed.
     ``python``: the interpreter it runs under (None: this one's); another one is an
-    XLA version's environment (``xla_versions``)."""
+    XLA version's environment (``versions``)."""
 
     def __init__(self, python: str | None = None) -> None:
         self.python = python

@@ -15,8 +15,8 @@ from hlo_tools import Module
 from xla_bridge import load
 from hlo_analysis.units import fmt_us
 
-from .console import stdout_console
-from .cli_args import at_least_one, non_negative
+from ..console import stdout_console
+from .args import at_least_one, non_negative
 
 
 @dataclass(frozen=True)

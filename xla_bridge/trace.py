@@ -10,8 +10,8 @@ pool). ``thunk_times`` runs an executable under jaxlib's profiler and returns, p
 instruction, the span from the start of its event to its ``end:`` event, over
 every run.
 
-This uses ``jax._src.lib._profiler.ProfilerSession`` and
-``jax._src.lib._profile_data.ProfileData``, both present in jax 0.10-0.12.
+This uses jaxlib's ``ProfilerSession`` and ``ProfileData``
+(``jax_internals.profiler_modules``), both present in jax 0.10-0.12.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .xla_bench import _Runner
+from . import jax_internals
+from .bench import _Runner
 
 _NOT_KERNELS = ("ThreadpoolListener", "ThunkExecutor", "$")
 
@@ -49,10 +50,9 @@ class TraceUnavailable(RuntimeError):
 
 def _profiler():
     try:
-        from jax._src.lib import _profile_data, _profiler
+        return jax_internals.profiler_modules()
     except ImportError as e:  # pragma: no cover - present in every supported jaxlib
         raise TraceUnavailable(f"jaxlib has no profiler module: {e}") from e
-    return _profiler, _profile_data
 
 
 def _profile(run, *, host_tracer_level: int, strict: bool = False):

@@ -24,10 +24,10 @@ from hlo_tools.opcode import HloOpcode
 from hlo_tools.parser import parse
 from hlo_tools.shape import parse_shape
 
-from . import xla, xla_worker
+from . import jax_internals, worker
 from .errors import XlaCompileError
 from .hook_stage import HookStage
-from .xla_targets import device_description, target_config
+from .targets import device_description, target_config
 
 PIPELINES = ("stock", "replace", "as-written")
 
@@ -125,7 +125,7 @@ class Hook:
     def callback(self, proto: bytes) -> bytes | None:
         self.calls += 1
         try:
-            text = xla.text_from_proto(proto)
+            text = jax_internals.text_from_proto(proto)
             self.seen.append(text)
             module = parse(text, source=f"<{self.stage} hook>")
             res = self.pass_.run(module) if hasattr(self.pass_, "run") else self.pass_(module)
@@ -137,7 +137,7 @@ class Hook:
             if not changed and not self.reprint:
                 return None
             self.changed += changed
-            return xla.proto_from_text(module.to_text(tuple_sugar=False), module.name)
+            return jax_internals.proto_from_text(module.to_text(tuple_sugar=False), module.name)
         except BaseException as e:  # noqa: BLE001 - never let an exception cross into XLA
             if self.error is None:
                 self.error = e
@@ -268,7 +268,7 @@ def _leaf_text(shape_text: str, lines: list[str], k: list[int]) -> str:
 def stand_in(text: str, name: str) -> str:
     """A trivial module with ``text``'s entry signature (parameters unused, outputs
     zeros): what XLA compiles up to the hook where the real module is handed over."""
-    params, result = xla.entry_signature(text, name)
+    params, result = jax_internals.entry_signature(text, name)
     lines: list[str] = []
     for i, p in enumerate(params):
         lines.append(f"  %p.{i} = {p} parameter({i})")
@@ -282,7 +282,7 @@ def _text_and_name(module: Module | str) -> tuple[str, str]:
     if isinstance(module, Module):
         return module.to_text(tuple_sugar=False), module.name  # every XLA version parses plain GTEs
     if isinstance(module, str):
-        return module, xla.module_name_of_text(module)
+        return module, jax_internals.module_name_of_text(module)
     raise TypeError(f"compile() takes a Module or HLO text, got {type(module).__name__}")
 
 
@@ -312,7 +312,7 @@ def compile(  # noqa: A001 - the name users expect
     with ``--xla_force_host_platform_device_count=8``).  Raises XlaCompileError with
     XLA's message.
 
-    ``contained``: compile in the XLA worker process (``xla_worker``), where an XLA
+    ``contained``: compile in the XLA worker process (``worker``), where an XLA
     abort raises ``XlaAbortError`` instead of ending this process; the result then
     has no executable here (``CompileResult.contained``), and a hook's pass must be
     importable by name (a ``Pass``, ``PassManager``, module-level function); what the
@@ -331,8 +331,8 @@ def compile(  # noqa: A001 - the name users expect
     parse_flags(flags)  # a malformed flag fails here, before anything starts
     if isinstance(hook, tuple):
         hook = Hook(*hook)
-    if contained and not xla_worker.in_worker():
-        res = xla_worker.contained(
+    if contained and not worker.in_worker():
+        res = worker.contained(
             compile, (text, backend, pipeline),
             dict(flags=flags, target=target, hook=hook, dump_dir=os.path.abspath(dump_dir) if dump_dir else None,
                  partitions=partitions),
@@ -349,9 +349,9 @@ def compile(  # noqa: A001 - the name users expect
     if dump_dir:
         opts.setdefault("xla_dump_to", str(dump_dir))
         opts.setdefault("xla_dump_hlo_pass_re", ".*")
-    if bkey == "gpu" and "xla_gpu_cuda_data_dir" not in opts and xla.cuda_data_dir():
-        opts["xla_gpu_cuda_data_dir"] = xla.cuda_data_dir()
-    deviceless = bkey == "gpu" and (target is not None or not xla.backend_available("gpu"))
+    if bkey == "gpu" and "xla_gpu_cuda_data_dir" not in opts and jax_internals.cuda_data_dir():
+        opts["xla_gpu_cuda_data_dir"] = jax_internals.cuda_data_dir()
+    deviceless = bkey == "gpu" and (target is not None or not jax_internals.backend_available("gpu"))
     if deviceless and target is None:
         target = "h100"
     if partitions > 1 and (bkey != "cpu" or deviceless):
@@ -372,35 +372,35 @@ def compile(  # noqa: A001 - the name users expect
         # assignment and fusion).  Without the hook, "stock" compiles the stand-in
         # (XLA inlines the calls and fuses as it likes); "as-written" cannot be done.
         compile_text = _FUSION_RE.sub(r" call(\1), to_apply=", text)
-        if xla.hook_supported():
-            substitute = _Substitute(xla.proto_from_text(text, name))
+        if jax_internals.hook_supported():
+            substitute = _Substitute(jax_internals.proto_from_text(text, name))
             hooks.insert(0, substitute)
         elif pipeline != "stock":
             raise XlaCompileError(f"'{pipeline}' on GPU for a module with fusion instructions needs the pipeline "
-                                  f"hook (jax.extend.xla, jax >= 0.12); this is jax {xla.jax_versions()['jax']}",
+                                  f"hook (jax.extend.xla, jax >= 0.12); this is jax {jax_internals.jax_versions()['jax']}",
                                   module_name=name, backend=bkey, stage="hook")
 
     def do_compile():
         if deviceless:
             cfg = target_config(target)
             t0 = time.perf_counter()
-            exe, dev = xla.compile_deviceless_gpu(compile_text, cfg, opts, module_name=name)
+            exe, dev = jax_internals.compile_deviceless_gpu(compile_text, cfg, opts, module_name=name)
             return exe, None, device_description(cfg), time.perf_counter() - t0
-        client = xla.get_client(bkey)
+        client = jax_internals.get_client(bkey)
         devices = client.local_devices()[:partitions]
         if len(devices) < partitions:
             raise ValueError(f"{partitions} partitions need {partitions} {bkey} devices; jax sees {len(devices)} "
                              "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N)")
-        mlir_bytes = xla.hlo_to_stablehlo_bytes(compile_text, name)
+        mlir_bytes = jax_internals.hlo_to_stablehlo_bytes(compile_text, name)
         t0 = time.perf_counter()
-        exe = xla.compile_stablehlo(client, mlir_bytes, devices, opts)
-        return exe, devices[0], xla.device_name(devices[0]), time.perf_counter() - t0
+        exe = jax_internals.compile_stablehlo(client, mlir_bytes, devices, opts)
+        return exe, devices[0], jax_internals.device_name(devices[0]), time.perf_counter() - t0
 
-    xla_worker.note("compiling", name)
+    worker.note("compiling", name)
     try:
         with contextlib.ExitStack() as stack:
             for h in hooks:
-                stack.enter_context(xla.registered_hook(h.callback, name=f"hlo-pass-lab-hook-{next(_hook_ids)}",
+                stack.enter_context(jax_internals.registered_hook(h.callback, name=f"hlo-pass-lab-hook-{next(_hook_ids)}",
                                                         stage=h.stage, platform=bkey))
             exe, dev, dev_name, seconds = do_compile()
     except XlaCompileError as e:
@@ -412,7 +412,7 @@ def compile(  # noqa: A001 - the name users expect
         if hook is not None and hook.error is not None:
             raise XlaCompileError(f"the hooked pass raised {type(hook.error).__name__}: {hook.error}",
                                   module_name=name, backend=bkey, stage="hook") from hook.error
-        raise XlaCompileError(xla._first_line(e) + _hint(str(e)), module_name=name, backend=bkey, stage="compile",
+        raise XlaCompileError(jax_internals._first_line(e) + _hint(str(e)), module_name=name, backend=bkey, stage="compile",
                               xla_message=str(e)) from None
     if hook is not None and hook.error is not None:
         raise XlaCompileError(f"the hooked pass raised {type(hook.error).__name__}: {hook.error}",
@@ -422,12 +422,12 @@ def compile(  # noqa: A001 - the name users expect
         raise XlaCompileError(f"XLA:{bkey.upper()} never called the pipeline hook, so {what} could not be "
                               "handed over (this needs jax.extend.xla, jax >= 0.12)",
                               module_name=name, backend=bkey, stage="hook")
-    opt_text = xla.optimized_text(exe)
-    cost = xla.cost_analysis(exe) if not deviceless else {}
+    opt_text = jax_internals.optimized_text(exe)
+    cost = jax_internals.cost_analysis(exe) if not deviceless else {}
     return CompileResult(
         module_name=name, backend=bkey, pipeline=pipeline, device=dev_name, target=target if deviceless else None,
         debug_options=opts, compile_seconds=seconds, optimized_text=opt_text, cost=cost,
-        memory=xla.memory_stats(exe), executable=exe, device_handle=dev, source_text=text, hook=hook,
+        memory=jax_internals.memory_stats(exe), executable=exe, device_handle=dev, source_text=text, hook=hook,
         handed_over=handed_over, partitions=partitions)
 
 
@@ -443,12 +443,12 @@ def _hand_over(text: str, name: str, backend: str) -> tuple[str, _Substitute]:
                               "XLA:CPU cannot run, and an optimized module is handed over to XLA:CPU only; compile "
                               "its before_optimizations dump instead", module_name=name, backend=backend,
                               stage="compile")
-    if not xla.hook_supported():
+    if not jax_internals.hook_supported():
         raise XlaCompileError("this module was already optimized by XLA (is_scheduled=true): XLA's pipeline cannot "
                               "run on it again, and handing it over as written needs the pipeline hook "
-                              f"(jax.extend.xla, jax >= 0.12; this is jax {xla.jax_versions()['jax']}); compile its "
+                              f"(jax.extend.xla, jax >= 0.12; this is jax {jax_internals.jax_versions()['jax']}); compile its "
                               "before_optimizations dump instead", module_name=name, backend=backend, stage="hook")
-    return stand_in(text, name), _Substitute(xla.proto_from_text(text, name), stage=HookStage.PRE_SCHEDULER)
+    return stand_in(text, name), _Substitute(jax_internals.proto_from_text(text, name), stage=HookStage.PRE_SCHEDULER)
 
 
 def _hint(message: str) -> str:

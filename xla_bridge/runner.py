@@ -16,11 +16,11 @@ from hlo_tools.ir import Module
 from hlo_tools.parser import parse
 from hlo_tools.precision import computed_through
 
-from . import xla, xla_worker
+from . import jax_internals, worker
 from hlo_analysis.units import finite, html_table
 from .errors import NoDeviceError, XlaCompileError
-from .xla_compile import CompileResult, compile, parse_flags
-from .xla_inputs import make_inputs, numpy_dtype
+from .compiler import CompileResult, compile, parse_flags
+from .inputs import make_inputs, numpy_dtype
 
 #: (rtol, atol) per element type: |a - b| <= atol * max(1, max|b|) + rtol * |b|.
 #: Loose enough for a different fusion/accumulation order, tight enough that a
@@ -76,13 +76,13 @@ def run(compiled, inputs: list[np.ndarray]) -> list[np.ndarray]:
     if not compiled.runnable:
         raise XlaCompileError(_not_runnable(compiled), module_name=compiled.module_name, backend=compiled.backend,
                               stage="run")
-    xla_worker.note("running", compiled.module_name)
+    worker.note("running", compiled.module_name)
     try:
-        bufs = [xla.device_put(x, compiled.device_handle) for x in inputs]
-        outs = xla.executor(compiled.executable)(bufs)
+        bufs = [jax_internals.device_put(x, compiled.device_handle) for x in inputs]
+        outs = jax_internals.executor(compiled.executable)(bufs)
         return [np.asarray(o) for o in outs]
     except Exception as e:  # noqa: BLE001 - jaxlib's runtime errors
-        raise XlaCompileError(xla._first_line(e), module_name=compiled.module_name, backend=compiled.backend,
+        raise XlaCompileError(jax_internals._first_line(e), module_name=compiled.module_name, backend=compiled.backend,
                               stage="run", xla_message=str(e)) from None
 
 
@@ -98,7 +98,7 @@ def _not_runnable(compiled) -> str:
 def require_device(backend: str) -> None:
     """Raises at once when nothing can run on ``backend`` here (no GPU), rather
     than after a long compile; ``compile`` alone still works without one."""
-    if backend != "cpu" and not xla.backend_available(backend):
+    if backend != "cpu" and not jax_internals.backend_available(backend):
         raise NoDeviceError(backend)
 
 
@@ -107,9 +107,9 @@ def run_module(module, inputs: list[np.ndarray] | None = None, *, backend: str =
     """Compiles ``module`` (a Module or HLO text) and runs it on ``inputs`` (default
     ``make_inputs(module, seed)``); returns host arrays.  ``contained``: both in the
     XLA worker, where an abort raises ``XlaAbortError`` instead of ending this process."""
-    if contained and not xla_worker.in_worker():
+    if contained and not worker.in_worker():
         parse_flags(flags)
-        return xla_worker.contained(run_module, (module, inputs),
+        return worker.contained(run_module, (module, inputs),
                                     dict(backend=backend, pipeline=pipeline, flags=flags, seed=seed),
                                     phase="compiling", module=_name_of(module), backend=backend)
     require_device(backend)
@@ -123,7 +123,7 @@ def _name_of(x) -> str:
     if isinstance(x, Module):
         return x.name
     if isinstance(x, str):
-        return xla.module_name_of_text(x)
+        return jax_internals.module_name_of_text(x)
     return getattr(x, "module_name", "?")
 
 
@@ -325,30 +325,30 @@ def compare(a, b, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b
     counts or parameter lists are a ``mismatch`` verdict, not an exception.
     ``contained``: all of it in the XLA worker (Modules and texts only), where an
     abort raises ``XlaAbortError`` naming A or B instead of ending this process."""
-    if contained and not xla_worker.in_worker():
+    if contained and not worker.in_worker():
         if isinstance(a, CompileResult) or isinstance(b, CompileResult):
             raise TypeError("compare(contained=True) compiles in the XLA worker: give Modules or HLO texts, "
                             "not CompileResults (their executables cannot move there)")
         parse_flags(flags)
         kwargs = dict(backend=backend, pipeline_a=pipeline_a, pipeline_b=pipeline_b, flags=flags, inputs=inputs,
                       seed=seed, rtol=rtol, atol=atol)
-        return xla_worker.contained(compare, (a, b), kwargs, phase="compiling",
+        return worker.contained(compare, (a, b), kwargs, phase="compiling",
                                     module=labels(_name_of(a), _name_of(b), pipeline_a, pipeline_b)[0], backend=backend)
     require_device(backend)
     ma, mb = _module_of(a), _module_of(b)
     names = labels(ma.name, mb.name, pipeline_a, pipeline_b)
-    with xla_worker.naming(names[0]):
+    with worker.naming(names[0]):
         ca = _compiled(a if not isinstance(a, Module) else ma, backend, pipeline_a, flags, None)
-    with xla_worker.naming(names[1]):
+    with worker.naming(names[1]):
         cb = _compiled(b if not isinstance(b, Module) else mb, backend, pipeline_b, flags, None)
     if inputs is None:
         sa, sb = entry_parameter_shapes(ma), entry_parameter_shapes(mb)
         if sa != sb:
             return Comparison("mismatch", (), f"parameters differ: ({', '.join(sa)}) vs ({', '.join(sb)})", names)
         inputs = make_inputs(ma, seed=seed)[0]
-    with xla_worker.naming(names[0]):
+    with worker.naming(names[0]):
         out_a = run(ca, inputs)
-    with xla_worker.naming(names[1]):
+    with worker.naming(names[1]):
         out_b = run(cb, inputs)
     out = compare_outputs(out_a, out_b, rtol=rtol, atol=atol, names=names, through=output_precisions(ma))
     return Comparison(out.verdict, out.outputs, out.message, names, inputs)

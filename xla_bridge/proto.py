@@ -18,8 +18,8 @@ from hlo_tools.formats import find_module_proto
 from hlo_tools.ir import Module
 from hlo_tools.parser import decode_text, parse
 from .errors import XlaAbortError
-from .xla import _xc, stablehlo_to_hlo_text
-from .xla_worker import contained
+from .jax_internals import _xc, stablehlo_to_hlo_text
+from .worker import contained
 
 _NOT_A_MODULE = ("not an HLO module: not UTF-8 text, and not a serialized HloModuleProto, HloProto or HloSnapshot "
                  "(XLA dumps also write memory-usage reports, compile options and topologies as .pb)")

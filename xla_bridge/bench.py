@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import xla, xla_worker
+from . import jax_internals, worker
 from .display import speedup_label, speedup_verdict, within_noise
 from hlo_analysis.units import finite, html_table
 from .errors import XlaCompileError
-from .xla_compile import CompileResult, Hook, adopt_hook_state, compile, parse_flags
-from .xla_inputs import make_inputs
-from .xla_run import (_compiled, _module_of, _name_of, _not_runnable, compare_outputs, labels, output_precisions,
+from .compiler import CompileResult, Hook, adopt_hook_state, compile, parse_flags
+from .inputs import make_inputs
+from .runner import (_compiled, _module_of, _name_of, _not_runnable, compare_outputs, labels, output_precisions,
                       require_device, run)
 
 
@@ -134,18 +134,18 @@ class _Runner:
         if not compiled.runnable:
             raise XlaCompileError(_not_runnable(compiled), module_name=compiled.module_name,
                                       backend=compiled.backend, stage="run")
-        xla_worker.note("running", compiled.module_name)
+        worker.note("running", compiled.module_name)
         self.compiled = compiled
         self.host_sets = host_sets
         self.dev = compiled.device_handle
-        self.sets = [[xla.device_put(x, self.dev) for x in s] for s in host_sets]
-        self.execute = xla.executor(compiled.executable)
+        self.sets = [[jax_internals.device_put(x, self.dev) for x in s] for s in host_sets]
+        self.execute = jax_internals.executor(compiled.executable)
         self.donates = False  # set when XLA consumed (donated) the inputs
 
     def time_once(self, k: int) -> int:
         bufs = self.sets[k]
         if self.donates:
-            bufs = self.sets[k] = [xla.device_put(x, self.dev) for x in self.host_sets[k]]
+            bufs = self.sets[k] = [jax_internals.device_put(x, self.dev) for x in self.host_sets[k]]
         execute, clock = self.execute, time.perf_counter_ns
         t0 = clock()
         out = execute(bufs)
@@ -181,14 +181,14 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
         raise ValueError("reps must be >= 1")
     if isinstance(hook_b, tuple):
         hook_b = Hook(*hook_b)
-    if contained and not xla_worker.in_worker():
+    if contained and not worker.in_worker():
         if any(isinstance(x, CompileResult) for x in (a, b)):
             raise TypeError("benchmark(contained=True) compiles in the XLA worker: give Modules or HLO texts, "
                             "not CompileResults (their executables cannot move there)")
         parse_flags(flags)
         kwargs = dict(backend=backend, pipeline_a=pipeline_a, pipeline_b=pipeline_b, reps=reps, warmup=warmup,
                       input_sets=input_sets, seed=seed, flags=flags, check=check, hook_b=hook_b)
-        res = xla_worker.contained(benchmark, (a, b), kwargs, phase="compiling", module=_label(a), backend=backend)
+        res = worker.contained(benchmark, (a, b), kwargs, phase="compiling", module=_label(a), backend=backend)
         if hook_b is not None and res.hook_b is not None:
             adopt_hook_state(hook_b, res.hook_b)
         return dataclasses.replace(res, hook_b=hook_b)
@@ -197,25 +197,25 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
     sets = make_inputs(ma, seed=seed, sets=max(1, input_sets))
     name_b = _label(b) if b is not None else ""
     la, lb = labels(_label(a), name_b, pipeline_a, pipeline_b) if b is not None else (_label(a), "")
-    with xla_worker.naming(la):
+    with worker.naming(la):
         ca = _compiled(a, backend, pipeline_a, flags, None)
-    with xla_worker.naming(lb):
+    with worker.naming(lb):
         cb = _compiled(b, backend, pipeline_b, flags, None, hook_b) if b is not None else None
     verdict, mismatch = "unchecked", ""
     if check and cb is not None:
-        with xla_worker.naming(la):
+        with worker.naming(la):
             out_a = run(ca, sets[0])
-        with xla_worker.naming(lb):
+        with worker.naming(lb):
             out_b = run(cb, sets[0])
         cmp = compare_outputs(out_a, out_b, through=output_precisions(ma))
         verdict = cmp.verdict
         mismatch = cmp.first_difference
-    with xla_worker.naming(la):
+    with worker.naming(la):
         runners = [_Runner(ca, sets)]
     if cb is not None:
-        with xla_worker.naming(lb):
+        with worker.naming(lb):
             runners.append(_Runner(cb, sets))
-    xla_worker.note("running", f"{la} and {lb}" if cb is not None else la)  # the timed loop runs both
+    worker.note("running", f"{la} and {lb}" if cb is not None else la)  # the timed loop runs both
     n = len(sets)
     for i in range(warmup):
         for r in runners:
