@@ -35,8 +35,8 @@ The rules mirror xla/service/cpu/cpu_instruction_fusion.cc (``CanBeLoopFused``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence
 
 from hlo_tools import HloOpcode, Instruction
 from hlo_tools.attributes import parse_int_list
@@ -48,10 +48,12 @@ from hlo_tools.side_effects import NON_DETERMINISTIC, SideEffects
 
 @dataclass(frozen=True)
 class Decision:
-    """A fusion verdict with its reason (XLA's FusionDecision)."""
+    """A fusion verdict with its reason (XLA's FusionDecision); ``consumer``: the
+    member that refused, when a whole region was asked (``can_join``)."""
 
     ok: bool
     reason: str = ""
+    consumer: Instruction | None = field(default=None, compare=False, repr=False)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -410,6 +412,41 @@ def is_expensive_producer(instr: Instruction) -> bool:
     if body is not None:
         return any(i.opcode is not HloOpcode.PARAMETER and is_expensive(i) for i in body)
     return is_expensive(instr)
+
+
+def can_join(producer: Instruction, members: Sequence[Instruction], *,
+             producer_region: Sequence[Instruction] = ()) -> Decision:
+    """May ``producer`` join the would-be fusion ``members``: ``can_fuse`` into every
+    member that reads it, and no expensive producer recomputed per element the fusion
+    reuses (through pass-through members too: ``broadcast(bitcast(rsqrt(x)))``);
+    ``producer_region``: the producer's own grown cluster, any expensive member of
+    which counts. The one question every producer-consumer fusion pass asks."""
+    readers = [m for m in members if producer in m.operands]
+    for m in readers:
+        d = can_fuse(producer, m, check_cycle=False)
+        if not d:
+            return Decision(False, d.reason, consumer=m)
+    if any(is_expensive_producer(i) for i in (producer_region or (producer,))) and reused_within(producer, members):
+        return Decision(False, "expensive producer would be recomputed per reused element",
+                        consumer=readers[0] if readers else None)
+    return ALLOW
+
+
+def fusion_operands(a: Iterable[Instruction], b: Iterable[Instruction]) -> int:
+    """How many distinct values the fusion of regions ``a`` and ``b`` reads from outside both."""
+    union = [*a, *b]
+    inside = {id(i) for i in union}
+    return len({id(o) for m in union for o in m.operands if id(o) not in inside})
+
+
+def fits_in_budget(a: Iterable[Instruction], b: Iterable[Instruction], max_operands: int) -> Decision:
+    """The operand cap of the fusion of regions ``a`` and ``b`` (0: no cap): XLA's
+    ``FusionFitsInBudget``, asked alike by every fusion pass, so ``max_operands`` (which
+    ``hlo tune`` searches) means one thing everywhere."""
+    if not max_operands:
+        return ALLOW
+    n = fusion_operands(a, b)
+    return Decision.forbid(f"fusion would have {n} operands > {max_operands}") if n > max_operands else ALLOW
 
 
 def _as_set(x: Instruction | Iterable[Instruction]) -> list[Instruction]:

@@ -68,4 +68,4 @@ def xla_cpu():
 
     if not jax_internals.hook_supported():  # the environment: a jaxlib built without them
         pytest.skip("this jaxlib has no jax.extend.xla pipeline hooks")
-    return xla
+    return jax_internals

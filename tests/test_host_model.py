@@ -1,6 +1,6 @@
 """The host roofline's measured parts: per-thunk times from XLA's trace
 (xla_bridge.trace), the cache bandwidth curve and the per-opcode costs
-(hlo_lab.measured.host_bench, op_profile), all on the real XLA:CPU.
+(hlo_lab.measured: host_bench, op_profile), all on the real XLA:CPU.
 
 These check what the figures are made of; how they compare (a thunk against a
 whole execute, a library call against a launch, exp against add) is a
@@ -16,6 +16,7 @@ import pytest
 import corpus
 import hlo_tools
 from hlo_analysis import cost, devices, kernels, op_profile, roofline
+from hlo_lab.measured import op_profile as profiling
 from hlo_lab.measured.host_bench import compiled_kernel
 from passes.fusion import producer_consumer
 from xla_bridge.compiler import compile as xla_compile
@@ -57,11 +58,11 @@ def test_thunk_times_cover_every_kernel_of_a_corpus_module(decode_compiled):
 
 
 # -- host_bench / op_profile ---------------------------------------------------------
-@pytest.mark.parametrize("op", sorted(op_profile._CHAINS))
+@pytest.mark.parametrize("op", sorted(profiling._CHAINS))
 def test_each_profiled_chain_reaches_codegen_whole(op):
     """XLA's simplifier must not fold a profiled chain: its one kernel keeps every step."""
-    _, kernel = compiled_kernel(op_profile._chain_module(op))
-    assert sum(1 for i in kernel.fused_computation if i.opcode_text == op) == op_profile.STEPS
+    _, kernel = compiled_kernel(profiling._chain_module(op))
+    assert sum(1 for i in kernel.fused_computation if i.opcode_text == op) == profiling.STEPS
 
 
 def test_compute_seconds_sums_the_profile_over_a_fusion_body():

@@ -103,4 +103,4 @@ def test_existing_helpers_keep_their_behaviour():
 
 def test_compile_has_one_import_path():
     assert xla_bridge.compile is compiler.compile is compile
-    assert not hasattr(xla, "compile")  # the jaxlib layer re-exports nothing of the user-facing one
+    assert not hasattr(jax_internals, "compile")  # the jaxlib layer re-exports nothing of the user-facing one

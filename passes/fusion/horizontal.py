@@ -43,7 +43,7 @@ from hlo_tools.opcode import NO_KERNEL
 from hlo_tools.rewriter import Rewriter
 
 from hlo_analysis.fusion_kind import loop_kind
-from hlo_analysis.legality import ALLOW, Decision, fusible, shape_key
+from hlo_analysis.legality import ALLOW, Decision, fits_in_budget, fusible, fusion_operands, shape_key
 
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
@@ -180,11 +180,10 @@ def _try_join(clusters: Clusters, g: _Group, instr: Instruction, max_members: in
         return Decision.forbid(f"cap: group has {max_members} members")
     if c in clusters.users(g.cluster) or g.cluster in clusters.users(c):
         return Decision.forbid("dependent: uses or feeds a member")
-    members = {id(m) for m in g.cluster.members} | {id(instr)}
-    ops = {id(o) for m in (*g.cluster.members, instr) for o in m.operands if id(o) not in members}
-    if len(ops) > max_operands:
-        return Decision.forbid(f"cap: {len(ops)} operands > {max_operands}")
-    d = profitable([*g.members, instr], len(ops))
+    d = fits_in_budget(g.cluster.members, c.members, max_operands)
+    if not d:
+        return d
+    d = profitable([*g.members, instr], fusion_operands(g.cluster.members, c.members))
     if not d:
         return d
     if clusters.would_cycle(g.cluster, c):

@@ -33,7 +33,7 @@ from hlo_tools.rewriter import Rewriter
 
 from hlo_analysis.fusion_kind import gpu_fusion_kind, loop_kind
 from hlo_analysis.gpu_legality import gpu_outputs_compatible
-from hlo_analysis.legality import ALLOW, Decision, fusible, shape_key
+from hlo_analysis.legality import ALLOW, Decision, fits_in_budget, fusible, shape_key
 
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
@@ -58,10 +58,7 @@ class SiblingBound:
     max_operands: int = MAX_OPERANDS
 
     def __call__(self, shared: Instruction, a: Cluster, b: Cluster, clusters: Clusters) -> Decision:
-        operands = {id(o) for c in (a, b) for o in clusters.external_operands(c)}
-        if len(operands) > self.max_operands:
-            return Decision.forbid(f"cost: fusion would have {len(operands)} operands > {self.max_operands}")
-        return ALLOW
+        return fits_in_budget(a.members, b.members, self.max_operands)
 
 
 #: The default: XLA's bound.

@@ -46,8 +46,7 @@ from hlo_tools.rewriter import Rewriter
 
 from hlo_analysis.cost import bytes_saved, result_bytes, reread_bytes
 from hlo_analysis.fusion_kind import loop_kind
-from hlo_analysis.legality import (ALLOW, Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
-                                     reused_within, shape_key)
+from hlo_analysis.legality import ALLOW, Decision, can_join, fits_in_budget, fusible, keeps_loop_state_order, shape_key
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
 from .clusters import Cluster, Clusters, fusible_computations
@@ -151,12 +150,9 @@ class PriorityQueueFusion:
         groups: list[tuple[Instruction, ...]] = []
         blocked = False
         grown = len(pc.members) > 1
-        # an expensive member anywhere in the producer cluster would be recomputed
-        # wherever the consumer cluster reuses elements of ``prod``
-        expensive = any(is_expensive_producer(m) for m in pc.members)
         for uc in clusters.users(pc):
             group = tuple(m for m in uc.members if prod in m.operands)
-            d = self._group_legal(pc, prod, uc, group, expensive)
+            d = self._group_legal(pc, prod, uc, group)
             if d:
                 groups.append(group)
             else:
@@ -223,31 +219,14 @@ class PriorityQueueFusion:
                 return d
         return ALLOW
 
-    def _group_legal(self, pc: Cluster, prod: Instruction, uc: Cluster, group: tuple[Instruction, ...],
-                     expensive: bool) -> Decision:
-        """May ``prod`` join every member of ``uc`` that reads it? (refusal logged)"""
-        for m in group:
-            d = can_fuse(prod, m, check_cycle=False)
-            if not d:
-                self._refuse(prod, m, d.reason)
-                return d
-        # through pass-through members too: broadcast(bitcast(rsqrt(x)))
-        if expensive and reused_within(prod, uc.members):
-            d = Decision.forbid("expensive producer would be recomputed per reused element")
-            self._refuse(prod, group[0], d.reason)
-            return d
-        if self.max_operands:
-            n = self._operands_after(pc, uc)
-            if n > self.max_operands:
-                d = Decision.forbid(f"fusion would have {n} operands > {self.max_operands}")
-                self._refuse(prod, group[0], d.reason)
-                return d
-        return ALLOW
-
-    def _operands_after(self, pc: Cluster, uc: Cluster) -> int:
-        members = {id(m) for m in pc.members} | {id(m) for m in uc.members}
-        ops = {id(o) for c in (pc, uc) for o in self.clusters.external_operands(c) if id(o) not in members}
-        return len(ops)
+    def _group_legal(self, pc: Cluster, prod: Instruction, uc: Cluster, group: tuple[Instruction, ...]) -> Decision:
+        """May ``prod`` (with its cluster ``pc``) join ``uc``? (refusal logged)"""
+        d = can_join(prod, uc.members, producer_region=pc.members)
+        if d:
+            d = fits_in_budget(pc.members, uc.members, self.max_operands)
+        if not d:
+            self._refuse(prod, d.consumer or group[0], d.reason)
+        return d
 
     def _push(self, pc: Cluster) -> None:
         v = self._version.get(id(pc), 0) + 1

@@ -3,7 +3,7 @@
 xla/service/cpu/cpu_instruction_fusion.cc).
 
 Consumers are visited in reverse post order (users before operands); each one's
-cluster then absorbs its producers while they are legal (``legality.can_fuse``)
+cluster then absorbs its producers while they are legal (``legality.can_join``, ``fits_in_budget``)
 and profitable (the pluggable ``profitable``). A producer whose users all sit in
 the cluster moves in; one with other users is duplicated into the cluster when
 cheap, like XLA does, so the memory round-trip disappears for this consumer.
@@ -20,8 +20,7 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
 from hlo_analysis.fusion_kind import gpu_fusion_kind, loop_kind
-from hlo_analysis.legality import (Decision, can_fuse, fusible, is_expensive_producer, keeps_loop_state_order,
-                                     reused_within)
+from hlo_analysis.legality import ALLOW, Decision, can_join, fits_in_budget, fusible, keeps_loop_state_order
 
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
@@ -47,18 +46,6 @@ class FusionLog:
         return [(p, c) for p, c, d in self.entries if d]
 
 
-def check_producer(clusters: Clusters, cluster: Cluster, producer: Instruction) -> Decision:
-    """Legality of fusing ``producer`` into every member of ``cluster`` that uses it."""
-    users = [m for m in cluster.members if producer in m.operands]
-    for u in users:
-        d = can_fuse(producer, u, check_cycle=False)
-        if not d:
-            return d
-    if is_expensive_producer(producer) and reused_within(producer, cluster.members):
-        return Decision.forbid("expensive producer would be recomputed per reused element")
-    return Decision(True, "")
-
-
 #: A profitability that sees the whole cluster: (clusters, cluster, producer, duplicate) -> Decision
 #: (``gpu_profile.FasterOn.producer`` prices the cluster with and without the producer).
 ClusterProfitability = Callable[[Clusters, Cluster, Instruction, bool], Decision]
@@ -77,12 +64,9 @@ def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: F
         progress = False
         for producer in candidates:
             consumer = next(m for m in cluster.members if producer in m.operands)
-            decision = check_producer(clusters, cluster, producer)
-            if decision and max_operands:
-                after = {id(o) for o in clusters.external_operands(cluster) if o is not producer}
-                after |= {id(o) for o in producer.operands}
-                if len(after) > max_operands:
-                    decision = Decision.forbid(f"fusion would have {len(after)} operands > {max_operands}")
+            decision = can_join(producer, cluster.members)
+            if decision:
+                decision = fits_in_budget(cluster.members, (producer,), max_operands)
             duplicate = False
             if decision:
                 others = [u for u in producer.users if clusters.of(u) is not cluster]
@@ -172,7 +156,7 @@ def _forced(decided: ForcedEdges, profitable: Profitability,
     def then(clusters: Clusters, cluster: Cluster, producer: Instruction, duplicate: bool) -> Decision:
         users = [m for m in cluster.members if producer in m.operands]
         if decided.decide(producer, users) is not None:
-            return Decision(True, "")
+            return ALLOW
         return priced(clusters, cluster, producer, duplicate)
 
     return first, (then if priced is not None else None)
