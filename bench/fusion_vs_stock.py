@@ -39,7 +39,7 @@ import corpus  # noqa: E402
 import hlo_tools  # noqa: E402
 from hlo_lab.study import cpu_study, fusions, gpu_study_modes, kernels  # noqa: E402
 from passes import PassManager  # noqa: E402
-from passes.fusion.pipeline import BEST, GPU_BEST, TEXT_PREFIX, passes_of  # noqa: E402
+from passes.registry import BEST, GPU_BEST, TEXT_PREFIX, parse_pipeline  # noqa: E402
 from xla_bridge import jax_internals  # noqa: E402
 from xla_bridge.errors import XlaCompileError  # noqa: E402
 from xla_bridge.measure import AS_WRITTEN, FUSION_MODES, STOCK, Measurement  # noqa: E402
@@ -68,7 +68,7 @@ def ours_text_route(text: str, spec: str):
     """Our passes on the pre-optimization module, compiled as written (XLA:CPU
     aborts on some fusions this way: see docs/fusion_passes.md)."""
     module = hlo_tools.parse(text)
-    PassManager(passes_of(TEXT_PREFIX + "," + spec)).run(module)
+    PassManager(parse_pipeline(TEXT_PREFIX + "," + spec)).run(module)
     return Measurement("cpu").compile(module, AS_WRITTEN), fusions(module)
 
 

@@ -3,7 +3,7 @@
 1. every stage of every module parsed, verified, printed and re-read by XLA;
 2. a fusion-opportunity scan of the corpus (``hlo_lab.scan``), report in
    ``results/scan/report.{json,md,html}``;
-3. the best Python fusion pipeline (``passes.fusion.pipeline.BEST``) on one decode
+3. the best Python fusion pipeline (``passes.registry.BEST``) on one decode
    and one train module: outputs compared with stock XLA:CPU, both timed, and
    the same modules compiled for an H100 without a GPU, ``GPU_BEST`` on top of
    XLA:GPU's fusions, for the predicted columns;
@@ -26,7 +26,7 @@ from hlo_tools.fileio import write_output
 from hlo_tools.parser import parse
 from hlo_tools.stats import module_stats
 from hlo_tools.verifier import verify
-from passes.fusion.pipeline import BEST, GPU_BEST
+from passes.registry import BEST, GPU_BEST
 from visualize.page import before_after_html
 from visualize.view import FocusOptions
 from xla_bridge import jax_internals

@@ -35,7 +35,7 @@ from hlo_lab.measured import xla_gpu_model
 from hlo_analysis.roofline import roofline
 from hlo_tools import HloOpcode, Module, parse
 from passes import PassManager
-from passes.fusion.pipeline import expand, passes_of
+from passes.registry import pass_names, parse_pipeline
 from xla_bridge import worker
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.measure import STOCK, Measurement, Pipeline
@@ -62,7 +62,7 @@ def _fusion_names(module: Module | None) -> frozenset[str]:
 def ours(spec: str | Sequence, backend: str, mode: str = "as-written") -> Pipeline:
     """The passes of ``spec`` (names or ``Pass`` objects) run inside XLA in ``mode``
     (``Pipeline.fusion``: by default XLA as written, ours deciding every fusion)."""
-    return Pipeline.fusion(PassManager(passes_of(spec)), backend, mode)
+    return Pipeline.fusion(PassManager(parse_pipeline(spec)), backend, mode)
 
 
 def _stock_and_ours(measurement: Measurement, text: str, spec: str | Sequence,
@@ -210,14 +210,14 @@ class GpuRow:
 
 def gpu_pipeline(spec: str) -> str:
     """``spec`` without the CPU-only passes."""
-    return ",".join(p for p in expand(spec).split(",") if p not in CPU_ONLY)
+    return ",".join(p for p in pass_names(spec) if p not in CPU_ONLY)
 
 
 def gpu_passes(spec: str | Sequence, target: str) -> list:
     """The passes of ``spec`` for XLA:GPU ``target``: CPU-only ones dropped, and
     those that price their decisions on a GPU (``target`` fields, the GPU
     profile's) pricing on this one."""
-    passes = passes_of(gpu_pipeline(spec)) if isinstance(spec, str) else list(spec)
+    passes = parse_pipeline(gpu_pipeline(spec)) if isinstance(spec, str) else list(spec)
     return [dataclasses.replace(p, target=target) if "target" in getattr(p, "__dataclass_fields__", {}) else p
             for p in passes]
 

@@ -11,7 +11,7 @@ import importlib.util
 import sys
 import traceback
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .base import Pass
 from .cse import CommonSubexpressionElimination
@@ -145,6 +145,42 @@ def get_pass(name: str, **options) -> Pass:
     return cls(**options)
 
 
-def parse_pipeline(spec: str) -> list[Pass]:
-    """``"dce,cse,simplify"`` -> pass objects."""
-    return [get_pass(n.strip()) for n in spec.split(",") if n.strip()]
+#: The best pipeline found on the bundled corpus (XLA:CPU, hooked route): every
+#: fusion pass but priority (its own alternative to the first three), in the order
+#: that lets each build on the last. Fewest kernels and bytes on all 15 runnable
+#: modules; timings in docs/fusion_passes.md.
+BEST = ("reduction-epilogue-fusion,producer-consumer-fusion,multi-output-fusion,producer-consumer-fusion,"
+        "horizontal-fusion,library-dot-fusion,dce")
+#: The best pipeline for XLA:GPU (``hlo_lab.study.gpu_study``, on-top mode: over
+#: XLA's own fusions at the post-scheduler hook): BEST's shape under the GPU
+#: profile (``gpu_profile``: every producer-consumer and sibling fusion priced by
+#: the GPU roofline, launches counted; siblings whose heroes agree, reductions
+#: included), without the CPU-only reduction-epilogue rule (a reduction under a
+#: broadcast is recomputed per element on a GPU) and library-dot fusion.
+#: Figures in docs/xla_gpu_modes.md.
+GPU_BEST = ("gpu-producer-consumer-fusion,gpu-multi-output-fusion,gpu-producer-consumer-fusion,"
+            "horizontal-fusion,dce")
+#: The priority-queue alternative.
+PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
+#: Cleanups before fusing the pre-optimization module (text route).
+TEXT_PREFIX = "call-inliner,simplify,cse,dce"
+
+
+#: Pipelines by name: a spec may name one wherever it names a pass (``--passes gpu-best``).
+NAMED_PIPELINES: dict[str, str] = {"best": BEST, "gpu-best": GPU_BEST, "priority": PRIORITY}
+
+
+def pass_names(spec: str) -> list[str]:
+    """The pass names of ``spec``, each pipeline name replaced by its passes."""
+    return [m.strip() for n in spec.split(",") if n.strip() for m in NAMED_PIPELINES.get(n.strip(), n.strip()).split(",")]
+
+
+def parse_pipeline(spec: str | Sequence[Pass]) -> list[Pass]:
+    """``"dce,cse,simplify"`` (pipeline names such as ``best`` included) -> pass objects;
+    pass objects are returned as a list. KeyError for an unknown name."""
+    if not isinstance(spec, str):
+        return list(spec)
+    try:
+        return [get_pass(n) for n in pass_names(spec)]
+    except KeyError as e:
+        raise KeyError(f"{e.args[0]}; pipelines: {', '.join(NAMED_PIPELINES)}") from None

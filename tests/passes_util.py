@@ -1,24 +1,8 @@
-"""What the pass tests share: modules they all use, and the exact-text form of
-``hlo_tools.testing.assert_rewrite`` that tests/test_passes.py still uses."""
+"""What the pass tests share: modules they all use, and a pass that never settles."""
 
 from __future__ import annotations
 
-import hlo_tools
-from hlo_tools.testing import assert_rewrite as filecheck_rewrite
 from passes import ComputationPass
-from xla_bridge import jax_internals
-
-
-def assert_rewrite(hlo_in: str, pass_, expected: str | None) -> hlo_tools.Module:
-    """``hlo_tools.testing.assert_rewrite`` with XLA's parser accepting the result,
-    and ``expected`` a whole module the result must print exactly as (after our
-    parse/print).  New tests write CHECK lines with hlo_tools.testing instead."""
-    module = hlo_tools.parse(hlo_in)
-    filecheck_rewrite(module, pass_, None if expected is None else "CHECK: HloModule", accepted_by=jax_internals.xla_module_from_text)
-    if expected is not None:
-        want = hlo_tools.parse(expected).to_text()
-        assert module.to_text() == want, f"got:\n{module.to_text()}\nwant:\n{want}"
-    return module
 
 
 #: The scalar add reducer most hand-written test modules need.

@@ -92,6 +92,6 @@ def test_bench_and_bisect_hook_the_same_baseline(module, tmp_path):
 
 
 def get_pipeline(spec: str) -> list:
-    from passes.fusion.pipeline import passes_of
+    from passes.registry import parse_pipeline
 
-    return passes_of(spec)
+    return parse_pipeline(spec)

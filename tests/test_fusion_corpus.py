@@ -18,7 +18,7 @@ if not jax_internals.hook_supported():
 
 import corpus  # noqa: E402
 from hlo_lab.study import gpu_study, ours  # noqa: E402
-from passes.fusion.pipeline import BEST, PRIORITY  # noqa: E402
+from passes.registry import BEST, PRIORITY  # noqa: E402
 from xla_bridge.measure import STOCK, Measurement  # noqa: E402
 from xla_bridge.runner import compare  # noqa: E402
 

@@ -15,7 +15,7 @@ from hlo_tools import HloOpcode
 from hlo_tools.testing import assert_rewrite
 from passes import PassManager
 from passes.fusion.horizontal import HorizontalFusion, HorizontalLog
-from passes.fusion.pipeline import passes_of
+from passes.registry import parse_pipeline
 from passes.fusion.priority import Candidate, PriorityFusion, PriorityLog, default_cost
 from passes.fusion.profitability import never_duplicate
 from passes.registry import parse_pipeline
@@ -324,7 +324,7 @@ ENTRY e {
   up1 = f32[16]{0} subtract(w1, sc1)
   ROOT t = (f32[16]{0}, f32[16]{0}) tuple(up0, up1)
 }
-""", PassManager(passes_of("producer-consumer-fusion,horizontal-fusion,dce")), """
+""", PassManager(parse_pipeline("producer-consumer-fusion,horizontal-fusion,dce")), """
     CHECK:      %[[BODY:fused_computation[.0-9]*]] ({{.*}}) -> (f32[16], f32[16]) {
     CHECK-NEXT:   %param_0 = f32[16]{0} parameter(0)
     CHECK-NEXT:   %param_1 = f32[16]{0} parameter(1)

@@ -12,7 +12,7 @@ from passes import PassManager
 from passes.fusion.call_inliner import CallInliner
 from passes.fusion.library_dot import LibraryDotFusion
 from passes.fusion.multi_output import MultiOutputFusion
-from passes.fusion.pipeline import passes_of
+from passes.registry import parse_pipeline
 from passes.fusion.producer_consumer import FusionLog, ProducerConsumerFusion
 from passes.fusion.profitability import never_duplicate
 from passes.fusion.reduction_epilogue import ReductionEpilogueFusion
@@ -334,7 +334,7 @@ ENTRY e {
 def test_multi_output_then_producer_consumer_absorbs_the_shared_value():
     # m fed n and c and could not be duplicated (arithmetic); once its users share a
     # fusion it moves in, and is computed once and never written to memory
-    assert_rewrite(SRC, PassManager(passes_of("producer-consumer-fusion,multi-output-fusion,producer-consumer-fusion,dce")), """
+    assert_rewrite(SRC, PassManager(parse_pipeline("producer-consumer-fusion,multi-output-fusion,producer-consumer-fusion,dce")), """
     CHECK:      %[[MO:fused_computation[.0-9]*]] (param_0: f32[4,8], param_1: f32[4,8]) -> (f32[4,8], f32[4,8]) {
     CHECK-NEXT:   %param_0 = f32[4,8]{1,0} parameter(0)
     CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)
@@ -376,7 +376,7 @@ def test_reduction_epilogue_recomputes_the_softmax_chain_in_the_sum():
     log = FusionLog()
     # the sum recomputes exp(x - max); exp is then only read by the divide, which
     # takes the chain too: exp is never written to memory. The max stays alone.
-    assert_rewrite(SOFTMAX, PassManager([ReductionEpilogueFusion(log=log)] + passes_of("producer-consumer-fusion,dce")), """
+    assert_rewrite(SOFTMAX, PassManager([ReductionEpilogueFusion(log=log)] + parse_pipeline("producer-consumer-fusion,dce")), """
     CHECK:      %[[SUM:fused_computation[.0-9]*]] (param_0: f32[4], param_1: f32[4,8]) -> f32[4] {
     CHECK-NEXT:   %param_0 = f32[4]{0} parameter(0)
     CHECK-NEXT:   %param_1 = f32[4,8]{1,0} parameter(1)

@@ -17,7 +17,7 @@ import hlo_tools
 from hlo_tools.precision import computed_through
 from hlo_tools.shape import PrimitiveType
 from passes import PassManager
-from passes.fusion.pipeline import passes_of
+from passes.registry import parse_pipeline
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.compiler import Hook, compile
 from xla_bridge.inputs import make_inputs
@@ -27,7 +27,7 @@ SCAN = Path(__file__).parent / "data" / "bf16_scan_train_step.hlo"
 
 
 def _best_hook() -> Hook:
-    return Hook(PassManager(passes_of("best")), HookStage.for_fusion("cpu"))
+    return Hook(PassManager(parse_pipeline("best")), HookStage.for_fusion("cpu"))
 
 
 def test_best_on_a_bf16_scan_matches_stock_and_leaves_no_dot_to_xlas_emitter():

@@ -20,7 +20,7 @@ from hlo_lab.debug.reduce.reducer import reduce_module
 from hlo_tools import HloOpcode, Module, Rewriter, parse, verify
 from passes import PassManager
 from passes.base import Pass
-from passes.fusion.pipeline import BEST, TEXT_PREFIX, passes_of
+from passes.registry import BEST, TEXT_PREFIX, parse_pipeline
 from tests.conftest import run_hlo
 
 
@@ -115,7 +115,7 @@ def aborting_train_step(tmp_path_factory) -> str:
     """llama3's tiny train step after our BEST fusion passes on the text route:
     XLA:CPU compiles it as written and CHECK-fails on a transpose inside a fusion."""
     module = _before("llama3-tiny-train-f32")
-    PassManager(passes_of(f"{TEXT_PREFIX},{BEST}")).run(module)
+    PassManager(parse_pipeline(f"{TEXT_PREFIX},{BEST}")).run(module)
     path = tmp_path_factory.mktemp("reduce") / "train_text_route.hlo"
     path.write_text(module.to_text())
     return str(path)
@@ -206,7 +206,7 @@ def test_reduce_keeps_a_pass_firing():
     module = _before("llama3-tiny-prefill-f32")
     spec = "producer-consumer-fusion"
     result = reduce_module(module, pass_fires(spec))
-    assert PassManager(passes_of(spec)).run(result.module.clone())
+    assert PassManager(parse_pipeline(spec)).run(result.module.clone())
     computing = [i for i in result.module.entry if i.opcode is not HloOpcode.PARAMETER]
     assert len(computing) <= 2, result.module.to_text()  # a producer and its consumer
     assert result.instructions < 10

@@ -19,7 +19,7 @@ from hlo_lab.cli import main
 from hlo_tools import HloOpcode, parse
 from passes import PassManager
 from passes.fusion.decisions import DecisionFusion, FusionDecisions, save
-from passes.fusion.pipeline import BEST, passes_of
+from passes.registry import BEST, parse_pipeline
 from passes.fusion.producer_consumer import ProducerConsumerFusion
 from passes.fusion.profitability import ForcedEdges
 from passes.registry import get_pass
@@ -102,7 +102,7 @@ def test_the_default_decision_set_is_best_and_replays_through_hlo_opt(prepared, 
     space = Space(prepared["seen"])
     proposal = space.price(FusionDecisions())
     best = parse(prepared["seen"])
-    PassManager(passes_of(BEST)).run(best)
+    PassManager(parse_pipeline(BEST)).run(best)
     assert proposal.after_text == best.to_text()
     assert proposal.decided and proposal.predicted_us > 0
     # the replayable pass on the module XLA hands the hook gives the same module

@@ -22,7 +22,7 @@ from hlo_lab.cli import main
 from hlo_lab.study import cpu_study, gpu_study_modes
 from hlo_tools import parse
 from passes.fusion.gpu_profile import FasterOn
-from passes.fusion.pipeline import GPU_BEST, expand, passes_of
+from passes.registry import GPU_BEST, pass_names, parse_pipeline
 from passes.registry import get_pass
 from passes.fusion.producer_consumer import FusionLog, GpuProducerConsumerFusion, ProducerConsumerFusion
 from xla_bridge import jax_internals
@@ -109,8 +109,8 @@ ENTRY e {
 
 
 def test_gpu_best_names_the_gpu_passes():
-    names = [p.name for p in passes_of("gpu-best")]
-    assert names == expand(GPU_BEST).split(",")
+    names = [p.name for p in parse_pipeline("gpu-best")]
+    assert names == pass_names(GPU_BEST)
     assert "library-dot-fusion" not in names and "gpu-producer-consumer-fusion" in names
 
 
@@ -153,7 +153,7 @@ def test_gpu_best_passes_keep_outputs_equal_on_xla_cpu(spec):
     """Backend-neutral rewrites: each GPU pass of gpu-best (its other passes are
     XLA:CPU's own, tested in test_fusion_corpus) and all of it run on XLA:CPU's
     module at its hook, outputs compared with stock XLA:CPU."""
-    pipeline = [_labelled_for_cpu(n) for n in expand(spec).split(",")]
+    pipeline = [_labelled_for_cpu(n) for n in pass_names(spec)]
     row = cpu_study(DECODE, _text(DECODE), pipeline, reps=2, warmup=1)
     assert row.outputs in ("exact", "close"), (spec, row.outputs)
     assert row.kept

@@ -92,7 +92,7 @@ class PipelineError(Exception):
 
 def user_pipeline(load: Sequence[str], spec: str) -> list:
     """The passes ``spec`` names, after the files in ``load`` registered theirs."""
-    from passes.fusion.pipeline import passes_of  # lazy: every pass module, ~90 ms on each hlo start (measured)
+    from passes.registry import parse_pipeline  # lazy: every pass module, ~90 ms on each hlo start (measured)
     from passes.registry import load_passes  # lazy: the same pass modules
 
     for f in load:
@@ -101,7 +101,7 @@ def user_pipeline(load: Sequence[str], spec: str) -> list:
         except ImportError as e:
             raise PipelineError(f"--load {e}", 1) from None
     try:
-        passes = passes_of(spec)
+        passes = parse_pipeline(spec)
     except KeyError as e:
         raise PipelineError(str(e.args[0]), 2) from None
     if not passes:

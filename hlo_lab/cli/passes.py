@@ -14,20 +14,20 @@ from .args import add_load
 
 def _cmd_opt(args) -> int:
     from passes import PassError, PassManager, available_passes  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
-    from passes.fusion.pipeline import NAMED, passes_of  # lazy: as above
+    from passes.registry import NAMED_PIPELINES, parse_pipeline  # lazy: as above
 
     if args.list:
         if args.json:
-            print(json.dumps({"passes": list(available_passes()), "pipelines": list(NAMED)}, indent=1))
+            print(json.dumps({"passes": list(available_passes()), "pipelines": list(NAMED_PIPELINES)}, indent=1))
             return 0
         print("\n".join(available_passes()))
-        print("pipelines: " + ", ".join(NAMED))
+        print("pipelines: " + ", ".join(NAMED_PIPELINES))
         return 0
     if not args.file:
         print("hlo opt: give a FILE (or --list)", file=sys.stderr)
         return 2
     try:
-        pipeline = passes_of(args.passes)
+        pipeline = parse_pipeline(args.passes)
     except KeyError as e:
         print(f"hlo opt: {e.args[0]}", file=sys.stderr)
         return 2

@@ -121,10 +121,10 @@ def _cmd_compare(args) -> int:
 def _pipeline(spec: str) -> list:
     """The passes named in ``spec``; an unknown name is a ValueError naming the
     known ones, raised before anything is compiled."""
-    from passes.fusion.pipeline import passes_of  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
+    from passes.registry import parse_pipeline  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
 
     try:
-        return passes_of(spec)
+        return parse_pipeline(spec)
     except KeyError as e:
         raise ValueError(e.args[0]) from None  # it lists the known names
 

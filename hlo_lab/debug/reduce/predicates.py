@@ -77,10 +77,10 @@ def outputs_differ(*, pipeline_a: str = "stock", pipeline_b: str = "as-written",
         b = candidate
         if passes:
             from passes import PassManager  # lazy: every pass module, for predicates that run ours
-            from passes.fusion.pipeline import passes_of  # lazy: as above
+            from passes.registry import parse_pipeline  # lazy: as above
 
             b = candidate.clone()
-            PassManager(passes_of(passes)).run(b)
+            PassManager(parse_pipeline(passes)).run(b)
         try:
             return compare(candidate, b, backend=backend, pipeline_a=pipeline_a, pipeline_b=pipeline_b, seed=seed,
                            contained=True).verdict == "mismatch"
@@ -97,12 +97,12 @@ def still_slower(passes: str | Sequence, *, backend: str = "cpu", margin: float 
     paired median speedup at most ``1 - margin`` and its p90 below 1 (so noise alone
     does not hold), outputs equal.  Measured as ``hlo upstream`` measures a rewrite
     (``hlo_lab.debug.rewrite``); a candidate the passes leave alone does not hold."""
-    from passes.fusion.pipeline import passes_of  # lazy: every pass module, for predicates that run ours
+    from passes.registry import parse_pipeline  # lazy: every pass module, for predicates that run ours
     from xla_bridge.measure import Measurement  # lazy: only predicates that call XLA need the bridge
 
     from ..rewrite import measure_rewrite  # lazy: as above
 
-    pipeline = passes_of(passes)
+    pipeline = parse_pipeline(passes)
     measurement = Measurement(backend, contained=True)
 
     def predicate(candidate: Module) -> bool:
@@ -122,9 +122,9 @@ def pass_fires(passes: str | Sequence) -> Predicate:
     """Holds while our pipeline ``passes`` (names or ``Pass`` objects) changes a
     candidate (no XLA); a pass that breaks on a candidate does not fire on it."""
     from passes import PassManager  # lazy: every pass module, for predicates that run ours
-    from passes.fusion.pipeline import passes_of  # lazy: as above
+    from passes.registry import parse_pipeline  # lazy: as above
 
-    pipeline = passes_of(passes)  # once: an unknown name fails now, not on the first candidate
+    pipeline = parse_pipeline(passes)  # once: an unknown name fails now, not on the first candidate
 
     def predicate(candidate: Module) -> bool:
         try:
