@@ -48,10 +48,10 @@ print(json.dumps({'kb': after - before, 'bytes': len(text)}))
 
 
 def _texts(files: list[str], top: int) -> list[tuple[str, str, str]]:
-    from hlo_tools.parser import read_text
+    from hlo_tools.parser import read_hlo_text
 
     if files:
-        return [(Path(f).name, f, read_text(f)) for f in files]
+        return [(Path(f).name, f, read_hlo_text(f)) for f in files]
     import corpus
 
     cands = []

@@ -156,12 +156,6 @@ class InstructionCost:
     fusion_kind: str | None = None
     unknown: bool = False
 
-    @property
-    def arithmetic_intensity(self) -> float:
-        """Flops (with transcendentals) per byte; inf for an op that moves nothing."""
-        work = self.flops + self.transcendentals
-        return work / self.bytes_accessed if self.bytes_accessed else math.inf
-
 
 @dataclass(frozen=True)
 class ModuleCost:
@@ -266,9 +260,9 @@ class CostAnalysis:
         elif op in _FREE_OPS or (op is _H.TRANSPOSE and _is_effective_bitcast_transpose(instr)):
             p.bytes = p.out = p.read = 0
         elif op is _H.DOT:
-            p.flops = _dot_flops(instr)
+            p.flops = dot_flops(instr)
         elif op is _H.RAGGED_DOT:
-            p.flops = _dot_flops(instr, ragged=True)
+            p.flops = dot_flops(instr, ragged=True)
         elif op is _H.SLICE:
             p.bytes, p.out, p.read = 2 * out, out, out
         elif op is _H.DYNAMIC_SLICE:
@@ -498,7 +492,7 @@ def _parameter_read_bytes(hlo: Instruction) -> float:
     return size
 
 
-def _dot_flops(dot: Instruction, *, ragged: bool = False) -> int:
+def dot_flops(dot: Instruction, *, ragged: bool = False) -> int:
     """2 * output elements * contracted size (GetDotFlops)."""
     lhs = dot.operands[0].shape
     raw = dot.attribute("lhs_contracting_dims") or "{}"
@@ -667,7 +661,7 @@ def element_flops(instr: Instruction) -> float:
     anything else. Coarser than ``CostAnalysis`` on purpose: the latency-hiding
     scheduler only needs which instructions are long, and its schedules are pinned."""
     if instr.opcode is _H.DOT:
-        return float(_dot_flops(instr))
+        return float(dot_flops(instr))
     if instr.opcode is _H.FUSION and instr.fused_computation is not None:
         return sum(element_flops(i) for i in instr.fused_computation)
     return float(instr.shape.num_elements) if instr.shape.is_array else 0.0

@@ -42,6 +42,7 @@ from hlo_tools.ir import Computation, Instruction
 from hlo_tools.opcode import ELEMENTWISE, HloOpcode
 from hlo_tools.shape import PrimitiveType, Shape
 
+from .cost import dot_flops
 from .devices import Device
 
 _H = HloOpcode
@@ -209,13 +210,6 @@ def _computation_flops(comp: Computation | None) -> float:
     return sum(instruction_flops(i) for i in comp)
 
 
-def _dot_flops(dot: Instruction) -> float:
-    lhs = dot.operands[0].shape
-    raw = dot.attribute("lhs_contracting_dims") or "{}"
-    k = math.prod(lhs.dims[int(x)] for x in raw.strip("{}").split(",") if x.strip())
-    return 2.0 * _elements(dot.shape) * k
-
-
 def instruction_flops(instr: Instruction) -> float:
     """GpuHloCostAnalysis's flops of one instruction (clock cycles, HloOpProfiles)."""
     op = instr.opcode
@@ -233,7 +227,7 @@ def instruction_flops(instr: Instruction) -> float:
         per = 400 if dim > 0 and instr.operands[0].shape.dims[dim] % 32 else 6
         return float(per * _elements(instr.shape))
     if op in _DOTS and op is not _H.CONVOLUTION:
-        return _dot_flops(instr)
+        return float(dot_flops(instr))  # the cost model's GetDotFlops
     if op is _H.FUSION and instr.fused_computation is not None:
         return fusion_utilization(instr).flops
     return 0.0

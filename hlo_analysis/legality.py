@@ -284,14 +284,6 @@ def is_fusible(instr: Instruction) -> bool:
     return fusible(instr).ok
 
 
-def contains_reduce(instr: Instruction) -> bool:
-    """A reduce, or a fusion with a reduce inside."""
-    if instr.opcode is HloOpcode.REDUCE:
-        return True
-    body = instr.fused_computation
-    return body is not None and any(i.opcode is HloOpcode.REDUCE for i in body)
-
-
 def _is_costly_concatenate(instr: Instruction) -> bool:
     """cpu_instruction_fusion.cc: more than 8 operands, or a large concatenate on
     the minor dimension, is faster as a plain copy loop than fused."""

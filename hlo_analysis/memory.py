@@ -145,16 +145,6 @@ def profile(comp: Computation, order: Sequence[Instruction] | None = None, *, in
     return MemoryProfile(comp.name, peak, order[at].name if order else "", n, include_parameters)
 
 
-def peak_live_bytes(comp: Computation, order: Iterable[Instruction] | None = None, **kw) -> int:
-    """Shorthand for ``profile(...).peak_bytes``."""
-    return profile(comp, None if order is None else list(order), **kw).peak_bytes
-
-
-def module_peak(module, **kw) -> MemoryProfile:
-    """Peak of the entry computation in the module's own order (its schedule)."""
-    return profile(module.entry, **kw)
-
-
 def lower_bound(comp: Computation, *, model: BufferModel | None = None) -> int:
     """No order can peak below this: the largest instruction's operands plus
     results plus callee peak (entry parameters excluded, as in ``profile``)."""

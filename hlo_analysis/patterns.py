@@ -122,7 +122,7 @@ class Flow:
             instr = self.value(instr.operands[0])
         return instr
 
-    def forward(self, instr: Instruction, ops: frozenset[HloOpcode] = _MOVE, depth: int = 8) -> Iterator[Instruction]:
+    def downstream(self, instr: Instruction, ops: frozenset[HloOpcode] = _MOVE, depth: int = 8) -> Iterator[Instruction]:
         """Readers of ``instr``'s value, looking forward through ``ops``."""
         frontier, seen = [instr], {id(instr)}
         for _ in range(depth):
@@ -202,15 +202,15 @@ class Patterns:
         for rmax in reduces:
             if _reducer(rmax) is not _H.MAXIMUM:
                 continue
-            for sub in f.forward(rmax, _MOVE | {_H.MAXIMUM, _H.REDUCE, _H.REDUCE_WINDOW}):
+            for sub in f.downstream(rmax, _MOVE | {_H.MAXIMUM, _H.REDUCE, _H.REDUCE_WINDOW}):
                 if sub.opcode is not _H.SUBTRACT:
                     continue
-                for exp in f.forward(sub, _MOVE, 3):
+                for exp in f.downstream(sub, _MOVE, 3):
                     if exp.opcode is not _H.EXPONENTIAL:
                         continue
-                    sums = [r for r in f.forward(exp, _MOVE | {_H.REDUCE_WINDOW}, 4) if _reducer(r) is _H.ADD]
+                    sums = [r for r in f.downstream(exp, _MOVE | {_H.REDUCE_WINDOW}, 4) if _reducer(r) is _H.ADD]
                     if sums:
-                        outs = [u for u in f.forward(exp, _MOVE, 4) if u.opcode in (_H.DIVIDE, _H.MULTIPLY)]
+                        outs = [u for u in f.downstream(exp, _MOVE, 4) if u.opcode in (_H.DIVIDE, _H.MULTIPLY)]
                         self._mark(SOFTMAX, [rmax, sub, exp, *sums, *outs])
                         self._softmax_max.add(id(rmax))
                         self._softmax_out.extend(outs or sums)
@@ -262,7 +262,7 @@ class Patterns:
         for r in roots:
             if not r.operands:
                 continue
-            outs = list(f.forward(r, _MOVE, 4))
+            outs = list(f.downstream(r, _MOVE, 4))
             if r.opcode is _H.SQRT and not any(u.opcode is _H.DIVIDE for u in outs):
                 continue
             reduces, walked, fast_var = self._norm_inputs(r)
@@ -296,9 +296,9 @@ class Patterns:
     def _optimizer(self, roots: list[Instruction]) -> None:
         f = self.flow
         for s in roots:
-            divs = [u for u in f.forward(s, _MOVE | {_H.ADD, _H.MULTIPLY}, 3) if u.opcode is _H.DIVIDE]
+            divs = [u for u in f.downstream(s, _MOVE | {_H.ADD, _H.MULTIPLY}, 3) if u.opcode is _H.DIVIDE]
             if s.opcode is _H.SQRT and divs:
-                after = [u for d in divs for u in f.forward(d, _MOVE, 2) if u.opcode in (_H.MULTIPLY, _H.SUBTRACT)]
+                after = [u for d in divs for u in f.downstream(d, _MOVE, 2) if u.opcode in (_H.MULTIPLY, _H.SUBTRACT)]
                 self._mark(OPTIMIZER, [s, *divs, *after])
 
     def _cube_of(self, value: Instruction, x: Instruction) -> bool:
@@ -341,7 +341,7 @@ class Patterns:
                 continue
             a, b = (f.through(o) for o in v.operands)
             if self._cube_of(b, a) or self._cube_of(a, b):
-                outs = [u for u in f.forward(t, _MOVE | {_H.ADD}, 3) if u.opcode is _H.MULTIPLY]
+                outs = [u for u in f.downstream(t, _MOVE | {_H.ADD}, 3) if u.opcode is _H.MULTIPLY]
                 self._mark(GELU, [t, v, *outs])
         for e in erfs:  # x * (1 + erf(x * c)) * 0.5
             v = f.through(e.operands[0])
@@ -351,7 +351,7 @@ class Patterns:
             if len(live) != 1:
                 continue
             x = live[0]
-            outs = [u for u in f.forward(e, _MOVE | {_H.ADD}, 3)
+            outs = [u for u in f.downstream(e, _MOVE | {_H.ADD}, 3)
                     if u.opcode is _H.MULTIPLY and x in [self._unscaled(o) for o in u.operands]]
             if outs:
                 self._mark(GELU, [e, v, *outs])
@@ -364,9 +364,9 @@ class Patterns:
         neg = f.through(instr.operands[0])
         if neg.opcode is not _H.NEGATE:
             return None
-        for add in f.forward(instr, _MOVE, 2):
+        for add in f.downstream(instr, _MOVE, 2):
             if add.opcode is _H.ADD and any(_constant(f, o) for o in add.operands):
-                for div in f.forward(add, _MOVE, 2):
+                for div in f.downstream(add, _MOVE, 2):
                     if div.opcode is _H.DIVIDE and _constant(f, div.operands[0]):
                         return f.through(neg.operands[0]), [instr, neg, add, div]
         return None
@@ -378,10 +378,10 @@ class Patterns:
             if found is None:
                 continue
             x, ops = found
-            for silu in f.forward(ops[-1], _MOVE, 3):
+            for silu in f.downstream(ops[-1], _MOVE, 3):
                 if silu.opcode is not _H.MULTIPLY or x not in [f.through(o) for o in silu.operands]:
                     continue
-                gates = [g for g in f.forward(silu, _MOVE, 3) if g.opcode is _H.MULTIPLY
+                gates = [g for g in f.downstream(silu, _MOVE, 3) if g.opcode is _H.MULTIPLY
                          and all(f.through(o) not in (x, silu) for o in g.operands if f.through(o) is not silu)
                          and not any(_constant(f, o) for o in g.operands)]
                 if gates:
@@ -393,10 +393,10 @@ class Patterns:
         members: dict[int, list[Instruction]] = defaultdict(list)
         combines: dict[int, Instruction] = {}
         for t in trig:
-            for m in f.forward(t, _MOVE | {_H.SLICE, _H.CONCATENATE, _H.NEGATE}, 5):
+            for m in f.downstream(t, _MOVE | {_H.SLICE, _H.CONCATENATE, _H.NEGATE}, 5):
                 if m.opcode is not _H.MULTIPLY:
                     continue
-                for c in f.forward(m, _MOVE, 2):
+                for c in f.downstream(m, _MOVE, 2):
                     if c.opcode in (_H.ADD, _H.SUBTRACT):
                         by_kind[id(c)].add(t.opcode)
                         members[id(c)] += [t, m]
@@ -427,13 +427,13 @@ class Patterns:
         if not self._softmax_max:
             return
         pv_dots = {id(d): d for s in self._softmax_out
-                   for d in f.forward(s, _MOVE, 4) if d.opcode is _H.DOT}
+                   for d in f.downstream(s, _MOVE, 4) if d.opcode is _H.DOT}
         any_elementwise = frozenset(_MOVE | {_H.MULTIPLY, _H.ADD, _H.SELECT, _H.TANH, _H.DIVIDE, _H.CALL, _H.MAXIMUM})
         for d in dots:
             dn = d.dot_dimension_numbers
             if dn is None or not dn.lhs_batch_dims:
                 continue
-            qk = any(id(r) in self._softmax_max for r in f.forward(d, any_elementwise, 8))
+            qk = any(id(r) in self._softmax_max for r in f.downstream(d, any_elementwise, 8))
             if not (qk or id(d) in pv_dots):
                 continue
             chains = [c for o in d.operands for c in [self._repeated(o)] if c]
@@ -444,7 +444,7 @@ class Patterns:
         """What selects experts with ``indices``: a gather, scatter, dynamic slice or a one-hot."""
         f = self.flow
         picks = []
-        for u in f.forward(indices, _MOVE | {_H.ADD, _H.MULTIPLY, _H.SELECT, _H.CONCATENATE}, 6):
+        for u in f.downstream(indices, _MOVE | {_H.ADD, _H.MULTIPLY, _H.SELECT, _H.CONCATENATE}, 6):
             if u.opcode in _DISPATCH:
                 picks.append(u)
             elif u.opcode is _H.COMPARE and any(f.through(o).opcode is _H.IOTA for o in u.operands):
@@ -473,9 +473,9 @@ class Patterns:
             if buffer.opcode is not _H.PARAMETER or buffer.parent is None or not buffer.parent.is_entry \
                     or _constant(f, u.operands[1]):
                 continue
-            readers = list(f.forward(u, _MOVE | {_H.CONCATENATE, _H.TUPLE}, 6))
+            readers = list(f.downstream(u, _MOVE | {_H.CONCATENATE, _H.TUPLE}, 6))
             returned = any(r.is_root and r.parent is not None and r.parent.is_entry for r in [u, *readers]) or \
-                any(r.opcode is _H.TUPLE and r.is_root for r in f.forward(u, _MOVE | {_H.CONCATENATE}, 6))
+                any(r.opcode is _H.TUPLE and r.is_root for r in f.downstream(u, _MOVE | {_H.CONCATENATE}, 6))
             if returned or any(r.opcode is _H.DOT for r in readers):
                 chain, node = [], f.value(u.operands[0])
                 while node is not buffer and node.opcode in _BUFFER and node.operands:

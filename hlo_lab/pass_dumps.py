@@ -28,11 +28,11 @@ from hlo_tools.stats import module_stats
 from visualize.diff import ModuleDiff, diff_modules
 from xla_bridge import load
 
-__all__ = ["Step", "Walk", "find_module", "modules_with_passes", "walk", "load_step", "diff_steps", "first_changes"]
+__all__ = ["PassStep", "Walk", "find_module", "modules_with_passes", "walk", "load_step", "diff_steps", "first_changes"]
 
 
 @dataclasses.dataclass
-class Step:
+class PassStep:
     """One dump of the walk: ``seq`` is XLA's dump number (None for the
     ``before_optimizations`` / ``*after_optimizations`` ends), ``pass_name``
     the pass after which XLA wrote it (or the stage name at the ends)."""
@@ -64,7 +64,7 @@ class Walk:
     """The steps of one module, first to last, with the module they came from."""
 
     module: DumpModule
-    steps: list[Step]
+    steps: list[PassStep]
 
     def opcode_delta(self, i: int, top: int | None = 4) -> list[tuple[str, int]]:
         """The biggest per-opcode count changes from the step before ``i`` to ``i`` (all with ``top=None``)."""
@@ -75,18 +75,18 @@ class Walk:
         delta = [(op, b[op] - a[op]) for op in a.keys() | b.keys() if b[op] != a[op]]
         return sorted(delta, key=lambda d: (-abs(d[1]), d[0]))[:top]  # [:None] is all
 
-    def _previous_parsed(self, i: int) -> Step | None:
+    def _previous_parsed(self, i: int) -> PassStep | None:
         for s in reversed(self.steps[:i]):
             if s.error is None:
                 return s
         return None
 
-    def previous(self, i: int) -> Step | None:
+    def previous(self, i: int) -> PassStep | None:
         """The step before ``i`` that parsed (what step ``i``'s pass started from)."""
         return self._previous_parsed(i)
 
     def select(self, spec: str) -> list[int]:
-        """Step indices for ``spec``: a dump number (``47`` or ``0047``), else a
+        """PassStep indices for ``spec``: a dump number (``47`` or ``0047``), else a
         pass name (every step after that pass), else ``pipeline/pass``."""
         if spec.isdigit():
             hits = [i for i, s in enumerate(self.steps) if s.seq == int(spec)]
@@ -138,27 +138,27 @@ def find_module(folder: str | Path, spec: str | None) -> DumpModule:
     return hits[0]
 
 
-def _steps(module: DumpModule) -> list[Step]:
+def _steps(module: DumpModule) -> list[PassStep]:
     steps = []
     if module.before_optimizations is not None:
-        steps.append(Step(None, "", "before_optimizations", None, module.before_optimizations))
-    steps += [Step(p.index, p.pipeline, p.pass_name, p.next_pass, p.path) for p in module.passes]
+        steps.append(PassStep(None, "", "before_optimizations", None, module.before_optimizations))
+    steps += [PassStep(p.index, p.pipeline, p.pass_name, p.next_pass, p.path) for p in module.passes]
     for stage, path in sorted(module.stages.items()):
         if stage.endswith("after_optimizations") and stage != "after_optimizations":
-            steps.append(Step(None, "", stage, None, path))
+            steps.append(PassStep(None, "", stage, None, path))
     return steps
 
 
-def load_step(step: Step) -> Module:
+def load_step(step: PassStep) -> Module:
     """The module of one step (``xla_bridge.load``: text or ``.hlo.pb``)."""
     return load(step.path)
 
 
 def walk(module: DumpModule, *, find: Iterable[str] = (),
-         progress: Callable[[int, int, Step], None] | None = None) -> Walk:
+         progress: Callable[[int, int, PassStep], None] | None = None) -> Walk:
     """Parses every dump of ``module`` in order; a dump that does not parse is a
     step with ``error`` set (the walk goes on). ``find``: instruction names to
-    locate in every step (``Step.where``)."""
+    locate in every step (``PassStep.where``)."""
     names = [n.lstrip("%") for n in find]
     steps = _steps(module)
     for k, step in enumerate(steps):

@@ -4,27 +4,16 @@ plus a roofline scatter plot drawn as inline SVG; no scripts, no external files)
 from __future__ import annotations
 
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
 
-from hlo_tools.fileio import make_dirs, write_output
 from hlo_analysis.units import fmt_bytes, fmt_seconds
 
 from .md import md_block, md_code, md_escape
 
 CATEGORY_COLORS = {"matmul": "#1f77b4", "attention": "#9467bd", "memory-bound fusion": "#ff7f0e",
                    "collective": "#2ca02c", "copy": "#8c564b", "other": "#7f7f7f"}
-
-
-def write_reports(report: dict[str, Any], out_dir: str | Path) -> None:
-    """report.json, report.md and report.html in ``out_dir``, each written atomically
-    (``fileio.write_output``: a failed report never leaves a half-written file)."""
-    out = make_dirs(out_dir)
-    write_output(out / "report.json", json.dumps(report, indent=1))
-    write_output(out / "report.md", markdown(report))
-    write_output(out / "report.html", html_page(report))
 
 
 def fmt_rate(x: float, unit: str) -> str:

@@ -51,6 +51,21 @@ def literal_text(value: str | float | int | bool) -> str:
     raise TypeError(f"a literal is HLO text or a Python number, not {type(value).__name__}")
 
 
+def _add_use(op: "Instruction", user: "Instruction") -> None:
+    """``user`` reads ``op`` once more: with ``_drop_use``, the one place uses change."""
+    users = op._users
+    users[user] = users.get(user, 0) + 1
+
+
+def _drop_use(op: "Instruction", user: "Instruction") -> None:
+    """``user`` reads ``op`` once less (the entry goes with the last use)."""
+    n = op._users[user] - 1
+    if n:
+        op._users[user] = n
+    else:
+        del op._users[user]
+
+
 class Instruction:
     """One HLO instruction: a named value with an opcode, a shape and operands.
 
@@ -92,58 +107,53 @@ class Instruction:
         literal: str | None = None,
         async_wrapped_opcode: HloOpcode | None = None,
     ):
-        self._name = name
-        self._opcode = opcode
-        self._shape = shape
-        self._operands: tuple[Instruction, ...] = tuple(operands)
-        self._users: dict[Instruction, int] = {}
-        self._parent: Computation | None = None
-        self._attributes: dict[str, str | None] | None = dict(attributes) if attributes else {}
-        self._raw_attributes: str | None = None
-        self._called: dict[str, tuple[Computation, ...]] = dict(called) if called else {}
+        self._init_slots(name, opcode, shape, tuple(operands))
+        self._attributes = dict(attributes) if attributes else {}
+        self._called = dict(called) if called else {}
         for key in self._called:
             self._attributes.setdefault(key, None)
-        self._control_predecessors: tuple[Instruction, ...] = ()
-        self._control_successors: dict[Instruction, None] = {}
         self.async_wrapped_opcode = async_wrapped_opcode
         self.parameter_number = parameter_number
         self._literal = literal
+        for op in self._operands:
+            _add_use(op, self)
+
+    def _init_slots(self, name: str, opcode: HloOpcode, shape: Shape, operands: tuple["Instruction", ...]) -> None:
+        """Every slot, once, at its default: the one list ``__init__``, the parser's
+        constructor and ``_copy_detached`` start from (a new slot is added here)."""
+        self._name = name
+        self._opcode = opcode
+        self._shape = shape
+        self._operands = operands
+        self._users: dict[Instruction, int] = {}
+        self._parent: Computation | None = None
+        self._attributes: dict[str, str | None] | None = {}
+        self._raw_attributes: str | None = None
+        self._called: dict[str, tuple[Computation, ...]] = {}
+        self._control_predecessors: tuple[Instruction, ...] = ()
+        self._control_successors: dict[Instruction, None] = {}
+        self.async_wrapped_opcode: HloOpcode | None = None
+        self.parameter_number: int | None = None
+        self._literal: str | None = None
         self._prev: Instruction | None = None
         self._next: Instruction | None = None
         # A get-tuple-element the text wrote as an operand, ``%tuple#N`` (XLA's
         # dump syntax): printed the same way, never as a line of its own.
         self.tuple_sugar = False
-        for op in self._operands:
-            op._users[self] = op._users.get(self, 0) + 1
 
     @classmethod
     def _from_parser(cls, name, opcode, shape, operands, raw_attributes, parameter_number, literal) -> "Instruction":
         """The parser's constructor: same invariants as __init__ (users updated),
         attributes kept as one raw string.  Hot: called once per parsed line."""
         self = object.__new__(cls)
-        self._name = name
-        self._opcode = opcode
-        self._shape = shape
-        self._operands = operands
-        self._users = {}
-        self._parent = None
+        self._init_slots(name, opcode, shape, operands)
         if raw_attributes:
             self._attributes = None
             self._raw_attributes = raw_attributes
-        else:
-            self._attributes = {}
-            self._raw_attributes = None
-        self._called = {}
-        self._control_predecessors = ()
-        self._control_successors = {}
-        self.async_wrapped_opcode = None
         self.parameter_number = parameter_number
         self._literal = literal
-        self._prev = self._next = None
-        self.tuple_sugar = False
         for op in operands:
-            users = op._users
-            users[self] = users.get(self, 0) + 1
+            _add_use(op, self)
         return self
 
     # -- construction helpers -------------------------------------------------
@@ -264,25 +274,17 @@ class Instruction:
         ops = list(self._operands)
         ops[index] = new
         self._operands = tuple(ops)
-        n = old._users[self] - 1
-        if n:
-            old._users[self] = n
-        else:
-            del old._users[self]
-        new._users[self] = new._users.get(self, 0) + 1
+        _drop_use(old, self)
+        _add_use(new, self)
 
     def replace_operands(self, new_operands) -> None:
         """Replaces the whole operand list (shapes may change: for rewrites that
         also change this instruction's shape)."""
         for op in self._operands:
-            n = op._users[self] - 1
-            if n:
-                op._users[self] = n
-            else:
-                del op._users[self]
+            _drop_use(op, self)
         self._operands = tuple(new_operands)
         for op in self._operands:
-            op._users[self] = op._users.get(self, 0) + 1
+            _add_use(op, self)
 
     def replace_all_uses_with(self, new: "Instruction", *, allow_different_shape: bool = False) -> None:
         """Points every user (and the computation root) at ``new``.
@@ -479,21 +481,13 @@ class Instruction:
         """An exact copy of every field but the graph edges (operands, users,
         control edges, order), which ``copy_computation`` wires afterwards."""
         dup = object.__new__(Instruction)
-        dup._name = self._name
-        dup._opcode = self._opcode
-        dup._shape = self._shape
-        dup._operands = ()
-        dup._users = {}
-        dup._parent = None
+        dup._init_slots(self._name, self._opcode, self._shape, ())
         dup._attributes = None if self._attributes is None else dict(self._attributes)
         dup._raw_attributes = self._raw_attributes
         dup._called = called
-        dup._control_predecessors = ()
-        dup._control_successors = {}
         dup.async_wrapped_opcode = self.async_wrapped_opcode
         dup.parameter_number = self.parameter_number
         dup._literal = self._literal
-        dup._prev = dup._next = None
         dup.tuple_sugar = self.tuple_sugar
         return dup
 
@@ -565,10 +559,6 @@ class Computation:
     @root.setter
     def root(self, instr: Instruction) -> None:
         self.set_root(instr)
-
-    @property
-    def root_instruction(self) -> Instruction | None:
-        return self._root
 
     def get_instruction(self, name: str) -> Instruction | None:
         return self._names.get(name)
@@ -651,11 +641,7 @@ class Computation:
             raise IrError(f"cannot remove %{instr.name}: it is the root of %{self.name}; set a new root first")
         instr.drop_all_control_deps()
         for op in instr._operands:
-            n = op._users[instr] - 1
-            if n:
-                op._users[instr] = n
-            else:
-                del op._users[instr]
+            _drop_use(op, instr)
         instr._operands = ()
         if instr._prev is None:
             self._head = instr._next
@@ -966,6 +952,15 @@ class Module:
     @property
     def instruction_count(self) -> int:
         return sum(c.instruction_count for c in self.computations)
+
+    def fusion_computations(self) -> list[Computation]:
+        """The computations fusion instructions call: XLA's ``IsFusionComputation``,
+        answered for the whole module at once."""
+        found: dict[int, Computation] = {}
+        for instr in self.instructions():
+            if instr.fused_computation is not None:
+                found.setdefault(id(instr.fused_computation), instr.fused_computation)
+        return list(found.values())
 
     def walk(self, computation: Computation | None = None, *, into_called: bool = True) -> Iterator[Instruction]:
         """Instructions of ``computation`` (default: the entry) in order, descending

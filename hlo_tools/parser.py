@@ -68,7 +68,7 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True) -> M
             gc.enable()
 
 
-def read_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> str:
+def read_hlo_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> str:
     """HLO text of a module file: HLO text, optionally gzip'd.
 
     Every problem with the file is an HloParseError naming it (a missing file,
@@ -100,5 +100,5 @@ def decode_text(data: bytes, source: str) -> str:
 def load(path: str | os.PathLike) -> Module:
     """Loads a module from an HLO text file (an XLA dump's
     ``module_0001.jit_step.before_optimizations.txt``), optionally gzip'd; see
-    ``read_text``.  ``xla_bridge.load`` also reads ``.hlo.pb`` and ``.mlir``."""
-    return parse(read_text(path), source=str(path))
+    ``read_hlo_text``.  ``xla_bridge.load`` also reads ``.hlo.pb`` and ``.mlir``."""
+    return parse(read_hlo_text(path), source=str(path))

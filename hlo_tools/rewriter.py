@@ -16,7 +16,7 @@ pattern driver (``apply_patterns_greedily``) hands the same object to its
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, ClassVar, Iterable
 
 from .ir import Computation, Instruction, Module
 from .opcode import HloOpcode
@@ -114,25 +114,24 @@ class Rewriter:
         self.changed = True
         self._touch([instr, *operands])
 
-    def replace_instruction(self, old: Instruction, new: Instruction) -> Instruction:
-        """Replaces ``old`` by ``new`` (inserted before ``old`` when detached):
-        its uses move to ``new``, ``old`` goes, and so do operands of ``old``
-        that became dead (XLA's ReplaceInstruction)."""
+    def replace_instruction(self, old: Instruction, new: Instruction, *, allow_different_shape: bool = False) -> Instruction:
+        """XLA's ``ReplaceInstruction``: ``old``'s uses move to ``new``, ``old`` goes, and
+        so do operands of ``old`` that became dead. A detached ``new`` is inserted
+        before ``old`` and takes its metadata (XLA's ``SetupDerivedInstruction``); an
+        existing value (``x + 0`` => ``x``) is used as it is. Returns ``new``."""
         if new.parent is None:
+            meta = old.attribute("metadata")
+            if meta is not None and new.attribute("metadata") is None:
+                new.set_attribute("metadata", meta)
             self.insert_before(old, new)
-        self.forward(old, new)
-        return new
-
-    def forward(self, instr: Instruction, value: Instruction, *, allow_different_shape: bool = False) -> None:
-        """``instr`` computes ``value``: its users take ``value``, ``instr``
-        goes, and so do its operands that became dead."""
-        self.replace_all_uses_with(instr, value, allow_different_shape=allow_different_shape)
-        if instr.users:
-            return  # ``value`` itself uses ``instr`` (a wrapping copy): it stays
-        operands = instr.operands
-        self.erase(instr)
+        self.replace_all_uses_with(old, new, allow_different_shape=allow_different_shape)
+        if old.users:
+            return new  # ``new`` itself uses ``old`` (a wrapping copy): it stays
+        operands = old.operands
+        self.erase(old)
         for op in operands:
             self.erase_if_dead(op)
+        return new
 
     # -- erasing -------------------------------------------------------------------
     def erase(self, instr: Instruction) -> None:
@@ -267,10 +266,27 @@ class Rewriter:
 
 class RewritePattern:
     """A rewrite: ``match_and_rewrite`` returns True when it changed the IR, and
-    makes every change through the rewriter."""
+    makes every change through the rewriter. ``opcode`` (one, or a set): the driver
+    calls it only on instructions with that opcode (None: on every instruction)."""
+
+    opcode: ClassVar[HloOpcode | frozenset[HloOpcode] | None] = None
 
     def match_and_rewrite(self, instr: Instruction, rewriter: Rewriter) -> bool:
         raise NotImplementedError
+
+
+def _by_opcode(patterns: list[RewritePattern]) -> Callable[[HloOpcode], list[RewritePattern]]:
+    """The patterns to try on an opcode, in their given order (XLA's one handler per opcode)."""
+    table: dict[HloOpcode, list[RewritePattern]] = {}
+
+    def lookup(code: HloOpcode) -> list[RewritePattern]:
+        found = table.get(code)
+        if found is None:
+            found = table[code] = [p for p in patterns if p.opcode is None or p.opcode is code
+                                   or (isinstance(p.opcode, frozenset) and code in p.opcode)]
+        return found
+
+    return lookup
 
 
 class RewriteDidNotConverge(RuntimeError):
@@ -281,7 +297,7 @@ def apply_patterns_greedily(target: Module | Computation, patterns: Iterable[Rew
     """Applies the patterns until none matches anywhere; returns whether
     anything changed.  Visits instructions operands-first, and revisits what a
     rewrite touched.  Raises RewriteDidNotConverge past ``max_rewrites``."""
-    patterns = list(patterns)
+    for_opcode = _by_opcode(list(patterns))
     comps = target.computations if isinstance(target, Module) else [target]
     changed = False
     rewrites = 0
@@ -292,7 +308,7 @@ def apply_patterns_greedily(target: Module | Computation, patterns: Iterable[Rew
             instr = rewriter.worklist.pop()
             if instr.parent is not comp:
                 continue
-            for pat in patterns:
+            for pat in for_opcode(instr.opcode):
                 if pat.match_and_rewrite(instr, rewriter):
                     rewrites += 1
                     if rewrites > max_rewrites:

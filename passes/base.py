@@ -51,20 +51,9 @@ class ComputationPass(Pass):
         raise NotImplementedError
 
     def run(self, module: Module) -> bool:
-        fused = set() if self.include_fused else fused_computations(module)
+        fused = set() if self.include_fused else {id(c) for c in module.fusion_computations()}
         changed = False
         for comp in list(module.computations):
             if id(comp) not in fused:
                 changed |= self.run_on_computation(comp)
         return changed
-
-
-def fused_computations(module: Module) -> set[int]:
-    """ids of the computations called by fusion instructions."""
-    out: set[int] = set()
-    for instr in module.instructions():
-        fc = instr.fused_computation
-        if fc is not None:
-            out.add(id(fc))
-    return out
-

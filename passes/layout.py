@@ -31,7 +31,7 @@ from hlo_tools.shape import Layout
 
 from hlo_analysis.cost import unfused_bytes
 
-from .base import ComputationPass, Pass, fused_computations
+from .base import ComputationPass, Pass
 
 LAYOUT_OPS = frozenset({HloOpcode.TRANSPOSE, HloOpcode.COPY})
 _VIEW_OPS = frozenset({HloOpcode.PARAMETER, HloOpcode.TRANSPOSE, HloOpcode.COPY, HloOpcode.BITCAST, HloOpcode.RESHAPE})
@@ -107,7 +107,7 @@ def _layout_only_fusion(instr: Instruction) -> bool:
 def layout_analysis(module: Module) -> LayoutReport:
     """Layout-only ops in every computation that runs (fusion bodies count as
     one ``layout-fusion`` when all they do is transpose/copy/reshape)."""
-    fused = fused_computations(module)
+    fused = {id(c) for c in module.fusion_computations()}
     ops = []
     for comp in module.computations:
         if id(comp) in fused:

@@ -32,7 +32,7 @@ from hlo_tools.side_effects import SideEffects
 from hlo_analysis.memory import BufferModel, profile
 from hlo_analysis.overlap import ASYNC_DONES, ASYNC_STARTS, CostModel, overlap
 
-from .base import Pass, fused_computations
+from .base import Pass
 
 
 class SchedulerState:
@@ -254,7 +254,7 @@ def set_sequence(comp: Computation, order: Sequence[Instruction], rewriter: Rewr
 def schedulable_computations(module: Module) -> list[Computation]:
     """Computations that carry a sequence in an HloSchedule: all but fusion
     bodies and scalar appliers (callees before callers)."""
-    fused = fused_computations(module)
+    fused = {id(c) for c in module.fusion_computations()}
     applied = {id(c) for i in module.instructions() if i.opcode is not HloOpcode.FUSION
                for key, comps in i.called_computation_map.items()
                if key in ("to_apply", "comparator", "select", "scatter") for c in comps}

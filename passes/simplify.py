@@ -31,87 +31,82 @@ from hlo_tools.rewriter import RewritePattern, apply_patterns_greedily
 from .base import ComputationPass
 
 
-def _copy_metadata(src: Instruction, dst: Instruction) -> Instruction:
-    meta = src.attribute("metadata")
-    if meta is not None:
-        dst.set_attribute("metadata", meta)
-    return dst
-
-
 class IdentityOperand(RewritePattern):
-    """``add(x, 0)`` and ``multiply(x, 1)`` -> ``x``."""
+    """x + 0 => x; x * 1 => x"""
 
-    _patterns = (
-        m.add(m.op("x"), m.broadcast_of_scalar(0)),
-        m.multiply(m.op("x"), m.broadcast_of_scalar(1)),
-    )
+    opcode = frozenset({HloOpcode.ADD, HloOpcode.MULTIPLY})
+    PATTERNS = (m.add(m.op("x"), m.broadcast_of_scalar(0)), m.multiply(m.op("x"), m.broadcast_of_scalar(1)))
 
     def match_and_rewrite(self, instr, rewriter):
-        if instr.opcode not in (HloOpcode.ADD, HloOpcode.MULTIPLY):
-            return False
-        for p in self._patterns:
+        for p in self.PATTERNS:
             found = m.match(instr, p)
             if found and found["x"].shape == instr.shape:
-                rewriter.forward(instr, found["x"])
+                rewriter.replace_instruction(instr, found["x"])
                 return True
         return False
 
 
 class ReshapeOfReshape(RewritePattern):
+    """reshape(reshape(x)) => reshape(x); a reshape to x's own shape => x"""
+
+    opcode = HloOpcode.RESHAPE
+    PATTERN = m.reshape(m.reshape(m.op("x")))
+
     def match_and_rewrite(self, instr, rewriter):
-        if instr.opcode is not HloOpcode.RESHAPE:
-            return False
         x = instr.operand(0)
         if x.shape == instr.shape:
-            rewriter.forward(instr, x)
+            rewriter.replace_instruction(instr, x)
             return True
-        found = m.match(instr, m.reshape(m.reshape(m.op("x"))))
+        found = m.match(instr, self.PATTERN)
         if not found:
             return False
-        new = _copy_metadata(instr, Instruction.create("reshape", instr.shape, [found["x"]], name=instr.name))
-        rewriter.replace_instruction(instr, new)
+        rewriter.replace_instruction(instr, Instruction.create("reshape", instr.shape, [found["x"]], name=instr.name))
         return True
 
 
 class TransposeOfTranspose(RewritePattern):
+    """transpose(transpose(x)) => one transpose, or x when they cancel; an identity transpose => x"""
+
+    opcode = HloOpcode.TRANSPOSE
+    PATTERN = m.transpose(m.transpose(m.op("x")))
+
     def match_and_rewrite(self, instr, rewriter):
-        if instr.opcode is not HloOpcode.TRANSPOSE:
-            return False
         perm = instr.dimensions
         x = instr.operand(0)
         if perm == tuple(range(len(perm))) and x.shape == instr.shape:
-            rewriter.forward(instr, x)
+            rewriter.replace_instruction(instr, x)
             return True
-        found = m.match(instr, m.transpose(m.transpose(m.op("x"))))
+        found = m.match(instr, self.PATTERN)
         if not found:
             return False
         inner = instr.operand(0).dimensions
         composed = tuple(inner[p] for p in perm)
         src = found["x"]
         if composed == tuple(range(len(composed))) and src.shape == instr.shape:
-            rewriter.forward(instr, src)
+            rewriter.replace_instruction(instr, src)
             return True
-        new = _copy_metadata(instr, Instruction.create("transpose", instr.shape, [src], name=instr.name, dimensions=composed))
-        rewriter.replace_instruction(instr, new)
+        rewriter.replace_instruction(instr, Instruction.create("transpose", instr.shape, [src], name=instr.name, dimensions=composed))
         return True
 
 
 class BroadcastOfBroadcast(RewritePattern):
+    """broadcast(broadcast(x)) => one broadcast; a broadcast to x's own shape => x"""
+
+    opcode = HloOpcode.BROADCAST
+    PATTERN = m.broadcast(m.broadcast(m.op("x")))
+
     def match_and_rewrite(self, instr, rewriter):
-        if instr.opcode is not HloOpcode.BROADCAST:
-            return False
         x = instr.operand(0)
         dims = instr.dimensions or ()
         if dims == tuple(range(len(dims))) and x.shape == instr.shape:
-            rewriter.forward(instr, x)
+            rewriter.replace_instruction(instr, x)
             return True
-        found = m.match(instr, m.broadcast(m.broadcast(m.op("x"))))
+        found = m.match(instr, self.PATTERN)
         if not found:
             return False
         inner = x.dimensions or ()
         composed = tuple(dims[d] for d in inner)
-        new = _copy_metadata(instr, Instruction.create("broadcast", instr.shape, [found["x"]], name=instr.name, dimensions=composed))
-        rewriter.replace_instruction(instr, new)
+        rewriter.replace_instruction(instr, Instruction.create("broadcast", instr.shape, [found["x"]], name=instr.name, dimensions=composed))
         return True
 
 
@@ -138,12 +133,12 @@ def _format_literal(value, etype: PrimitiveType) -> str | None:
 
 
 class FoldBroadcastScalarConstants(RewritePattern):
-    """``add(broadcast(2), broadcast(3))`` -> ``broadcast(5)`` (ints, f32, f64)."""
+    """add(broadcast(2), broadcast(3)) => broadcast(5) (ints, f32, f64; also subtract, multiply, maximum, minimum)"""
+
+    opcode = frozenset(_FOLD)
 
     def match_and_rewrite(self, instr, rewriter):
-        fold = _FOLD.get(instr.opcode)
-        if fold is None:
-            return False
+        fold = _FOLD[instr.opcode]
         found = m.match(instr, m.opcode(instr.opcode, m.broadcast_of_scalar(capture="a"), m.broadcast_of_scalar(capture="b")))
         if not found:
             return False
@@ -158,11 +153,8 @@ class FoldBroadcastScalarConstants(RewritePattern):
             return False
         const = Instruction("constant", HloOpcode.CONSTANT, ca.shape, literal=text)
         rewriter.insert_before(instr, const)
-        if instr.shape.is_scalar:
-            new = const
-        else:
-            new = rewriter.insert_before(instr, _copy_metadata(instr, Instruction.create("broadcast", instr.shape, [const], name="broadcast", dimensions=())))
-        rewriter.forward(instr, new)
+        new = const if instr.shape.is_scalar else Instruction.create("broadcast", instr.shape, [const], name="broadcast", dimensions=())
+        rewriter.replace_instruction(instr, new)
         return True
 
 
@@ -192,35 +184,39 @@ def is_exact_conversion(src: PrimitiveType, dst: PrimitiveType) -> bool:
 
 
 class ConvertOfConvert(RewritePattern):
+    """convert(convert(x)) => convert(x), or x, when the inner conversion is exact; a convert to x's own type => x"""
+
+    opcode = HloOpcode.CONVERT
+    PATTERN = m.convert(m.convert(m.op("x")))
+
     def match_and_rewrite(self, instr, rewriter):
-        if instr.opcode is not HloOpcode.CONVERT:
-            return False
         x = instr.operand(0)
         if x.shape == instr.shape:
-            rewriter.forward(instr, x)
+            rewriter.replace_instruction(instr, x)
             return True
-        found = m.match(instr, m.convert(m.convert(m.op("x"))))
+        found = m.match(instr, self.PATTERN)
         if not found:
             return False
         src = found["x"]
         if not is_exact_conversion(src.shape.element_type, x.shape.element_type):
             return False
         if src.shape == instr.shape:
-            rewriter.forward(instr, src)
+            rewriter.replace_instruction(instr, src)
             return True
-        new = _copy_metadata(instr, Instruction.create("convert", instr.shape, [src], name=instr.name))
-        rewriter.replace_instruction(instr, new)
+        rewriter.replace_instruction(instr, Instruction.create("convert", instr.shape, [src], name=instr.name))
         return True
 
 
 class FullSlice(RewritePattern):
+    """slice(x) of the full range with stride 1 => x"""
+
+    opcode = HloOpcode.SLICE
+
     def match_and_rewrite(self, instr, rewriter):
-        if instr.opcode is not HloOpcode.SLICE:
-            return False
         x = instr.operand(0)
         spec = instr.slice or ()
         if x.shape == instr.shape and all(lo == 0 and hi == d and st == 1 for (lo, hi, st), d in zip(spec, x.shape.dims)):
-            rewriter.forward(instr, x)
+            rewriter.replace_instruction(instr, x)
             return True
         return False
 

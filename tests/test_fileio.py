@@ -179,7 +179,7 @@ def test_every_writer_goes_through_write_output():
     assert "os.replace(" in sources["hlo_tools/fileio.py"] and len(sources) > 50  # the walk found the tree
     assert _second_writers(sources) == []
     writers = ["hlo_lab/cli/__init__.py", "hlo_lab/cli/passes.py", "hlo_lab/cli/visualize.py", "hlo_lab/cli/xla.py", "hlo_lab/demo.py",
-               "passes/manager.py", "visualize/render.py", "hlo_lab/scan_report.py", "hlo_analysis/devices.py",
+               "passes/manager.py", "visualize/render.py", "hlo_analysis/devices.py",
                "hlo_lab/scan.py", "xla_bridge/targets.py"]
     for rel in writers:
         assert "write_output" in sources[rel], rel

@@ -16,7 +16,7 @@ import xla_bridge
 from hlo_tools import HloParseError
 from hlo_lab.cli import main
 from hlo_tools.formats import find_module_proto, gunzip, is_module_file, module_files
-from hlo_tools.parser import read_text
+from hlo_tools.parser import read_hlo_text
 from tests.test_parser_errors import GOOD
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ def test_gzip_members_and_padding_are_read(tmp_path):
     half = len(GOOD) // 2
     two = tmp_path / "two.hlo.gz"
     two.write_bytes(gzip.compress(GOOD[:half].encode()) + gzip.compress(GOOD[half:].encode()) + b"\0" * 8)
-    assert read_text(two) == GOOD
+    assert read_hlo_text(two) == GOOD
 
 
 def test_gzip_bomb_stops_at_the_limit(tmp_path, monkeypatch):

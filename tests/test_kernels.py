@@ -163,7 +163,7 @@ hlo_module_before_fusion: "HloModule m\n\nENTRY %main (x: f32[8]) -> f32[8] {\n 
 
 def test_dump_parses_into_steps_and_replays():
     log = xla_fusion_log.parse_dump(DUMP, module_name="m")
-    assert [type(s).__name__ for s in log.steps] == ["ProducerIneligible", "PriorityUpdate", "FusionStep"]
+    assert [type(s).__name__ for s in log.steps] == ["ProducerIneligible", "PriorityUpdate", "XlaFusionStep"]
     assert log.fused_pairs() == [("e.0", "r.0")]
     assert log.steps[1].us_unfused == 2.75 and log.ineligible()[0].reason.startswith("not fusing")
     assert log.before_fusion().entry.root.name == "r.0"

@@ -10,7 +10,8 @@ from xla_bridge import jax_internals
 from hlo_tools.opcode import ELEMENTWISE
 from hlo_analysis import kernels
 from hlo_tools.outline import region_module
-from passes.fusion import FusionError, inline_fusion, outline_fusion
+from hlo_analysis.fusion_kind import fusion_kind
+from hlo_tools.outline import FusionError, inline_fusion, outline_fusion
 from tests.conftest import corpus_stage_texts
 
 SRC = """HloModule m
@@ -41,7 +42,7 @@ def _get(module, *names):
 def test_single_output_loop_fusion():
     module = hlo_tools.parse(SRC)
     m, n = _get(module, "m", "n")
-    fusion = outline_fusion(module.entry, [m, n])
+    fusion = outline_fusion(module.entry, [m, n], kind=fusion_kind)
     hlo_tools.verify(module)
     assert fusion.attribute("kind") == "kLoop"
     assert [o.name for o in fusion.operands] == ["x", "y"]
@@ -57,7 +58,7 @@ def test_single_output_loop_fusion():
 def test_multi_output_fusion_makes_tuple_and_get_tuple_elements():
     module = hlo_tools.parse(SRC)
     region = _get(module, "m", "n", "z", "r")
-    fusion = outline_fusion(module.entry, region)
+    fusion = outline_fusion(module.entry, region, kind=fusion_kind)
     hlo_tools.verify(module)
     assert fusion.attribute("kind") == "kInput"  # a reduction is an output
     assert fusion.shape.to_text() == "(f32[4,8]{1,0}, f32[4]{0})"
@@ -71,7 +72,7 @@ def test_refuses_regions_that_would_create_a_cycle():
     module = hlo_tools.parse(SRC)
     m, r = _get(module, "m", "r")  # n sits between them, outside the region
     with pytest.raises(FusionError, match="would create a cycle: %n is outside the region"):
-        outline_fusion(module.entry, [m, r])
+        outline_fusion(module.entry, [m, r], kind=fusion_kind)
     assert module.to_text() == hlo_tools.parse(SRC).to_text()  # nothing changed
 
 
@@ -79,16 +80,16 @@ def test_refuses_parameters_and_control_dependencies():
     module = hlo_tools.parse(SRC)
     x, m, n = _get(module, "x", "m", "n")
     with pytest.raises(FusionError, match="cannot fuse parameter %x"):
-        outline_fusion(module.entry, [x, m])
+        outline_fusion(module.entry, [x, m], kind=fusion_kind)
     n.add_control_predecessor(x)
     with pytest.raises(FusionError, match="control dependencies"):
-        outline_fusion(module.entry, [m, n])
+        outline_fusion(module.entry, [m, n], kind=fusion_kind)
 
 
 def test_inline_is_the_inverse():
     module = hlo_tools.parse(SRC)
     want = jax_internals.canonical_text(module.to_text())
-    f1 = outline_fusion(module.entry, _get(module, "m", "n", "z", "r"))
+    f1 = outline_fusion(module.entry, _get(module, "m", "n", "z", "r"), kind=fusion_kind)
     inline_fusion(f1)
     hlo_tools.verify(module)
     assert len(module.computations) == 2
@@ -105,7 +106,7 @@ def _outline_all_elementwise_pairs(module) -> list:
                 continue
             ops = [o for o in instr.operands if o.opcode in ELEMENTWISE and o.parent is comp and o.user_count == 1]
             if ops:
-                fusions.append(outline_fusion(comp, [ops[0], instr]))
+                fusions.append(outline_fusion(comp, [ops[0], instr], kind=fusion_kind))
     return fusions
 
 
@@ -173,7 +174,7 @@ def test_outlines_a_region_of_a_computation_out_of_dependency_order():
     x, y, m, n, z, r, k, t = _get(module, "x", "y", "m", "n", "z", "r", "k", "t")
     c.set_instruction_order([x, y, n, m, z, r, k, t])
     assert not c.is_topologically_ordered()
-    fusion = outline_fusion(c, [m, n])
+    fusion = outline_fusion(c, [m, n], kind=fusion_kind)
     assert [i.name for i in fusion.fused_computation][2:] == ["m", "n"]
     hlo_tools.verify(module)
     assert c.is_topologically_ordered()

@@ -117,7 +117,7 @@ def test_computations_through_the_rewriter(module):
 class _NegNeg(RewritePattern):
     def match_and_rewrite(self, instr, rewriter):
         if instr.opcode.value == "negate" and instr.operand(0).opcode.value == "negate":
-            rewriter.forward(instr, instr.operand(0).operand(0))
+            rewriter.replace_instruction(instr, instr.operand(0).operand(0))
             return True
         return False
 
@@ -155,3 +155,47 @@ ENTRY e {
     assert get_pass("producer-consumer-fusion").run(module) is True
     assert "b.dup" in module.to_text()
     verify(module)
+
+
+def test_every_opcode_has_a_matcher_the_editor_can_see():
+    """``m.<opcode>`` is written out for each HloOpcode (not made in a loop)."""
+    import ast
+    import builtins
+    import keyword
+    from pathlib import Path
+
+    from hlo_tools import HloOpcode
+    from hlo_tools import pattern as m
+
+    source = Path(m.__file__).read_text()
+    assigned = {t.id for node in ast.parse(source).body if isinstance(node, ast.Assign) for t in node.targets
+                if isinstance(t, ast.Name)}
+    for code in HloOpcode:
+        name = code.name.lower()
+        name += "_" if keyword.iskeyword(name) or hasattr(builtins, name) else ""
+        assert name in assigned, name
+        assert m.match(hlo_tools.Instruction.create("constant", "f32[]", literal=1), getattr(m, name)()) is None or code is HloOpcode.CONSTANT
+
+
+def test_patterns_are_called_only_on_their_opcode_and_replacements_keep_metadata():
+    """The driver dispatches on ``RewritePattern.opcode``; ``replace_instruction``
+    gives a new instruction the metadata of the one it replaces."""
+    from hlo_tools import HloOpcode
+
+    seen: list[str] = []
+
+    class NegateToAbs(RewritePattern):
+        opcode = HloOpcode.NEGATE
+
+        def match_and_rewrite(self, instr, rewriter):
+            seen.append(instr.name)
+            rewriter.replace_instruction(instr, Instruction.create("abs", instr.shape, [instr.operand(0)], name=instr.name))
+            return True
+
+    module = hlo_tools.parse("HloModule m\n\nENTRY e {\n  p = f32[4]{0} parameter(0)\n"
+                             '  n = f32[4]{0} negate(p), metadata={op_name="jit(f)/neg"}\n'
+                             "  ROOT e = f32[4]{0} exponential(n)\n}\n")
+    assert apply_patterns_greedily(module, [NegateToAbs()])
+    assert seen == ["n"]  # not called on the parameter or the exponential
+    abs_ = module.entry.root.operand(0)
+    assert abs_.opcode is HloOpcode.ABS and abs_.attribute("metadata") == '{op_name="jit(f)/neg"}'

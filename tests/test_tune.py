@@ -90,10 +90,10 @@ def test_decision_sets_round_trip_and_refuse_what_they_do_not_know(tmp_path):
 
 @pytest.fixture(scope="module")
 def prepared():
-    from hlo_lab.tune import measure
+    from hlo_lab.tune import evaluate
 
     text = next(corpus.load(MODULE)).text("before_optimizations")
-    return measure.prepare(text, "cpu", None)
+    return evaluate.prepare(text, "cpu", None)
 
 
 def test_the_default_decision_set_is_best_and_replays_through_hlo_opt(prepared, tmp_path):

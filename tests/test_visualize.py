@@ -12,13 +12,13 @@ import pytest
 import hlo_tools
 from hlo_lab.cli import main
 from hlo_tools.opcode import HloOpcode
-from passes.fusion import outline_fusion
+from hlo_analysis.fusion_kind import fusion_kind
+from hlo_tools.outline import outline_fusion
 from visualize import FocusOptions, VisualizeError, diff_modules, format_diff, select
 from visualize.dot import to_dot
 from visualize.page import before_after_html
 from visualize.render import render
 from hlo_lab.samples import corpus_module, jax_pair
-from visualize.view import fused_computations
 
 # The environment: the graphviz Python package is a dependency, its `dot` binary a system package.
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's `dot` is missing (apt-get install -y graphviz)")
@@ -108,7 +108,7 @@ def test_budget_collapses_fusions_first():
 
 def test_around_a_fused_instruction_focuses_its_fusion_expanded():
     _, after = jax_pair()
-    fused = fused_computations(after)
+    fused = {id(c) for c in after.fusion_computations()}
     inner = next(i for c in after.computations if id(c) in fused for i in c if i.opcode is HloOpcode.TANH)
     view = select(after, FocusOptions(around=inner.name, radius=0, collapse_fusions=True))
     (fusion,) = view.instructions
@@ -231,7 +231,7 @@ def test_diff_after_outline_fusion():
     after = before.clone()
     entry = after.entry
     region = [i for i in entry if i.opcode in (HloOpcode.ADD, HloOpcode.TANH, HloOpcode.MULTIPLY)]
-    fusion = outline_fusion(entry, region)
+    fusion = outline_fusion(entry, region, kind=fusion_kind)
     d = diff_modules(before, after)
     assert sorted(d.fused_into[fusion.name]) == sorted(i.name for i in region)
     assert all(d.counterpart[i.name] == i.name for i in region)  # same names: matched by name

@@ -104,11 +104,6 @@ def _edges_within(instr: Instruction, expanded: frozenset[str] | set[str]) -> in
     return 0
 
 
-def fused_computations(module: Module) -> set[int]:
-    """ids of the computations that are fusion bodies."""
-    return {id(c) for i in module.instructions() if i.opcode is HloOpcode.FUSION for c in i.called_computations}
-
-
 def find_instruction(module: Module, name: str) -> Instruction:
     """The instruction called ``name`` (a leading ``%`` is ignored); raises
     VisualizeError with the closest names when there is none."""
@@ -183,13 +178,13 @@ def select(module: Module, options: FocusOptions = FocusOptions()) -> View:
     expand_center: str | None = None
     if options.around:
         center = find_instruction(module, options.around)
-        fused = fused_computations(module)
+        fused = {id(c) for c in module.fusion_computations()}
         while id(center.parent) in fused:  # focus on the top-level fusion that holds it, expanded
             center = _fusion_of(module, center.parent)
             expand_center = center.name
         comps = (center.parent,)
     elif options.whole_module:
-        fused = fused_computations(module)
+        fused = {id(c) for c in module.fusion_computations()}
         comps = tuple(c for c in module.computations if id(c) not in fused)
     else:
         comps = (_find_computation(module, options.computation) if options.computation else module.entry,)

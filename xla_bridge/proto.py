@@ -90,7 +90,7 @@ def read_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> str:
     """HLO text of a module file, whatever form it has on disk: HLO text, a
     serialized HloModuleProto/HloProto (``*.hlo.pb``, converted by XLA), or
     StableHLO (``*.mlir``, text or bytecode), each optionally gzip'd.  Every
-    problem with the file is an HloParseError naming it (``hlo_tools.parser.read_text``)."""
+    problem with the file is an HloParseError naming it (``hlo_tools.parser.read_hlo_text``)."""
     p = Path(path)
     data = formats.read_module_bytes(p, max_bytes=max_bytes)
     kind = formats.module_format(p, data)

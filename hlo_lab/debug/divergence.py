@@ -259,7 +259,7 @@ def _batches(values: list[Instruction], size: int) -> list[list[Instruction]]:
 
 
 @dataclass(frozen=True)
-class Step:
+class DivergenceStep:
     """One instruction on the path from the inputs, or one operand of the
     divergence, and what is known of its value (``status``: an input, agrees,
     differs, not read, unmatched)."""
@@ -317,8 +317,8 @@ class Divergence:
     shape: str | None
     matched_by: str | None
     stats: OutputDiff | None  # the divergence's
-    operands: list[Step]
-    path: list[Step]
+    operands: list[DivergenceStep]
+    path: list[DivergenceStep]
     position: int | None      # 1-based, among the values read in A's post order
     compared: int
     readable: int
@@ -422,7 +422,7 @@ def _some(names: tuple[str, ...], n: int = 4) -> str:
     return f" ({shown}{', ...' if len(names) > n else ''})"
 
 
-def _elide(path: list[Step], keep: int = 6) -> list[str]:
+def _elide(path: list[DivergenceStep], keep: int = 6) -> list[str]:
     """The path's lines, its middle elided when long."""
     lines = [s.line() for s in path]
     if len(lines) <= 2 * keep + 1:
@@ -504,8 +504,8 @@ def _unit_note(x: Instruction) -> str:
             f"whose values are not read one by one")
 
 
-def _stepper(matching: Matching, diffs: dict[str, OutputDiff], prepared: Prepared) -> Callable[[Instruction], Step]:
-    def step(x: Instruction) -> Step:
+def _stepper(matching: Matching, diffs: dict[str, OutputDiff], prepared: Prepared) -> Callable[[Instruction], DivergenceStep]:
+    def step(x: Instruction) -> DivergenceStep:
         d = diffs.get(x.name)
         if x.opcode is HloOpcode.PARAMETER:
             status = "input (the same in A and B)"
@@ -517,7 +517,7 @@ def _stepper(matching: Matching, diffs: dict[str, OutputDiff], prepared: Prepare
             status = "not read (a tuple: read through its elements)"
         else:
             status = "not read"
-        return Step(x.name, x.opcode_text, x.shape.to_text(print_layout=False), status, d,
+        return DivergenceStep(x.name, x.opcode_text, x.shape.to_text(print_layout=False), status, d,
                     prepared.origin.get(x.name))
 
     return step

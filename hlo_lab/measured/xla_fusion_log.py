@@ -50,7 +50,7 @@ DUMP_SUFFIX = "priority_fusion_dump.txt"
 # -- the dump ------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class FusionStep:
+class XlaFusionStep:
     """``fusion``: ``producer`` was fused into ``consumer``, the result named ``fusion``."""
 
     fusion: str
@@ -76,21 +76,21 @@ class ProducerIneligible:
     reason: str
 
 
-Step = FusionStep | PriorityUpdate | ProducerIneligible
+XlaStep = XlaFusionStep | PriorityUpdate | ProducerIneligible
 
 
 @dataclass(frozen=True)
-class FusionLog:
+class XlaFusionLog:
     """One module's priority-fusion dump."""
 
     module_name: str
-    steps: tuple[Step, ...] = field(repr=False)
+    steps: tuple[XlaStep, ...] = field(repr=False)
     before_fusion_text: str = field(repr=False)
     optimized_text: str = field(default="", repr=False)
 
     def fused_pairs(self) -> list[tuple[str, str]]:
         """``(producer, consumer)`` of every fusion step, in order."""
-        return [(s.producer, s.consumer) for s in self.steps if isinstance(s, FusionStep)]
+        return [(s.producer, s.consumer) for s in self.steps if isinstance(s, XlaFusionStep)]
 
     def ineligible(self) -> list[ProducerIneligible]:
         return [s for s in self.steps if isinstance(s, ProducerIneligible)]
@@ -130,14 +130,14 @@ def _scalar(value: str):
         return value  # enum names
 
 
-def parse_dump(text: str, *, module_name: str = "?", optimized_text: str = "") -> FusionLog:
-    """A ``FusionLog`` from the text of a ``*.priority_fusion_dump.txt``."""
+def parse_dump(text: str, *, module_name: str = "?", optimized_text: str = "") -> XlaFusionLog:
+    """An ``XlaFusionLog`` from the text of a ``*.priority_fusion_dump.txt``."""
     msg = parse_textproto(text)
-    steps: list[Step] = []
+    steps: list[XlaStep] = []
     for s in msg.get("fusion_steps", []):
         if "fusion" in s:
             f = s["fusion"][0]
-            steps.append(FusionStep(f["fusion_name"][0], f["producer_name"][0], f["consumer_name"][0]))
+            steps.append(XlaFusionStep(f["fusion_name"][0], f["producer_name"][0], f["consumer_name"][0]))
         elif "update_priority" in s:
             u = s["update_priority"][0]
             steps.append(PriorityUpdate(u["producer_name"][0], tuple(u.get("consumer_names", ())),
@@ -146,10 +146,10 @@ def parse_dump(text: str, *, module_name: str = "?", optimized_text: str = "") -
             p = s["producer_ineligible"][0]
             steps.append(ProducerIneligible(p["producer_name"][0], p.get("reason", [""])[0]))
     before = msg.get("hlo_module_before_fusion", [""])[0]
-    return FusionLog(module_name, tuple(steps), before, optimized_text)
+    return XlaFusionLog(module_name, tuple(steps), before, optimized_text)
 
 
-def capture(module: Module | str, target: str = "h100", *, dump_dir: str | None = None) -> FusionLog:
+def capture(module: Module | str, target: str = "h100", *, dump_dir: str | None = None) -> XlaFusionLog:
     """Compiles ``module`` (HLO text or our IR, pre-optimization) for ``target``
     without a GPU and returns its priority-fusion log. Raises FileNotFoundError
     when XLA wrote no dump (e.g. a pipeline without priority fusion)."""
@@ -169,7 +169,7 @@ def capture(module: Module | str, target: str = "h100", *, dump_dir: str | None 
 # -- replay and agreement ----------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class XlaDecision:
     """One producer verdict, XLA's and our roofline's, on the same regions (ours
     in seconds; XLA's logged estimate in microseconds, None when it logged none).
 
@@ -203,8 +203,8 @@ class Agreement:
 
     module_name: str
     device: str
-    decisions: tuple[Decision, ...] = field(repr=False)
-    updates: tuple[Decision, ...] = field(default=(), repr=False)
+    decisions: tuple[XlaDecision, ...] = field(repr=False)
+    updates: tuple[XlaDecision, ...] = field(default=(), repr=False)
     skipped: int = 0  # decisions naming an instruction the replay could not resolve
 
     @property
@@ -216,7 +216,7 @@ class Agreement:
         return _rate(self.updates)
 
     @property
-    def disagreeing(self) -> list[Decision]:
+    def disagreeing(self) -> list[XlaDecision]:
         return [d for d in self.decisions if not d.agrees]
 
     def counts(self) -> dict[str, int]:
@@ -243,7 +243,7 @@ class _Replay:
                 self.regions.setdefault(instr.name, (instr, frozenset((instr,))))
         self._times: dict[tuple[int, frozenset[int]], float] = {}
 
-    def fuse(self, step: FusionStep) -> bool:
+    def fuse(self, step: XlaFusionStep) -> bool:
         p, c = self.regions.get(step.producer), self.regions.get(step.consumer)
         if p is None or c is None:
             return False
@@ -278,14 +278,14 @@ class _Replay:
         return roofline.estimate(k, mc.by_name()[k.name], self.device).time_s
 
 
-def decisions(log: FusionLog, device: Device | str = "h100") -> tuple[list[Decision], list[Decision], int]:
+def decisions(log: XlaFusionLog, device: Device | str = "h100") -> tuple[list[XlaDecision], list[XlaDecision], int]:
     """Replays ``log``: the scored producer decisions (fused, refused) with both
     verdicts, every priority update likewise, and how many could not be resolved
     to instructions of the module before fusion."""
     device = devices.load(device)
     replay = _Replay(log.before_fusion(), device)
-    out: list[Decision] = []
-    updates: list[Decision] = []
+    out: list[XlaDecision] = []
+    updates: list[XlaDecision] = []
     skipped = 0
     last_update: dict[str, PriorityUpdate] = {}
     last_event: dict[str, str] = {}
@@ -309,7 +309,7 @@ def decisions(log: FusionLog, device: Device | str = "h100") -> tuple[list[Decis
             continue
         # a run of fusion steps with one producer is one decision (fused into each user)
         j = i
-        while j < len(steps) and isinstance(steps[j], FusionStep) and steps[j].producer == s.producer:
+        while j < len(steps) and isinstance(steps[j], XlaFusionStep) and steps[j].producer == s.producer:
             j += 1
         run = steps[i:j]
         last_event[s.producer] = "fused"
@@ -350,7 +350,7 @@ def _scored_consumers(replay: _Replay, producer: str, consumers) -> list[str]:
 
 
 def _decide(replay: _Replay, kind: str, producer: str, consumers: list[str], fused: bool,
-            update: PriorityUpdate | None) -> Decision | None:
+            update: PriorityUpdate | None) -> XlaDecision | None:
     """XLA's formula with our roofline: unfused = producer + each consumer; fused =
     each consumer with the producer in it (the producer itself goes away)."""
     try:
@@ -358,18 +358,18 @@ def _decide(replay: _Replay, kind: str, producer: str, consumers: list[str], fus
         together = sum(replay.time(c, with_producer=producer) for c in consumers)
     except (KeyError, ValueError):
         return None
-    return Decision(kind, producer, tuple(consumers), fused, together, unfused,
+    return XlaDecision(kind, producer, tuple(consumers), fused, together, unfused,
                     update.us_fused if update else None, update.us_unfused if update else None)
 
 
-def agreement(log: FusionLog, device: Device | str = "h100") -> Agreement:
+def agreement(log: XlaFusionLog, device: Device | str = "h100") -> Agreement:
     """How often our roofline's fused-vs-unfused verdict matches XLA's decisions."""
     device = devices.load(device)
     ds, ups, skipped = decisions(log, device)
     return Agreement(log.module_name, device.name, tuple(ds), tuple(ups), skipped)
 
 
-def fused_in_optimized(log: FusionLog) -> dict[str, set[str]]:
+def fused_in_optimized(log: XlaFusionLog) -> dict[str, set[str]]:
     """For the optimized module XLA produced with the log: instruction name (as
     the dump spells it, see ``base_name``) -> the fusions whose bodies hold it (a
     duplicated producer is in several). Lets a test check that logged pairs
@@ -421,14 +421,14 @@ def dump_logs(folder: str, module: str | None = None) -> list[tuple[str, str]]:
     return [(label, path) for label, path, _ in logs]
 
 
-def step_kind(step: Step) -> str:
+def step_kind(step: XlaStep) -> str:
     """``fuse``, ``price`` (a priority update) or ``refuse`` (not eligible)."""
-    return "fuse" if isinstance(step, FusionStep) else "price" if isinstance(step, PriorityUpdate) else "refuse"
+    return "fuse" if isinstance(step, XlaFusionStep) else "price" if isinstance(step, PriorityUpdate) else "refuse"
 
 
-def describe_step(step: Step) -> tuple[str, str, str]:
+def describe_step(step: XlaStep) -> tuple[str, str, str]:
     """``(kind, producer -> consumers, what happened)`` of one step, for a table."""
-    if isinstance(step, FusionStep):
+    if isinstance(step, XlaFusionStep):
         return "fuse", f"{step.producer} -> {step.consumer}", f"= {step.fusion}"
     if isinstance(step, PriorityUpdate):
         gain = step.us_unfused - step.us_fused
@@ -438,12 +438,12 @@ def describe_step(step: Step) -> tuple[str, str, str]:
     return "refuse", step.producer, step.reason
 
 
-def step_dict(step: Step) -> dict:
+def step_dict(step: XlaStep) -> dict:
     """One step as JSON data, with its ``kind``."""
     return {"kind": step_kind(step), **asdict(step)}
 
 
-def summary(log: FusionLog) -> dict[str, int]:
+def summary(log: XlaFusionLog) -> dict[str, int]:
     """How many steps of each kind, and how many distinct producers XLA fused."""
     kinds = {"fuse": 0, "price": 0, "refuse": 0}
     for s in log.steps:
@@ -451,11 +451,11 @@ def summary(log: FusionLog) -> dict[str, int]:
     return {"steps": len(log.steps), **kinds, "producers_fused": len({p for p, _ in log.fused_pairs()})}
 
 
-def matches(step: Step, name: str) -> bool:
+def matches(step: XlaStep, name: str) -> bool:
     """Whether ``step`` involves the instruction ``name`` (as producer, consumer
     or result; ``broadcast.12`` also finds the log's ``broadcast.12.0``)."""
     names = [step.producer]
-    if isinstance(step, FusionStep):
+    if isinstance(step, XlaFusionStep):
         names += [step.consumer, step.fusion]
     elif isinstance(step, PriorityUpdate):
         names += list(step.consumers)

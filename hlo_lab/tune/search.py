@@ -49,7 +49,7 @@ from passes.fusion.decisions import FusionDecisions, pipelines
 from xla_bridge import worker
 from xla_bridge.jax_internals import jax_versions
 
-from . import measure
+from . import evaluate
 from .space import Proposal, Space, mutate, random_point, stock_decisions, text_hash
 from .store import Measured, TuneStore, Where
 
@@ -57,7 +57,7 @@ STRATEGIES = ("hill", "anneal", "random")
 
 
 @dataclass
-class Candidate:
+class TuneCandidate:
     """A priced decision set and what it measured (``remeasured``: the second
     measurement of a win)."""
 
@@ -75,8 +75,8 @@ class Candidate:
 @dataclass
 class SearchOutcome:
     strategy: str
-    candidates: list[Candidate] = field(default_factory=list)
-    best: Candidate | None = None
+    candidates: list[TuneCandidate] = field(default_factory=list)
+    best: TuneCandidate | None = None
     compiles: int = 0
     seconds: float = 0.0
 
@@ -214,7 +214,7 @@ class Tuner:
             if p.fused_hash in known:
                 out[i] = (known[p.fused_hash], False)
             else:
-                futures[i] = self.pool.submit(measure.evaluate, (self.text, p.decisions.as_dict(), p.fused_hash),
+                futures[i] = self.pool.submit(evaluate.evaluate, (self.text, p.decisions.as_dict(), p.fused_hash),
                                               self._kwargs(reps), self.name, self.backend)
         for i, f in futures.items():
             p = proposals[i]
@@ -239,7 +239,7 @@ class Tuner:
         rng = random.Random(f"{self.seed}:{strategy}")
         out = SearchOutcome(strategy)
         seen: set[str] = set()
-        current: Candidate | None = None
+        current: TuneCandidate | None = None
         t0 = time.perf_counter()
         t_end = t0 + self.seconds if self.seconds else None
         stalls = 0
@@ -259,7 +259,7 @@ class Tuner:
             new = []
             for p, (m, compiled) in zip(batch, results):
                 seen.add(p.fused_hash)
-                c = Candidate(p, m)
+                c = TuneCandidate(p, m)
                 out.compiles += compiled
                 out.candidates.append(c)
                 new.append(c)
@@ -275,7 +275,7 @@ class Tuner:
         out.seconds = time.perf_counter() - t0
         return out
 
-    def _propose(self, strategy: str, pending: list[FusionDecisions], current: Candidate | None, base: Proposal,
+    def _propose(self, strategy: str, pending: list[FusionDecisions], current: TuneCandidate | None, base: Proposal,
                  rng: random.Random, n: int, seen: set[str]) -> list[Proposal]:
         """The next ``n`` candidates: the start points first; then random points
         (random search) or the model's cheapest of several mutations of the
@@ -307,8 +307,8 @@ class Tuner:
         rest = ranked[len(picked):]
         return picked + rng.sample(rest, min(n // 2, len(rest)))
 
-    def _accept(self, strategy: str, current: Candidate | None, new: list[Candidate], out: SearchOutcome,
-                rng: random.Random) -> Candidate | None:
+    def _accept(self, strategy: str, current: TuneCandidate | None, new: list[TuneCandidate], out: SearchOutcome,
+                rng: random.Random) -> TuneCandidate | None:
         """The point the next mutations start from: the best (hill-climbing), or
         for annealing a candidate accepted by the Metropolis rule at a
         temperature falling with the budget spent."""
@@ -332,7 +332,7 @@ class Tuner:
         os.close(fd)
         try:
             self.progress("compiling stock and reading the hook's input", 0, self.budget)
-            prep = self.pool.call(measure.prepare, (self.text, self.backend, self.target), {}, self.name, self.backend)
+            prep = self.pool.call(evaluate.prepare, (self.text, self.backend, self.target), {}, self.name, self.backend)
             self.space = Space(prep["seen"], self.model)
             stock_d, share = stock_decisions(self.space.module, parse(prep["stock_optimized"], source="<stock>"),
                                              self.model)
@@ -372,7 +372,7 @@ class Tuner:
                 continue
             if p.fused_hash not in done:
                 try:
-                    m = self.pool.call(measure.evaluate, (self.text, p.decisions.as_dict(), p.fused_hash),
+                    m = self.pool.call(evaluate.evaluate, (self.text, p.decisions.as_dict(), p.fused_hash),
                                        self._kwargs(self.final_reps), self.name, self.backend)
                 except Exception as e:  # noqa: BLE001 - reported as that row's error
                     m = Measured(p.fused_hash, "error", error=_first_line(e))

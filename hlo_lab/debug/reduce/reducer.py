@@ -30,7 +30,7 @@ Progress = Callable[[str, int, int], None]
 
 
 @dataclass
-class Step:
+class ReductionStep:
     """One phase's result: what it worked on and the module's size after it."""
 
     phase: str
@@ -52,7 +52,7 @@ class Reduction:
     invalid: int = 0
     seconds: float = 0.0
     stopped: str | None = None  # the budget that ran out, when one did
-    steps: list[Step] = field(default_factory=list)
+    steps: list[ReductionStep] = field(default_factory=list)
 
     @property
     def instructions(self) -> int:
@@ -138,7 +138,7 @@ def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None
     current = module
 
     def step(phase: str) -> None:
-        result.steps.append(Step(phase, current.instruction_count, budget.used, round(time.monotonic() - started, 2)))
+        result.steps.append(ReductionStep(phase, current.instruction_count, budget.used, round(time.monotonic() - started, 2)))
 
     try:
         for _ in range(max_rounds):
