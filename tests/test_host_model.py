@@ -177,3 +177,17 @@ def test_matmuls_launch_as_library_calls_except_matrix_vector_products():
     assert r["mm"].launch_s == 3e-6  # a library (YNNPACK / dot thunk) call
     assert r["mv"].launch_s == 4e-7  # XLA:CPU emits a GEMV loop for it
     assert {k.launch_s for k in roofline.roofline(m, devices.load("h100")).kernels} == {1e-6}  # GPUs: no such split
+
+
+def test_the_host_is_measured_by_the_application_not_by_analysis(tmp_path, monkeypatch):
+    """``hlo_analysis.devices`` never compiles: with no cached spec and no measurer
+    registered it says who measures; ``hlo_lab`` registers the XLA:CPU one on import."""
+    import hlo_lab  # noqa: F401 - registers the measurer
+    from hlo_lab.measured.host import measure_host
+
+    assert devices._HOST_MEASURER is not None and devices._HOST_MEASURER.__module__ == "hlo_lab"
+    monkeypatch.setattr(devices, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(devices, "_HOST_MEASURER", None)
+    with pytest.raises(LookupError, match="no host spec at .* import hlo_lab"):
+        devices.host()
+    assert measure_host.__module__ == "hlo_lab.measured.host"
