@@ -1,26 +1,8 @@
-"""A collective's time on a GPU cluster: the alpha-beta ring model (and a tree for
-an all-reduce across nodes), with the interconnect figures of
-``hlo_analysis.devices`` (NVLink within a node, InfiniBand across nodes).
+"""A collective's time on a GPU cluster: the alpha-beta ring model (and a tree for an
+all-reduce across nodes) with the interconnect figures of ``hlo_analysis.devices``;
+``price(collective, device, nodes)`` is the one entry point.
 
-``price(collective, device, nodes)`` is the one entry point: seconds for one
-execution of an inventory entry (``hlo_analysis.collectives.Collective``), to
-set against XLA's own estimators on the same collective.
-
-With ``n`` devices in a group, payload ``S`` bytes per device, link bandwidth
-``B`` per direction and per-step latency ``a``, plus one NCCL launch ``L``
-(XLA's kNcclKernelLaunchOverhead, 5 us):
-
-* all-reduce, ring:      ``L + 2(n-1)a + 2(n-1)/n * S/B``
-* all-reduce, tree:      ``L + 2 ceil(log2 n) a_tree + 2 S/B`` (reduce then
-  broadcast along a binary tree; Thakur, Rabenseifner and Gropp 2005), used
-  across nodes when it beats the ring
-* all-gather, reduce-scatter, all-to-all: ``L + (n-1)a + (n-1)/n * S/B``
-* collective-broadcast (pipelined ring): ``L + (n-1)a + S/B``
-* collective-permute:    ``L + a + S/B`` (0 when every pair is a self pair)
-
-A group whose devices sit on more than one node runs at the InfiniBand figures
-(the slowest link of a ring bounds it); ``nodes`` splits the module's devices
-evenly, device ``d`` on node ``d // (devices / nodes)``.
+The formulas, the figures and the node split: docs/collectives.md#prices
 """
 
 from __future__ import annotations

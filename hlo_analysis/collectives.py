@@ -1,31 +1,9 @@
 """The collective inventory of an SPMD module: every all-reduce, all-gather,
-reduce-scatter, all-to-all, collective-permute (and broadcast, ragged all-to-all)
-in every computation reachable from the entry, with its bytes per device, the
-devices it talks to mapped onto mesh axes, and the op that caused it.
+reduce-scatter, all-to-all, collective-permute (and collective-broadcast, ragged
+all-to-all) in every computation reachable from the entry, with its bytes per device,
+the devices it talks to mapped onto mesh axes, and the op that caused it.
 
-How a collective is counted (``Collective.kind``, the key of :func:`counts`), so
-that a grep of the module text for `` KIND(`` gives the same numbers:
-
-* a sync collective is its opcode (``all-gather``);
-* an async pair is counted once, by its start as XLA prints it
-  (``all-gather-start``, ``all-to-all-start``: the done is not counted);
-* a collective inside a computation that an ``async-start`` / ``fusion-start``
-  runs (XLA:GPU's async collective fusions) is its own opcode, counted once, and
-  is async: its schedule span is the caller's start..done.
-
-Bytes per device (``Collective.bytes``): the payload, the larger of the buffers a
-device holds on either side: the gathered result of an all-gather, the unscattered
-operand of a reduce-scatter, the operand of the others (tuple operands summed).
-``Collective.wire_bytes``: what each device sends under a ring, ``n`` devices per
-group: all-reduce ``2(n-1)/n * bytes``, all-gather / reduce-scatter / all-to-all
-``(n-1)/n * bytes``, a permute ``bytes`` (0 when every pair is a self pair).
-
-Executions: a collective in a while body runs once per iteration; where XLA
-recorded the trip count (``backend_config={"known_trip_count":{"n":"N"}}``)
-``executions`` is N (products through nested loops), else 1 with
-``trip_count_known`` False. Counts stay static (one per instruction, as grep);
-bytes and times in :mod:`hlo_analysis.communication` are per execution times
-``executions``.
+How each is counted, sized and repeated in loops: docs/collectives.md#the-inventory
 """
 
 from __future__ import annotations

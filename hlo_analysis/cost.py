@@ -1,34 +1,7 @@
-"""Flops, transcendentals and bytes per instruction, per fusion and per module.
+"""Flops, transcendentals and bytes per instruction, per fusion and per module, by
+the rules of XLA's HloCostAnalysis (xla/service/hlo_cost_analysis.cc).
 
-The rules mirror XLA's ``HloCostAnalysis`` (xla/service/hlo_cost_analysis.cc) so
-that ``module_cost(m)`` agrees with ``exe.cost_analysis()`` /
-``hlo_module_cost_analysis``: an instruction reads its operands and writes its
-output; a fusion reads each operand once (fewer bytes when it only slices it)
-and writes its outputs once, and nothing inside it touches memory; dot flops are
-2*M*N*K; elementwise ops cost one flop (or one transcendental) per element.
-
-The one deliberate difference: XLA marks a ``custom-call`` as unknown with -1
-flops and -1 bytes; we count 0 flops and its operands plus output as bytes, and
-say so in ``InstructionCost.unknown`` (see docs/hlo_lab.md). Sharding
-annotations (``Sharding``, ``SPMDFullToShardShape``, ``xla.sdy.*``... a sharded
-module before optimization is full of them) are custom-calls too, but they are
-markers the SPMD partitioner consumes, not code: they cost nothing here, which
-is XLA's -1 to within one byte and one flop each.
-
-Bytes of tuple shapes follow what XLA:CPU's cost analysis reports (measured,
-pinned in tests/test_cost.py): a tuple *operand* is its index table
-(``POINTER_SIZE`` per element); a tuple *result* is the sum of its array leaves
-(sort, topk, variadic reduce, rng-bit-generator, ``*-start`` / ``*-done``,
-send / recv, collectives), except the ``tuple`` instruction, which writes only
-its index table.
-
-The same module answers the other cost questions, so that every caller prices
-with one model: which instructions run a kernel (``is_kernel``), what a fusion
-saves in memory traffic (``bytes_saved``, for the fusion passes' decisions), the
-coarse per-instruction work the scheduler weighs (``element_flops``,
-``unfused_bytes``) and a kernel's time on a device's rates (``KernelTime``, for
-the roofline, the opportunities and the scheduler's overlap). The rates
-themselves live in ``hlo_analysis.devices``.
+Rules, deliberate differences and agreement: docs/analysis.md#cost-model-cost
 """
 
 from __future__ import annotations
@@ -37,7 +10,7 @@ import json
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import ELEMENTWISE, NO_KERNEL, HloOpcode
@@ -213,6 +186,16 @@ def _is_effective_bitcast_transpose(instr: Instruction) -> bool:
         return False
 
 
+def _recorded_callees(instr: Instruction) -> tuple[Computation, ...]:
+    """The computations a recorded walk records through ``instr``: control flow's (a
+    call, a while's body and condition, a conditional's branches, an async
+    computation), not reducers or fusion bodies."""
+    op = instr.opcode
+    if op is _H.ASYNC_START and instr.async_wrapped_opcode is not None:
+        op = instr.async_wrapped_opcode
+    return instr.called_computations if op in (_H.CALL, _H.WHILE, _H.ASYNC_START, _H.CONDITIONAL) else ()
+
+
 class CostAnalysis:
     """Walks a module once; per-computation results are memoized, since XLA's
     answer for a called computation does not depend on the caller."""
@@ -220,27 +203,61 @@ class CostAnalysis:
     def __init__(self, module: Module):
         self.module = module
         self._memo: dict[int, _Props] = {}
-        self.records: list[InstructionCost] = []
-        self._recording: set[int] = set()
+        self._recorded: dict[int, list[InstructionCost]] = {}  # a computation's own records, by id
 
     # -- computations ---------------------------------------------------------
     def computation(self, comp: Computation, *, record: bool = False) -> _Props:
         """Summed properties of a computation (XLA's ProcessSubcomputation)."""
         key = id(comp)
-        if key in self._memo and not (record and key not in self._recording):
+        if key in self._memo and not (record and key not in self._recorded):
             return self._memo[key]
+        self._callees_first(comp, record)
         total = _Props()
+        own: list[InstructionCost] = []
         for instr in comp:
             p = self.instruction(instr, record=record)
             total.add(p)
             if record:
-                self.records.append(InstructionCost(
+                own.append(InstructionCost(
                     instr.name, comp.name, instr.opcode_text, p.flops, p.trans, p.bytes, p.read, p.out,
                     instr.fusion_kind if instr.opcode is _H.FUSION else None, p.unknown))
         self._memo[key] = total
         if record:
-            self._recording.add(key)
+            self._recorded[key] = own
         return total
+
+    def _callees_first(self, comp: Computation, record: bool) -> None:
+        """Prices what ``comp``'s walk enters before ``comp`` itself, callees first, so
+        that no walk goes more than one call deep (call and fusion chains of any depth)."""
+        for c in comp.make_embedded_computations_post_order(known=self._memo):
+            self.computation(c)
+        if record:
+            for c in comp.make_embedded_computations_post_order(known=self._recorded, via=_recorded_callees):
+                self.computation(c, record=True)
+
+    def records(self, comp: Computation) -> list[InstructionCost]:
+        """The records of a recorded walk of ``comp``, in program order: a control-flow
+        callee's (the first time it is reached) just before the instruction calling it."""
+
+        def items(c: Computation) -> Iterator[tuple[str, object]]:
+            for instr, rec in zip(c, self._recorded[id(c)]):
+                for callee in _recorded_callees(instr):
+                    yield "walk", callee
+                yield "emit", rec
+
+        out: list[InstructionCost] = []
+        done: set[int] = {id(comp)}
+        stack = [items(comp)]  # an explicit stack: call chains of any depth
+        while stack:
+            item = next(stack[-1], None)
+            if item is None:
+                stack.pop()
+            elif item[0] == "emit":
+                out.append(item[1])
+            elif id(item[1]) not in done and id(item[1]) in self._recorded:
+                done.add(id(item[1]))
+                stack.append(items(item[1]))
+        return out
 
     def _sub(self, comp: Computation | None, record: bool) -> _Props:
         return self.computation(comp, record=record) if comp is not None else _Props()
@@ -565,7 +582,7 @@ def analyze(module: Module) -> ModuleCost:
     """The module's cost, totals over the entry computation as XLA reports them."""
     ca = CostAnalysis(module)
     total = ca.computation(module.entry, record=True)
-    return ModuleCost(module.name, total.flops, total.trans, total.bytes, tuple(ca.records))
+    return ModuleCost(module.name, total.flops, total.trans, total.bytes, tuple(ca.records(module.entry)))
 
 
 def known_trip_count(instr: Instruction) -> int | None:

@@ -1,35 +1,8 @@
-"""One GPU kernel's time, the way XLA:GPU's analytical model prices it.
+"""One GPU kernel's time, the way XLA:GPU's analytical model prices it: its
+GpuPerformanceModel (xla/service/gpu/model/gpu_performance_model.cc and
+gpu_performance_model_base.cc) in Python over our IR.
 
-XLA:GPU's ``GpuPerformanceModel`` (xla/service/gpu/model/gpu_performance_model.cc
-and gpu_performance_model_base.cc) prices a fusion from its launch dimensions, a
-per-opcode flop count in clock cycles (``HloOpProfiles``) and a read time per
-operand that knows about DRAM coalescing, L1/L2 re-reads and the bandwidth a few
-blocks can pull. This module is that model in Python over our IR, so that the
-roofline's GPU path (``roofline.estimate`` for a ``kind == "gpu"`` device) agrees
-with XLA per kernel; ``bench/gpu_cost_vs_xla.py`` scores the agreement against
-the estimates XLA writes into an optimized module (``xla_gpu_model``).
-
-What is taken from XLA (constants cited where defined):
-
-- launch dimensions: Triton fusions from their ``block_level_fusion_config``
-  (blocks = prod(ceil(dim / tile)), threads = num_warps * 32); loop fusions as the
-  loop emitter (``CalculateLaunchDimensions``: 128 threads per block, unrolled 4 or
-  2 when the output fills the GPU); reductions, transposes, concatenates and
-  dynamic-update-slices as their emitters size them, approximately;
-- compute = flops / (clock * 2 * min(threads, fpus_per_core) * min(blocks, SMs)) ns
-  (``ComputeTime``);
-- flops: ``GpuHloCostAnalysis``: elementwise ops cost their HloOpProfiles cycles
-  per element (3 when the table has no entry), a reduce its reducer per reduced
-  element, a concatenate 6 (400) per element, a dot 2*M*N*K, each weighted by how
-  many times the fusion evaluates it (utilization);
-- read time per operand (``ReadTimeWithDRAMHeuristic``, ``AdjustBandwidth``), write
-  time at the DRAM bandwidth (``WriteTime``), and ``exec = C + M - 0.95 min(C, M)``
-  (``CombineComputeAndMemoryAccessTime``, kMemoryComputeParallelism).
-
-Deliberately not copied: a dot (a GEMM fusion, a cuBLAS custom call) is priced at
-the tensor-core peak of its element type (``Device.matmul_peak``), not at XLA's
-CUDA-core rate. Launch overhead (1 us, kKernelLaunchOverhead) is added by the
-roofline, as XLA adds it outside ``exec``.
+What is taken from XLA, and what is not: docs/analysis.md#our-gpu-roofline-vs-xlas-model-gpu_kernel_model
 """
 
 from __future__ import annotations
@@ -273,8 +246,21 @@ class Utilization:
 def fusion_utilization(fusion: Instruction) -> Utilization:
     """Utilization-weighted flops of a fusion and the utilization of each parameter:
     an instruction's utilization is the sum over its non-elementwise users of the
-    fraction of it they read (elementwise users pass theirs through)."""
+    fraction of it they read (elementwise users pass theirs through). Nested fusions
+    are priced first, innermost first (fusion chains of any depth)."""
     comp = fusion.fused_computation
+    memo: dict[int, Utilization] = {}
+    for c in (*comp.make_embedded_computations_post_order(via=_fused), comp):
+        memo[id(c)] = _utilization(c, memo)
+    return memo[id(comp)]
+
+
+def _fused(instr: Instruction) -> tuple[Computation, ...]:
+    return (instr.fused_computation,) if instr.opcode is _H.FUSION and instr.fused_computation is not None else ()
+
+
+def _utilization(comp: Computation, nested: dict[int, Utilization]) -> Utilization:
+    """``fusion_utilization`` of one fused computation, its nested fusions' in ``nested``."""
     order = list(comp)  # post order (operands first)
     root = comp.root
     root_util: dict[int, float] = {id(root): 1.0}
@@ -286,7 +272,7 @@ def fusion_utilization(fusion: Instruction) -> Utilization:
         u = sum(root_util.get(r, 0.0) for r in use_roots.get(id(instr), ()))
         util[id(instr)] = u
         if instr.opcode is _H.FUSION and instr.fused_computation is not None:
-            flops += u * fusion_utilization(instr).flops
+            flops += u * nested[id(instr.fused_computation)].flops
         else:
             flops += u * instruction_flops(instr)
         if instr.opcode is _H.PARAMETER:

@@ -1,36 +1,7 @@
-"""Fusion legality: which instructions may be fused, and with what.
+"""Fusion legality: which instructions may be fused, and with what; the rules of
+xla/service/cpu/cpu_instruction_fusion.cc and xla/service/instruction_fusion.cc.
 
-Legality is kept apart from profitability (``profitability.py``): these rules say
-what XLA's emitters can compile inside one fusion and what keeps the graph a DAG;
-whether a legal fusion is worth it is a pluggable callable of each pass.
-
-Public API (other packages, e.g. ``hlo_analysis``, import these):
-
-- ``Decision(ok, reason)``: a frozen verdict; truthy when ``ok``. ``ALLOW`` is the
-  shared yes; ``Decision.forbid("producer is a dot")`` a no with its reason.
-- ``is_fusible(instr) -> bool`` / ``fusible(instr) -> Decision``: may ``instr`` be
-  inside a loop fusion at all (elementwise, broadcast, reshape/bitcast, transpose,
-  slice, concatenate, pad, reverse, iota, dynamic-slice, dynamic-update-slice,
-  gather, reduce, scalar constants; existing loop/input fusions)? Never: side
-  effects, dots/convolutions (a library call on CPU), custom-calls, control flow.
-- ``is_expensive(instr) -> bool``: XLA:CPU's ``IsExpensive``: transcendental and
-  division-like ops that must not be recomputed per reused element.
-- ``reuses_operand_elements(consumer, index) -> bool``: the consumer reads some
-  element of that operand more than once (broadcast, gather, reduce-window...).
-- ``reused_within(value, members) -> bool``: the same question for a whole
-  would-be fusion, following elements through the members that pass them on.
-- ``shape_key(instr)``: dimensions and layout, what outputs of one loop fusion share.
-- ``can_fuse(producer, consumer) -> Decision``: may ``producer`` (an operand of
-  ``consumer``) be fused into it? Checks both sides, the reduce-as-root rule,
-  costly concatenates, the cost rule, and cycles.
-- ``creates_cycle(a, b) -> bool``: would merging the instructions ``a`` and ``b``
-  (or the sets of instructions given) into one fusion create a cycle, i.e. is
-  there a path between them through an instruction outside both? Plain
-  reachability over the use-def graph.
-
-The rules mirror xla/service/cpu/cpu_instruction_fusion.cc (``CanBeLoopFused``,
-``IsExpensive``, ``ShouldFuse``) and xla/service/instruction_fusion.cc
-(``ReusesOperandElements``, ``ShouldFuseIntoMultiOutput`` cycle rule).
+The rules and the public API: docs/fusion_passes.md#fusion-legality
 """
 
 from __future__ import annotations
@@ -43,7 +14,7 @@ from hlo_tools.attributes import parse_int_list
 from hlo_tools.opcode import ELEMENTWISE
 from hlo_tools.outline import path_around
 
-from hlo_tools.side_effects import NON_DETERMINISTIC, SideEffects
+from hlo_tools.side_effects import NON_DETERMINISTIC, SideEffects, side_effects
 
 
 @dataclass(frozen=True)
@@ -195,7 +166,7 @@ def fusible(instr: Instruction) -> Decision:
     everything inside it is, nested fusions included (an explicit stack: fusion
     chains of any depth); the reason then names the path to the first that is not:
     "is a fusion whose %g is a fusion whose %x has a side effect"."""
-    effects = SideEffects()  # one memo for the whole walk
+    effects = side_effects()  # one memo for the whole walk (for the pass run, in a PassManager)
     d = _fusible_here(instr, effects)
     if d is not _LOOK_INSIDE:
         return d

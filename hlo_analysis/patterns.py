@@ -1,27 +1,7 @@
 """Which well-known LLM pattern an instruction belongs to, from the module's
 structure alone (no instruction or op names: XLA renames, users name freely).
 
-Each pattern is found from an anchor opcode by following data flow, looking
-through fusion and ``call`` boundaries (a fused parameter is the fusion's
-operand; a fusion's value is its root), so the same rules name a
-pre-optimization module and XLA's fused output:
-
-* softmax: ``reduce(max)`` -> subtract -> exp -> ``reduce(add)``;
-* LayerNorm / RMSNorm: ``rsqrt`` (or ``sqrt`` feeding a divide) of a
-  ``reduce(add)`` of a square, plus constants; LayerNorm when a mean is
-  subtracted (``x - mean(x)``, or the variance is ``E[x^2] - E[x]^2``);
-* GELU: ``tanh`` of ``x + c*x^3`` (the tanh form) or ``erf`` of ``x*c``
-  whose result multiplies ``x`` (the exact form);
-* SwiGLU: ``x * sigmoid(x)`` (``logistic``, or ``1/(1+exp(-x))``) times
-  another value;
-* RoPE: a value times ``cos`` plus (or minus) a value times ``sin``;
-* GQA attention: a batched dot feeding a softmax, whose K (or V) heads are
-  repeated by a broadcast that adds a dimension;
-* MoE routing: top-k, a sort or an argmax whose indices pick experts (gather,
-  scatter, dynamic slice, or a one-hot ``compare`` with an iota);
-* KV-cache update: a ``dynamic-update-slice`` into a buffer that comes from a
-  parameter, whose result a dot reads or the module returns;
-* optimizer update: ``m / (sqrt(v) + eps)`` with no reduction under the sqrt.
+The rule for each pattern: docs/analysis.md#patterns-patterns
 """
 
 from __future__ import annotations

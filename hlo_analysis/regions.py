@@ -1,26 +1,7 @@
 """Fusion regions of two compiles of one module, matched by the original
 instructions they cover, not by names.
 
-Two XLA versions (or one with a pass disabled) name their fusions as they go
-(``fusion.12`` on one side is ``add_multiply_fusion.3`` on the other) and rename
-the instructions inside, so names cannot pair kernels.  What survives every
-pass is metadata: ``stamp_origins`` writes each pre-optimization instruction's
-own name into its ``op_name`` before the compile, and XLA carries ``op_name``
-onto every instruction it derives from that one (a fused clone, a simplified
-replacement; an instruction inlined from a called computation gets the call's
-name as a prefix, ``call.3/add.1``).  A kernel then covers the set of origins
-of the instructions it computes (``origins``).
-
-``match_regions`` links a kernel of A with a kernel of B when they cover a
-common original instruction that one side computes in one kernel only (an
-origin both sides duplicate into several kernels, such as a broadcast of a
-constant, would tie unrelated regions together and links nothing).  Each
-connected group is a region: ``same`` (one kernel each, same origins, same
-kind), ``changed`` (one each, different origins or kind), ``split`` (one in
-A, several in B), ``merged``, ``regrouped`` (several on each side), ``added``
-/ ``removed`` (one side only); each with its kernels' bytes, flops and
-roofline time on one device (``roofline``), so a regression is named by the
-regions whose fusion changed and what each costs.
+Why origins, and how kernels are matched into regions: docs/regress.md#regions
 """
 
 from __future__ import annotations

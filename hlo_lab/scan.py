@@ -1,27 +1,7 @@
 """Corpus-wide analysis: every module of a folder, in parallel, resumable.
+``scan(source, out_dir)`` writes ``report.json``, ``report.md`` and ``report.html``.
 
-``scan(source, out_dir)`` finds the modules (the bundled corpus, a corpus root
-with ``manifest.json``, an ``--xla_dump_to`` folder, or any folder of module
-files: HLO text, ``.hlo.pb``, ``.mlir``, optionally gzip'd), analyses each in a
-process pool (or on Ray), caches each result under ``out_dir/.cache`` by the
-SHA-256 of the file, and writes ``report.json``, ``report.md`` and
-``report.html``.
-
-What it promises, because a scan meets folders nobody checked:
-
-* nothing outside the scanned folder is read: a symlink (or a manifest path)
-  that leads out of it is skipped and listed in the report's ``skipped``;
-* a file that cannot be read or parsed, a corrupt gzip, even a worker process
-  that dies (an abort inside XLA while decoding a proto) is one entry in the
-  report's ``errors``; the other modules' results are kept;
-* workers die with the scan (``kill -9`` included) and Ctrl-C stops it at once;
-* the report files are replaced by an "in progress" marker when a scan starts,
-  so a report left by a killed scan never passes for a current one; every
-  report carries its ``run_id`` and ``status``.
-
-Workers start from a fork server, not by forking the (threaded) scan; as with
-any such pool, a script that calls ``scan`` keeps its top level under
-``if __name__ == "__main__":``, since the server imports the script.
+Sources, caching, reports and what a scan promises: docs/analysis.md#scan-and-report-hlo_labscan-hlo_labscan_report
 """
 
 from __future__ import annotations

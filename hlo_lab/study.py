@@ -1,26 +1,7 @@
 """One module, a Python fusion pipeline against stock XLA: the measurement that
 ``bench/fusion_vs_stock.py`` and ``hlo demo`` print, in one place.
 
-Both are one ``xla_bridge.Measurement`` compiling the module under two
-``Pipeline``s: stock, and "as-written" with our pipeline (a ``PassManager``)
-hooked in at ``HookStage.for_fusion(backend)``.
-
-CPU (measured): stock XLA:CPU on the original vs XLA:CPU "as-written" with our
-pipeline run at its pre-scheduler hook: kernels, XLA's bytes accessed,
-interleaved timings, outputs compared, and whether XLA compiled exactly the
-fusions we wrote.
-
-GPU (compiled, no GPU needed): stock XLA:GPU compiled here for a target
-(deviceless) vs our pipeline run in one of the three ``FUSION_MODES``
-(replace, on-top, as-written; docs/xla_gpu_modes.md), at XLA:GPU's
-post-scheduler hook: kernels, bytes and flops from our cost model on both
-optimized modules, time predicted by our roofline and by XLA's own GPU model
-(its per-fusion estimates, collected in the same compiles), and whether XLA:GPU
-compiled every fusion we wrote.
-
-Both run in the XLA worker by default (``contained=True``): an XLA abort on one
-module raises ``XlaAbortError`` (an ``XlaCompileError``) for that module, and a
-caller looping over modules records it and goes on (``studies`` does).
+CPU and GPU studies: docs/fusion_passes.md#study-one-module-both-ways
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import itertools
-from typing import Iterable, Iterator
+from typing import Callable, Container, Iterable, Iterator
 
 from . import attributes as _attrs
 from .errors import IrError
@@ -729,13 +729,19 @@ class Computation:
             seen.add(id(instr))
         return True
 
-    def make_embedded_computations_post_order(self) -> list["Computation"]:
-        """Computations this one calls, transitively, callees first."""
+    def make_embedded_computations_post_order(self, *, known: Container[int] = (),
+                                              via: Callable[["Instruction"], Iterable["Computation"]] | None = None
+                                              ) -> list["Computation"]:
+        """Computations this one calls, transitively, callees first; those whose id is
+        in ``known`` (a caller's memo) are neither listed nor walked into, so asking
+        for each computation of a call chain in turn stays linear. ``via``: the
+        computations an instruction counts as calling (default: all it calls)."""
         out: list[Computation] = []
         seen: set[int] = set()
+        called = via or (lambda instr: instr.called_computations)
 
         def callees(comp: Computation):
-            return (callee for instr in comp for callee in instr.called_computations)
+            return (callee for instr in comp for callee in called(instr))
 
         # an explicit stack (call chains of any depth): each callee after its own callees
         stack: list[tuple[Computation | None, Iterator[Computation]]] = [(None, callees(self))]
@@ -746,7 +752,7 @@ class Computation:
                 stack.pop()
                 if comp is not None:
                     out.append(comp)
-            elif id(callee) not in seen:
+            elif id(callee) not in seen and id(callee) not in known:
                 seen.add(id(callee))
                 stack.append((callee, callees(callee)))
         return out

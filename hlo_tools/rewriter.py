@@ -21,7 +21,7 @@ from typing import Callable, ClassVar, Iterable
 from .ir import Computation, Instruction, Module
 from .opcode import HloOpcode
 from .shape import Shape
-from .side_effects import SideEffects
+from .side_effects import SideEffects, side_effects
 
 
 #: Instruction properties that are not views of an attribute (each has its own method).
@@ -54,7 +54,7 @@ class Rewriter:
         """The side-effect oracle ``erase_if_dead`` consults (one per rewriter,
         memoized over called computations)."""
         if self._effects is None:
-            self._effects = SideEffects()
+            self._effects = side_effects()
         return self._effects
 
     # -- inserting ---------------------------------------------------------------

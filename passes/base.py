@@ -50,10 +50,13 @@ class ComputationPass(Pass):
     def run_on_computation(self, computation: Computation) -> bool:
         raise NotImplementedError
 
-    def run(self, module: Module) -> bool:
+    def computations(self, module: Module) -> list[Computation]:
+        """The computations ``run`` visits: all, less fusion bodies unless ``include_fused``."""
         fused = set() if self.include_fused else {id(c) for c in module.fusion_computations()}
+        return [c for c in module.computations if id(c) not in fused]
+
+    def run(self, module: Module) -> bool:
         changed = False
-        for comp in list(module.computations):
-            if id(comp) not in fused:
-                changed |= self.run_on_computation(comp)
+        for comp in self.computations(module):
+            changed |= self.run_on_computation(comp)
         return changed

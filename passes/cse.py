@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hlo_tools import Computation, HloOpcode, Instruction
+from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.printer import print_attributes
 from hlo_tools.rewriter import Rewriter
-from hlo_tools.side_effects import NON_DETERMINISTIC
+from hlo_tools.side_effects import NON_DETERMINISTIC, SideEffects, side_effects
 
 from .base import ComputationPass
 from .fuel import consume_fuel
@@ -32,13 +32,26 @@ def cse_key(instr: Instruction) -> tuple:
 
 @dataclass(frozen=True)
 class CommonSubexpressionElimination(ComputationPass):
+    """The first of two equal instructions stays: in a scheduled module the first in
+    the schedule (so every use still follows its operand), else the first in post order."""
+
     name = "cse"
 
+    def run(self, module: Module) -> bool:
+        effects = side_effects()  # one memo for the module: a call chain is walked once, not once per computation
+        changed = False
+        for comp in self.computations(module):
+            changed |= self._cse(comp, effects)
+        return changed
+
     def run_on_computation(self, comp: Computation) -> bool:
+        return self._cse(comp, side_effects())
+
+    def _cse(self, comp: Computation, effects: SideEffects) -> bool:
         rewriter = Rewriter()
-        effects = rewriter.effects
         seen: dict[tuple, Instruction] = {}
-        for instr in comp.post_order():
+        scheduled = comp.parent is not None and comp.parent.is_scheduled
+        for instr in (list(comp) if scheduled else comp.post_order()):
             op = instr.opcode
             if op is HloOpcode.PARAMETER or op in NON_DETERMINISTIC or instr.control_predecessors or instr.control_successors:
                 continue

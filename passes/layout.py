@@ -1,24 +1,9 @@
-"""Layout: what moves bytes only to change layout, and passes that remove it.
+"""Layout: what moves bytes only to change layout (``layout_analysis``), and passes
+that remove it: ``transpose-folding`` (xla/service/transpose_folding.cc),
+``entry-layout-assignment`` and ``layout-normalization``
+(xla/service/layout_normalization.cc).
 
-* ``layout_analysis``: the transposes and copies of a module that only permute
-  data (no arithmetic), and the bytes each moves (read + write); a transpose or
-  copy that keeps the physical order of its non-degenerate dimensions is a
-  bitcast in disguise (XLA's ShapeUtil::TransposeIsBitcast / ReshapeIsBitcast).
-* ``transpose-folding``: a transpose feeding a dot becomes the dot's dimension
-  numbers (xla/service/transpose_folding.cc), transposes of transposes compose,
-  identity transposes vanish.
-* ``entry-layout-assignment``: sets parameter / result layouts and rewrites
-  ``entry_computation_layout`` to agree (what layout_assignment.cc reads as the
-  ComputationLayout).
-* ``layout-normalization``: after layout assignment (the pre-scheduler hook), each
-  physical transpose becomes bitcast -> transpose of descending-layout shapes ->
-  bitcast, and bitcast-like transposes/copies become bitcasts
-  (xla/service/layout_normalization.cc, algebraic_simplifier.cc ReplaceWithBitcast).
-
-What XLA keeps (checked on XLA:CPU, jax 0.10-0.12, see docs/layout_and_scheduling.md):
-compiled "as written" through the bridge, XLA re-assigns every layout, entry
-layouts included, and folds transposes into dots itself; after layout assignment
-(pre-scheduler hook) what a pass writes is what runs.
+Each pass, and what XLA keeps of its work: docs/layout_and_scheduling.md#layout
 """
 
 from __future__ import annotations

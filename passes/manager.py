@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 
 from hlo_tools import Module, VerificationError, verify
 from hlo_tools.fileio import make_dirs, write_output
+from hlo_tools.side_effects import one_memo
 
 from .base import Pass, decides_fusion
 
@@ -133,7 +134,8 @@ class PassManager(Pass):
                     inner = p._run(module, ran, where + "/")
                     changed, nested = inner.changed, tuple(inner.records)
                 else:
-                    changed, nested = bool(p.run(module)), ()
+                    with one_memo():  # side effects asked once per computation in this pass run
+                        changed, nested = bool(p.run(module)), ()
                     ran.append(where)
                 seconds = time.perf_counter() - t0
                 if fp is not None and (fp != _fingerprint(module)) != changed:

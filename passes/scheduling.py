@@ -27,7 +27,7 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.ir import dfs_post_order
 from hlo_tools.opcode import COLLECTIVES
 from hlo_tools.rewriter import Rewriter
-from hlo_tools.side_effects import SideEffects
+from hlo_tools.side_effects import SideEffects, side_effects
 
 from hlo_analysis.memory import BufferModel, profile
 from hlo_analysis.overlap import ASYNC_DONES, ASYNC_STARTS, CostModel, overlap
@@ -148,7 +148,7 @@ def _dependencies(comp: Computation) -> dict[int, list[Instruction]]:
     than collectives, the previous such one (their relative order is kept).
     Collectives may move: every SPMD partition runs this same order, so they
     still meet in the same sequence (XLA's latency-hiding scheduler moves them too)."""
-    effects = SideEffects()
+    effects = side_effects()
     deps: dict[int, list[Instruction]] = {}
     last_effect = None
     for instr in comp:

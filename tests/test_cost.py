@@ -154,9 +154,9 @@ ANNOTATIONS = [
     ('f32[256]{0} custom-call(%a), custom_call_target="Sharding", sharding={devices=[4]<=[4]}', 256),
     ('f32[64]{0} custom-call(%a), custom_call_target="SPMDFullToShardShape", sharding={manual}', 256),
     ('f32[1024]{0} custom-call(%a), custom_call_target="SPMDShardToFullShape", sharding={devices=[4]<=[4]}', 256),
-    ('(f32[64]{0}) custom-call(%a), custom_call_target="jax_internals.sdy.GlobalToLocalShape", '
+    ('(f32[64]{0}) custom-call(%a), custom_call_target="xla.sdy.GlobalToLocalShape", '
      'custom_call_has_side_effect=true', 256),
-    ('f32[1024]{0} custom-call(%a), custom_call_target="jax_internals.sdy.LocalToGlobalShape", '
+    ('f32[1024]{0} custom-call(%a), custom_call_target="xla.sdy.LocalToGlobalShape", '
      'custom_call_has_side_effect=true', 256),
 ]
 

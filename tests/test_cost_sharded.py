@@ -66,7 +66,7 @@ def test_sharded_dump_holds_annotations_and_collectives(dumps, partitioner):
     m = _parse(dumps[partitioner]["before_optimizations"])
     ops = {i.opcode_text for c in m.computations for i in c}
     assert {"all-reduce", "all-gather", "reduce-scatter", "collective-permute", "while"} <= ops
-    expected = ({"Sharding", "jax_internals.sdy.GlobalToLocalShape", "jax_internals.sdy.LocalToGlobalShape"} if partitioner == "shardy"
+    expected = ({"Sharding", "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape"} if partitioner == "shardy"
                 else {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape"})
     assert expected <= _targets(m)
 

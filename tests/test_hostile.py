@@ -202,3 +202,63 @@ def test_best_on_a_chain_thousands_deep_has_no_recursion(kind, tmp_path):
     assert bool(fusible(root)) == (kind == "fusion")
     assert main(["opt", str(src), "--passes", "best", "-o", str(tmp_path / "out.hlo")]) == 0
     assert hlo_tools.parse((tmp_path / "out.hlo").read_text()).instruction_count == module.instruction_count
+
+
+@pytest.mark.parametrize("kind", ["call", "fusion"])
+def test_cost_and_analyze_on_a_chain_thousands_deep(kind, tmp_path, capsys):
+    """The cost model walks callees first (no recursion per level) and keeps its
+    records in program order; `hlo analyze` and `hlo diff` on the chain answer."""
+    from hlo_analysis import cost
+    from hlo_lab.cli import main
+
+    src = tmp_path / f"{kind}.hlo"
+    src.write_text(_chain(3000, kind))
+    module = hlo_tools.parse(src.read_text())
+    c = cost.analyze(module)
+    # one negate of 8 elements at the bottom, whatever the depth
+    assert c.flops == 8
+    assert main(["analyze", str(src), "--json"]) == 0
+    assert '"kernels"' in capsys.readouterr().out
+    assert main(["diff", str(src), str(src), "--json"]) == 0  # nested fusion bodies walked with a stack
+
+
+def test_records_keep_program_order_around_calls():
+    """A control-flow callee's records come just before the call that reaches it
+    first, and once: what the recursive walk wrote."""
+    from hlo_analysis import cost
+
+    module = hlo_tools.parse("""HloModule m
+%body (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  ROOT %e = f32[4]{0} exponential(%x)
+}
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %n = f32[4]{0} negate(%p)
+  %c1 = f32[4]{0} call(%n), to_apply=%body
+  %c2 = f32[4]{0} call(%c1), to_apply=%body
+  ROOT %a = f32[4]{0} abs(%c2)
+}
+""")
+    names = [(r.computation, r.name) for r in cost.analyze(module).instructions]
+    assert names == [("main", "p"), ("main", "n"), ("body", "x"), ("body", "e"), ("main", "c1"), ("main", "c2"), ("main", "a")]
+
+
+def test_cse_on_a_scheduled_module_keeps_the_schedule():
+    """hostile2's cse_scheduled_order: of two equal instructions the first in the
+    schedule stays, so every use still follows its operand."""
+    from passes import PassManager, get_pass
+
+    module = hlo_tools.parse("""HloModule cse_sched, is_scheduled=true
+
+ENTRY main {
+  p = f32[4] parameter(0)
+  b = f32[4] negate(p)
+  x = f32[4] exponential(b)
+  a = f32[4] negate(p)
+  y = f32[4] log(a)
+  ROOT t = (f32[4], f32[4]) tuple(y, x)
+}
+""")
+    assert PassManager([get_pass("cse")]).run(module)  # verifies the schedule after the pass
+    assert [i.name for i in module.entry] == ["p", "b", "x", "y", "t"]

@@ -41,13 +41,23 @@ def name_stem(name: str) -> str:
 def _walk(module: Module) -> Iterator[tuple[Instruction, Instruction]]:
     """(instruction, its top-level anchor) in post order, fusion bodies before
     their fusion; fused parameters are skipped (they are artifacts of fusion)."""
-    fused = {id(c) for i in module.instructions() if i.opcode is HloOpcode.FUSION for c in i.called_computations}
+    fused = {id(c) for c in module.fusion_computations()}
 
     def body(fusion: Instruction, anchor: Instruction) -> Iterator[tuple[Instruction, Instruction]]:
-        for instr in fusion.fused_computation.post_order():
-            if instr.opcode is HloOpcode.FUSION:
-                yield from body(instr, anchor)
-            if instr.opcode is not HloOpcode.PARAMETER:
+        # an explicit stack: fusions nested to any depth, each after its own body
+        stack = [iter(fusion.fused_computation.post_order())]
+        after: list[Instruction | None] = [None]
+        while stack:
+            instr = next(stack[-1], None)
+            if instr is None:
+                stack.pop()
+                done = after.pop()
+                if done is not None:
+                    yield done, anchor
+            elif instr.opcode is HloOpcode.FUSION and instr.fused_computation is not None:
+                stack.append(iter(instr.fused_computation.post_order()))
+                after.append(instr)
+            elif instr.opcode is not HloOpcode.PARAMETER:
                 yield instr, anchor
 
     for comp in module.computations:

@@ -1,46 +1,8 @@
 """XLA:GPU's own estimate of each collective's time, read from XLA while it
-schedules a sharded module for deviceless GPUs (no GPU needed).
+schedules a sharded module for deviceless GPUs (no GPU needed): the VLOG lines of
+xla/service/gpu/model/sol_latency_estimator.cc and analytical_latency_estimator.cc.
 
-    est = xla_collective_estimates(text, target="h100", topology="1x1x8")
-    est.seconds            # {instruction name in est.scheduled_text: seconds}
-    est.collectives        # one CollectiveEstimate each: kind, bytes, groups, seconds
-
-How: XLA:GPU's latency-hiding scheduler asks its latency estimator how long each
-async collective takes (``LatencyEstimator::GetLatencyBetween`` on the start ->
-done edge).  jaxlib has no Python API for that number, but the estimators log it
-at VLOG(10), and the CUDA plugin honours ``TF_CPP_VMODULE`` read when the process
-starts.  So the compile runs in a worker process of its own (``worker.Worker``,
-so an XLA abort raises ``XlaAbortError`` here) started with those variables, and
-its stderr goes to a file while it compiles; the lines parsed are:
-
-- ``sol`` (XLA's default on Hopper/Blackwell in jaxlib 0.12: the scheduler's
-  estimator hands collectives to ``SolLatencyEstimator``),
-  ``xla/service/gpu/model/sol_latency_estimator.cc``, ``GetLatencyBetween``:
-  ``GetLatencyBetween: Computed collective time for NAME: X us``.  NAME is the
-  instruction as the scheduler saw it (kept in the scheduled module as
-  ``metadata={scheduling_name=...}``, also when a pass later made it synchronous).
-  Inside, ``ComputeCollectiveTime``: collectives within one node (``gpus_per_node``
-  or ``partition_size``, 8 on H100) use the NCCL table embedded in the plugin
-  (``CollectiveInterpolator``, ``default_collective_perf_table``); XLA's Triton
-  one-/two-shot all-reduce kernels use ``SolGPUCostModel::IntraNodeAllReduceLatency``
-  (NVLink); collectives across nodes use ``SolGPUCostModel::RingLatency`` /
-  ``AllToAllLatency`` (the NIC, ``sol_gpu_cost_model.cc``).  When it cannot
-  estimate (``Failed to compute collective time ... for NAME``) the scheduler
-  falls back to unit-less "T-shirt" latencies: those are in ``fallbacks``, never
-  in ``seconds``.
-- ``analytical`` (``xla_gpu_enable_analytical_latency_estimator``),
-  ``xla/service/gpu/model/analytical_latency_estimator.cc``, ``GetLatencyBetween``:
-  ``Analytical estimator calculated latency between START and DONE to be: X us.``
-  (``GpuPerformanceWithCollectiveModel``).  In jaxlib 0.12.0.1 it CHECK-fails on
-  modules with Triton fusions (``TritonFusion::GetLaunchConfig``): XlaAbortError.
-
-Lines are attributed to the module whose ``Fingerprint before LHS for module
-NAME(ID)`` line (``gpu_hlo_schedule.cc``, VLOG(1)) came last on the same thread,
-so the autotuner's one-fusion modules (scheduled too) never mix in.
-
-``options``: XLA's ``xla_gpu_analytical_latency_estimator_options`` (a map that
-only ``XLA_FLAGS`` sets), e.g. ``{"gpus_per_node": 4, "partition_size": 4}`` to
-price 8 GPUs as 2 nodes of 4 (NVLink within, InfiniBand across).
+How it reads them, options and limits: docs/xla_collective_estimates.md#how-it-works
 """
 
 from __future__ import annotations

@@ -1,31 +1,8 @@
 """The XLA worker: one child process where XLA compiles and runs, so that an XLA
 abort (a C++ ``CHECK`` failure, ``LOG(FATAL)``, a crash) ends the worker instead of
-the caller.
+the caller; ``contained(fn, args, phase=..., module=...)`` runs ``fn`` there.
 
-    result = contained(compile, (text, "cpu", "as-written"), phase="compiling", module=name)
-
-runs ``compile(text, "cpu", "as-written")`` in the worker and returns what it
-returns, re-raises what it raises, and raises ``XlaAbortError`` ("XLA aborted while
-compiling NAME: Check failed: ...") when the worker dies on the way; the next call
-starts a fresh worker.  This is the one place where the bridge contains XLA:
-``compile``, ``run_module``, ``compare`` and ``benchmark`` take ``contained=True``
-and come here.
-
-Why a persistent child and not a pool or ``fork``: jaxlib cannot be forked once
-initialised (its thread pools do not survive), and starting Python with jax costs
-about a second, so the worker starts lazily on the first call and serves every
-later one.  Requests and replies are length-prefixed pickles on two pipes (the
-child's stdin, and its stdout moved off fd 1 so that a stray ``print`` or XLA log
-cannot corrupt them); the child's stderr goes to an anonymous file the parent
-reads when it has to report an abort (XLA writes its ``F0000 ... Check failed``
-line there) and otherwise forwards.  A function is sent by reference (it must be
-importable by module and name); IR ``Module``s travel as their exact text.  While
-it works the worker sends notes ("compiling M", "running M") so that an abort names
-the module and phase it happened in.
-
-The child gets the parent's environment (``JAX_PLATFORMS``, ``XLA_FLAGS``, ...)
-and ``sys.path``; it is restarted when those environment variables change, and it
-ends with its parent (stdin closes; on Linux also ``PR_SET_PDEATHSIG``).
+Protocol, lifetime and why a persistent child: docs/xla_bridge.md#the-worker
 """
 
 from __future__ import annotations

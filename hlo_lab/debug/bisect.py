@@ -1,30 +1,7 @@
 """``hlo bisect``: the first pass, then the first decision inside that pass, that
-makes a module fail.
+makes a module fail, in our pipeline (``--passes``) or in XLA's (``--xla``).
 
-"Fail" is one of: XLA aborts or refuses to compile or run the result (contained
-in the XLA worker), a pass raises, or the outputs differ from the reference (the
-module as given, compiled by XLA under ``reference``, run on the same inputs)
-beyond tolerance.
-
-Two pipelines can be bisected.
-
-* **Ours** (``--passes a,b,c``).  Prefixes of the pipeline run on the module and
-  are compiled under ``pipeline`` (the text route), or run hooked inside XLA at
-  ``hook``; a binary search finds the shortest failing prefix.  Its last pass is
-  then run with fuel (``passes.fuel``): the budget is bisected to the first
-  decision that makes the module fail, and the module just before and just
-  after that decision are kept (``-o DIR``), for ``hlo divergence`` and
-  ``hlo reduce``.
-* **XLA's** (``--xla``).  The passes that changed the module (read from its pass
-  dumps) are disabled in halves with ``xla_disable_hlo_passes`` until one pass
-  is left whose disabling fixes the failure (a half whose disabling fails in
-  another way, a mandatory pass turned off, is split further).  If that pass
-  takes XLA's fuel (its fusion passes do: ``--xla_fuel=PASS=N``), the budget is
-  bisected too, each probe in a fresh XLA worker, since XLA counts fuel per process.
-
-Both searches assume one culprit and a monotone failure (a longer prefix, a
-larger budget, keeps failing); every probe is recorded, so a search that the
-assumption misled shows it.
+What "fail" means, both searches and their limits: docs/bisect.md
 """
 
 from __future__ import annotations

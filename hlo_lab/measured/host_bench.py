@@ -1,26 +1,7 @@
-"""Micro-benchmarks of the host CPU as XLA:CPU uses it, for the host roofline.
+"""Micro-benchmarks of the host CPU as XLA:CPU uses it, for the host roofline:
+small synthetic kernels compiled by stock XLA:CPU, timed by XLA's trace events.
 
-The roofline's ceilings are measured the way an empirical roofline tool measures
-them: small synthetic kernels, compiled by the same compiler that compiles the
-corpus (XLA:CPU, stock pipeline), timed by XLA's own per-thunk trace events
-(``xla_bridge.trace``) so that the harness around an ``execute`` call is not
-counted. Nothing here looks at a corpus kernel.
-
-- ``bandwidth_curve``: a one-read-one-write loop (``negate``) over footprints from
-  8 KiB to 16 MiB (beyond that, buffers come from fresh ``mmap`` pages and time
-  page faults; ``measured.host.measure_host`` adds numpy's 128 MiB copy as the DRAM point). The corpus kernels are small (median a few KiB) and run with
-  their inputs in cache, where the host moves 3-6x more bytes per second than
-  from DRAM; the roofline takes the bandwidth of the kernel's own footprint.
-- ``vector_rate``: a chain of 32 fused multiply/add steps per element on a
-  cache-resident array (compute-bound, vectorised the way XLA's loop emitter
-  vectorises the corpus's elementwise fusions).
-- ``transcendental_rate``: a chain of ``exp(-x)`` on a cache-resident array,
-  less the chain's negate flops at the vector rate.
-- ``launch_overhead``: one thunk that does almost nothing (``negate`` of f32[4]).
-- ``library_call_overhead``: a tiny dot, which XLA:CPU hands to a matmul library.
-
-``op_profile`` builds its per-opcode figures on ``compiled_kernel`` and
-``best_of_passes``; ``measured.host.measure_host`` puts the pieces together.
+Each benchmark and why it is built so: docs/analysis.md#host-micro-benchmarks-host_bench
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
-"""XLA:GPU's priority-fusion log, and how often our roofline agrees with it.
+"""XLA:GPU's priority-fusion log (the FusionProcessDumpProto that
+xla/service/gpu/transforms/priority_fusion.cc dumps), and how often our roofline
+agrees with it.
 
-XLA's ``PriorityFusion`` pass (xla/service/gpu/transforms/priority_fusion.cc)
-writes a ``FusionProcessDumpProto`` (text format, ``*.priority_fusion_dump.txt``)
-whenever dumping is on for the pass (``--xla_dump_to`` with
-``--xla_dump_hlo_pass_re`` matching ``priority-fusion``); a deviceless compile
-for H100 is enough. The dump holds the module as the pass saw it
-(``hlo_module_before_fusion``, every instruction renamed ``<name>.0``) and, in
-order, its steps:
-
-* ``update_priority``: XLA's GPU cost model priced fusing a producer into all its
-  users (``us_fused`` / ``us_unfused``); the producer is queued when
-  ``unfused - fused >= 0`` (incremental updates log deltas, not totals);
-* ``fusion``: the producer was fused into one consumer, giving ``fusion_name``;
-* ``producer_ineligible``: a legality refusal, with XLA's reason.
-
-``decisions(log)`` replays the steps on our IR: each name maps to the region of
-original instructions it stands for, so a producer and a consumer can be priced
-as they were at the moment XLA decided, unfused (two kernels) and fused (one,
-built by ``kernels.fused_region``). A producer XLA fused is a "fuse" decision;
-a producer whose last event is a priority update and that was never fused was
-refused by XLA's cost model (its priority stayed negative): a "keep apart"
-decision. Bitcast producers (always fused, priority infinite) and legality
-refusals are not cost decisions and are not scored.
+The log's steps, the replay and the scores: docs/analysis.md#agreement-with-xlas-priority-fusion-log-xla_fusion_log
 """
 
 from __future__ import annotations

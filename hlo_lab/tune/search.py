@@ -2,30 +2,7 @@
 compiled by real XLA, gated on outputs equal to stock's and measured against
 stock (or, for a GPU target compiled without a GPU, priced by the GPU roofline).
 
-The loop, per strategy:
-
-1. Start points (hill-climbing and annealing): ``BEST`` as it stands, stock
-   XLA's own decisions read back from its optimized module, every other
-   pipeline shape with its default knobs (a coarse sweep: the shape is the
-   biggest lever), and the best decision set another search on this module
-   kept.  Random search has none.
-2. Each step proposes candidates: mutations of the current point (one to three
-   decided edges flipped, or one knob changed), priced by the cost model on the
-   module XLA hands the hook (``space.Space``); the ones whose fused module was
-   measured before are skipped, and the model's cheapest (with two workers or
-   more, half the batch; the other half drawn from the rest) are compiled, one
-   per worker, in parallel.  Random search draws random points and compiles them
-   as drawn: it is the baseline that shows what the model's guidance is worth.
-3. A candidate whose first measurement beats the best is measured again (the
-   max of noisy figures is biased up); it becomes the best only if the second
-   measurement still beats it.
-4. At the end the best, ``BEST`` and random search's best are each measured once
-   more against stock with more repetitions: the figures reported.
-
-Every measurement is a row in the results database the moment it exists
-(``store``), and the search is deterministic given its seed and those rows: run
-again after a kill, it replays what was measured without compiling it and goes
-on from there.
+The loop, per strategy, and how a killed search resumes: docs/tune.md#how-it-searches
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ and a merged kernel can launch fewer blocks than its parts. XLA:GPU's priority
 fusion prices every decision with its GpuPerformanceModel (``us_fused`` against
 ``us_unfused``, each kernel launch 1 us). Our GPU roofline
 (``hlo_analysis.gpu_kernel_model``) follows that model per kernel (rho 0.996
-against XLA's own estimates over the corpus, docs/hlo_lab.md), so the
+against XLA's own estimates over the corpus, docs/analysis.md), so the
 same rule here: price the kernels apart and the would-be fusion
 (``kernels.fused_region``) on the target, and fuse when it saves time.
 

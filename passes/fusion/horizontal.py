@@ -2,35 +2,7 @@
 fusion, like XLA:GPU's HorizontalLoopFusion
 (xla/service/gpu/transforms/horizontal_loop_fusion.cc).
 
-Why: a train step ends with one small optimizer update per parameter (scale,
-add, sqrt, divide over each weight), each its own kernel after loop fusion. On
-XLA:CPU every kernel is a separate thunk with its own dispatch and loop setup;
-when the kernels are tiny that overhead, not memory traffic, is their cost, and
-running many of them as one kernel saves it (the GPU pass exists to save kernel
-launches for the same reason).
-
-What is batched, and why those limits:
-
-- Candidates: loop fusions and fusible single ops (``legality.fusible``) of one
-  computation (``fusible_computations``), with one array output, not the root.
-- Independent: no path between any two members, direct or through other
-  kernels; otherwise the batch would have to run both before and after the
-  kernels on the path (``Clusters.would_cycle`` on the contracted graph, plus
-  the direct edges, which it allows).
-- Loop-emittable together: XLA:CPU emits a multi-output kLoop fusion as one loop
-  over the output index space, so all outputs need the same dimensions and
-  layout; candidates are grouped by (dimensions, layout). (XLA:GPU concatenates
-  differently shaped outputs instead; XLA:CPU has no such emitter.)
-- Small: each member's output is at most ``max_bytes``; large kernels are
-  bound by memory bandwidth and gain nothing from sharing a dispatch.
-- Capped: at most ``max_members`` members and ``max_operands`` operands per
-  batch, bounding the kernel's argument list and code size.
-- Profitable: a pluggable ``profitable(members, operands) -> Decision`` (by
-  default: a kernel must be saved, and the operands per member stay bounded).
-
-Every decision is logged in ``log`` (a ``HorizontalLog``): which group each
-candidate joined, and each refusal with its reason (cycle, shape mismatch,
-too large, cap, not fusible).
+Why, and what is batched within which limits: docs/fusion_passes.md#horizontal-fusion
 """
 
 from __future__ import annotations

@@ -2,25 +2,7 @@
 fusion, so the value is read once and one kernel runs instead of two, like the
 sibling half of XLA's multi-output fusion (xla/service/gpu/transforms/multi_output_fusion.cc).
 
-For each value with two or more consumer clusters, the consumers are merged
-greedily when every rule holds:
-
-- both are loop-fusible (no dots, side effects, non-loop fusions);
-- neither uses the other (that is producer-consumer fusion's job) and no path
-  runs from one to the other through a third cluster (a cycle after merging);
-- the outputs are emittable together: XLA:CPU's loop emitter walks one index
-  space, so every output must have the same dimensions and layout (``shape_key``) (measured: a kLoop
-  fusion with an [N,M] and an [N] output crashes XLA:CPU; two equal-shaped
-  outputs compile and run exactly); XLA:GPU's emitters follow the heroes
-  (``gpu-multi-output-fusion``: ``gpu_legality.gpu_outputs_compatible``, so
-  reductions over one input share a kernel);
-- no in-place ``dynamic-update-slice`` is involved (merged, it would no longer
-  be its fusion's root and would copy its whole buffer);
-- the pluggable ``profitable(shared, a, b)`` agrees (default: the shared value's
-  bytes are worth a kernel and the fusion stays under ``max_operands``).
-
-A value whose users all end up in one fusion can then be fused into it by
-producer-consumer fusion, run after this pass (see ``pipeline.BEST``).
+The merge rules: docs/fusion_passes.md#multi-output-fusion
 """
 
 from __future__ import annotations

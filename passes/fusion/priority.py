@@ -1,38 +1,7 @@
 """Priority fusion: a greedy max-benefit fusion queue, a Python prototype of
 XLA:GPU's PriorityFusion (xla/service/gpu/transforms/priority_fusion.cc).
 
-Why a queue instead of producer-consumer's fixed visiting order: the order in
-which fusions are made decides which later ones stay possible (a producer that
-joins one consumer is no longer free for another; a bounded fusion that grows in
-one direction cannot grow in the other). Taking the fusion that saves the most
-first spends those choices where they pay most, the way XLA:GPU does with its
-performance model.
-
-How it decides, like XLA's pass but on ``Clusters`` (planned fusions), not on
-rewritten fusion instructions:
-
-- The queue holds *producer clusters*. A producer's priority is the benefit of
-  fusing it into all the clusters that use it (XLA: "the benefit in performance
-  when fusing it to all of its fusible users"). One user cluster: the producer
-  merges into it. Several (or the producer is the root): it is duplicated into
-  each fusible one (only a one-instruction producer, and only when the pluggable
-  ``profitable`` allows: by default only cheap data movement, never arithmetic,
-  see ``default_profitability``); the original disappears once nothing else uses
-  it.
-- Legality: ``can_fuse`` for every (producer output, consumer member) pair, an
-  extra rule for grown producer clusters (an expensive member must not be
-  recomputed per reused element), and ``Clusters.would_cycle`` for merges.
-- Benefit: a pluggable ``cost(candidate) -> float`` (bytes of memory traffic by
-  default, from ``hlo_analysis.cost``: ``bytes_saved`` minus the operand
-  re-reads of each extra copy, ``reread_bytes``; pass a roofline-based one to
-  model time). Only positive benefits are queued.
-- After a fusion, the priorities of the fused cluster and of its operand
-  clusters are recomputed; stale queue entries are skipped by version counters
-  (lazy invalidation). The pass stops when no positive-benefit producer is left.
-
-Every final decision is recorded in ``log`` (a ``PriorityLog``): fused
-(producer, consumer) pairs, refusals with their reason, and the fusion steps in
-the order taken, with their benefit.
+Why a queue, and how it decides: docs/fusion_passes.md#priority-fusion
 """
 
 from __future__ import annotations

@@ -3,22 +3,7 @@ feeds it, even when the chain's value has other users, by recomputing the chain
 inside the reduction (XLA's input fusion; softmax, RMSNorm/LayerNorm and
 cross-entropy are the patterns it is for).
 
-Plain producer-consumer fusion stops at such a value: ``exp(x - max)`` feeds
-both the sum and the division of a softmax, and duplicating arithmetic is
-refused in general (``profitability.default_profitability``). That rule guards
-values that must agree bit for bit (a max and the shift by it). A sum does not
-compare its inputs, so recomputing them in the reduction only moves the sum by
-rounding, and the intermediate is no longer written to memory and read back:
-after this pass the other user is its only reader, and producer-consumer fusion
-puts the chain there too. The reduction's elementwise epilogue (divide by N,
-add epsilon, rsqrt on the reduced shape) is fused by producer-consumer fusion
-afterwards, with the reduction as its producer.
-
-Rules, besides ``legality.can_fuse``: the consumer holds an add-reduction and
-no other reduction; a duplicated producer is elementwise or data movement
-(nothing that reuses elements, gathers or reduces); at most
-``max_duplicated`` instructions are recomputed per reduction and a duplicated
-producer has at most ``MAX_USERS`` users. Decisions go to the ``FusionLog``.
+Why only sums, and the rules: docs/fusion_passes.md#reduction-epilogue-fusion
 """
 
 from __future__ import annotations
