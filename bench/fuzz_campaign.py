@@ -5,7 +5,7 @@
 
 Mutants of the bundled corpus modules (corpus/modules, every stage up to
 --max-seed-kb) and of XLA's conformance modules (../shared/conformance, or
-$HLO_SHARED_DIR), made by every strategy in hlo_tools.fuzz, each parsed,
+$HLO_SHARED_DIR), made by every strategy in tests/fuzz.py, each parsed,
 verified and printed in a child process under a time and a memory limit.
 Prints the counts by class and by strategy; the last line is
 ``fuzz_crashes=N``, where N counts crashes (an exception other than a located
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import corpus  # noqa: E402
-from hlo_tools.fuzz import FAILURES, STRATEGIES, Campaign  # noqa: E402
+from tests.fuzz import FAILURES, STRATEGIES, Campaign  # noqa: E402
 from tests.conftest import accepted_modules  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from passes import PassManager
 from passes.registry import pass_names, parse_pipeline
 from xla_bridge import worker
 from xla_bridge.errors import XlaCompileError
-from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.measure import STOCK, Measurement, XlaPipeline
 from xla_bridge.compiler import CompileResult
 
 #: CPU-only passes, dropped from a pipeline for the GPU columns.
@@ -40,10 +40,10 @@ def _fusion_names(module: Module | None) -> frozenset[str]:
     return frozenset(i.name for i in module.entry if i.opcode is HloOpcode.FUSION) if module is not None else frozenset()
 
 
-def ours(spec: str | Sequence, backend: str, mode: str = "as-written") -> Pipeline:
+def ours(spec: str | Sequence, backend: str, mode: str = "as-written") -> XlaPipeline:
     """The passes of ``spec`` (names or ``Pass`` objects) run inside XLA in ``mode``
-    (``Pipeline.fusion``: by default XLA as written, ours deciding every fusion)."""
-    return Pipeline.fusion(PassManager(parse_pipeline(spec)), backend, mode)
+    (``XlaPipeline.fusion``: by default XLA as written, ours deciding every fusion)."""
+    return XlaPipeline.fusion(PassManager(parse_pipeline(spec)), backend, mode)
 
 
 def _stock_and_ours(measurement: Measurement, text: str, spec: str | Sequence,
@@ -106,7 +106,7 @@ class CpuRow:
 
 def cpu_study(name: str, text: str, spec: str, *, reps: int = 30, warmup: int = 5, backend: str = "cpu",
               mode: str = "as-written", input_sets: int = 3, contained: bool = True) -> CpuRow:
-    """Stock XLA vs our pipeline run in ``mode`` (``Pipeline.fusion``; on XLA:CPU
+    """Stock XLA vs our pipeline run in ``mode`` (``XlaPipeline.fusion``; on XLA:CPU
     at its pre-scheduler hook), timed interleaved on ``input_sets`` input sets,
     outputs compared.  ``backend="gpu"`` does the same on a real GPU (CPU-only
     passes dropped).  ``contained``: all of it in the XLA worker (``spec`` goes
@@ -205,7 +205,7 @@ def gpu_passes(spec: str | Sequence, target: str) -> list:
 
 def gpu_study(name: str, text: str, spec: str, target: str = "h100", *, mode: str = "on-top",
               contained: bool = True) -> GpuRow:
-    """Stock XLA:GPU vs our pipeline in ``mode`` (``Pipeline.fusion``), both compiled
+    """Stock XLA:GPU vs our pipeline in ``mode`` (``XlaPipeline.fusion``), both compiled
     here for ``target`` without a GPU and with XLA's per-fusion estimates collected:
     ``GpuSide`` figures of both optimized modules, and whether XLA:GPU compiled
     every fusion we wrote.  ``contained``: in the XLA worker."""

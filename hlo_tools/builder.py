@@ -12,7 +12,7 @@ from .literal import LiteralError, check_literal
 from .opcode import OPCODES, HloOpcode, parse_opcode
 from .printer import signature_text
 from .records import CompRecord, InstrRecord, Locator, ModuleRecord
-from .scanner import Unsupported, parse_signature
+from .scanner import Unsupported, blank_comments, parse_signature
 from .shape import INT64_MAX, MAX_TUPLE_DEPTH, PrimitiveType, Shape, ShapeError, parse_shape, parse_shape_prefix
 from .shape_inference import ShapeInferenceError, infer_shape
 from .text import split_raw_attributes, split_top_level
@@ -367,8 +367,9 @@ class Builder:
         parsed only when it differs."""
         if crec.signature is None or crec.signature == signature_text(comp):
             return
+        signature = blank_comments(crec.signature) if "/" in crec.signature else crec.signature  # XLA's lexer skips them
         try:
-            params, result_text = parse_signature(crec.signature, crec.signature_pos)
+            params, result_text = parse_signature(signature, crec.signature_pos)
         except Unsupported:
             return  # older forms such as `(input f32[2])`: XLA reads past them too
         # XLA ignores what the declared parameters say (its tests declare stale
@@ -378,7 +379,7 @@ class Builder:
                 parse_shape(shape_text)
             except ShapeError as e:
                 raise self.loc.error(str(e), off + len(self.loc.text[off:off + 64]) - len(self.loc.text[off:off + 64].lstrip()) + e.offset) from None
-        result_pos = crec.signature_pos + crec.signature.rfind(result_text)
+        result_pos = crec.signature_pos + signature.rfind(result_text)
         try:
             want = parse_shape(result_text)
         except ShapeError as e:

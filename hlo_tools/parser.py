@@ -16,7 +16,7 @@ from .errors import HloParseError
 from .ir import Module
 from .builder import Builder
 from .records import Locator, ModuleRecord
-from .scanner import Unsupported, scan_module
+from .scanner import Unsupported, blank_multiline_comments, scan_module
 
 
 def _fallback(text: str, loc: Locator):
@@ -38,8 +38,9 @@ def parse_records(text: str, source: str = "<string>", *, use_scanner: bool = Tr
     if not use_scanner:
         return grammar.parse_module_records(text, loc)
 
+    scanned = blank_multiline_comments(text)
     try:
-        return scan_module(text, _fallback(text, loc))
+        return scan_module(scanned, _fallback(scanned, loc))
     except Unsupported:
         return grammar.parse_module_records(text, loc)
 
@@ -56,8 +57,9 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True) -> M
     try:
         if use_scanner:
             builder = Builder(loc)
+            scanned = blank_multiline_comments(text)  # same offsets, so loc still names lines and columns
             try:
-                rec = scan_module(text, _fallback(text, loc), sink=builder.add)
+                rec = scan_module(scanned, _fallback(scanned, loc), sink=builder.add)
                 return builder.finish(rec)
             except Unsupported:
                 pass  # not laid out as XLA prints: the grammar reads it whole

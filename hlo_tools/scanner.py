@@ -4,8 +4,10 @@ XLA prints one instruction per line, and most of the bytes are attribute values
 (metadata, backend_config) that no pass reads; this scanner finds the fields of a
 line with a few regular expressions and keeps attribute values as raw text.  Any
 line it does not fully understand is handed to the lark grammar (``grammar.py``),
-which is the specification; anything structurally unusual (a statement spread
-over lines) makes the whole module go through the grammar.
+which is the specification. A statement or a computation signature spread over
+lines is read as one (``_continued``), and a /* comment */ over lines is blanked
+first (``blank_multiline_comments``); anything else structurally unusual makes the
+whole module go through the grammar.
 """
 
 from __future__ import annotations
@@ -41,9 +43,68 @@ _SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFram
 # /* */ comment is not a comment; a lone `/*` does not close on this line.
 _COMMENT_OR_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/|//|/\*')
 _BLOCK_COMMENT = re.compile(r"/\*.*?\*/")
+# A /* that may not close on its line; then strings and comments over the whole text.
+_OPEN_COMMENT = re.compile(r"/\*(?:(?!\*/)[^\n])*\n")
+_STRING_OR_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.S)
+_BRACKET_OR_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"|[(){}\[\]]')
 # `, key=` at the start of each attribute of a raw tail (and, rarely, inside a
 # string value): a repeated key sends the tail to the exact split below
 _TAIL_KEY = re.compile(r", ([A-Za-z_][\w\-]*)=")
+
+
+def blank_multiline_comments(text: str) -> str:
+    """``text`` with every /* comment */ that spans lines turned into spaces, its line
+    breaks kept: offsets, lines and columns stay valid, and the scanner reads the
+    lines around the comment instead of sending the module to the grammar."""
+    if _OPEN_COMMENT.search(text) is None:
+        return text
+    return blank_comments(text, spanning_lines_only=True)
+
+
+def blank_comments(text: str, *, spanning_lines_only: bool = False) -> str:
+    """``text`` with its comments (strings aside) turned into spaces, line breaks kept."""
+    parts: list[str] = []
+    last = 0
+    for m in _STRING_OR_COMMENT.finditer(text):
+        t = m.group()
+        if t[0] == "/" and (not spanning_lines_only or "\n" in t):
+            parts += [text[last:m.start()], re.sub(r"[^\n]", " ", t)]
+            last = m.end()
+    return "".join(parts) + text[last:] if parts else text
+
+
+def _depth(line: str) -> int:
+    """Brackets opened minus closed on ``line``, strings aside."""
+    depth = 0
+    for m in _BRACKET_OR_STRING.finditer(line):
+        t = m.group()
+        if t in "({[":
+            depth += 1
+        elif t in ")}]":
+            depth -= 1
+    return depth
+
+
+def _continued(lines: list[str], i: int, first: str, *, head: bool = False) -> tuple[str, int] | None:
+    """``first`` (lines[i - 1], comments blanked) joined with the lines after it until
+    its brackets close (``head``: until a computation's ``{`` opens with nothing else
+    open): the text as one line (line breaks as spaces, so offsets hold) and the
+    index of the next line; None if they never do."""
+    parts = [first]
+    depth = _depth(first)
+    target = 1 if head else 0
+    while depth != target or (head and not parts[-1].rstrip().endswith("{")):
+        if i >= len(lines) or depth < 0:
+            return None
+        line = lines[i]
+        if "/" in line:
+            line = uncomment_line(line)
+            if line is None:
+                return None
+        parts.append(line)
+        depth += _depth(line)
+        i += 1
+    return " ".join(parts), i
 
 
 def _repeats_a_key(tail: str) -> bool:
@@ -96,7 +157,7 @@ def _matching_paren(text: str, open_pos: int, limit: int) -> int:
     return -1
 
 
-_PARAM_SPLIT = re.compile(r",[ \t]*(?=%?[A-Za-z_][\w.\-]*[ \t]*:)")
+_PARAM_SPLIT = re.compile(r",\s*(?=%?[A-Za-z_][\w.\-]*\s*:)")
 
 
 #: Attributes the builder must resolve at parse time (names of computations or
@@ -217,13 +278,14 @@ def parse_signature(sig: str, base: int) -> tuple[list[tuple[str, str, int]], st
     params = []
     body = sig[1:close]
     if body.strip():
-        off = 1
-        for piece in _PARAM_SPLIT.split(body):
-            name, sep, shape = piece.partition(":")
+        cuts = list(_PARAM_SPLIT.finditer(body))
+        starts = [0] + [m.end() for m in cuts]
+        ends = [m.start() for m in cuts] + [len(body)]
+        for start, end in zip(starts, ends):
+            name, sep, shape = body[start:end].partition(":")
             if not sep:
-                raise Unsupported(base + off, whole_module=True)
-            params.append((name.strip().lstrip("%"), shape.strip(), base + off + len(name) + 1))
-            off += len(piece) + 2
+                raise Unsupported(base + 1 + start, whole_module=True)
+            params.append((name.strip().lstrip("%"), shape.strip(), base + 1 + start + len(name) + 1))
     arrow = sig.find("->", close)
     if arrow < 0:
         raise Unsupported(base + close, whole_module=True)
@@ -312,6 +374,12 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
         section = None
         line = line.rstrip("\r")
         hm = _COMP_HEAD.match(line)
+        if not hm and _depth(line) > 0 and not line.rstrip().endswith("{"):  # a signature over lines: read as one
+            joined = _continued(lines, i, line, head=True)
+            if joined is not None:
+                line, i = joined[0].rstrip("\r"), joined[1]
+                off = line_off + len(line) + 1
+                hm = _COMP_HEAD.match(line)
         if not hm:
             raise Unsupported(line_off, whole_module=True)
         sig = hm.group(3)
@@ -376,6 +444,14 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
                 else:
                     sink(rec, comp)
                 break
+            if _depth(line) > 0:  # a statement over several lines: the grammar reads it as one
+                joined = _continued(lines, i, line)
+                if joined is None:
+                    raise Unsupported(line_off, whole_module=True)
+                line, i = joined
+                off = line_off + len(line) + 1
+                append(fallback_line(line_off, line_off + len(line.rstrip(" \t\r"))))
+                continue
             end = line_off + len(line.rstrip(" \t\r"))  # before a blanked comment
             r = scan_instruction(text, line_off, end)
             if r is None:

@@ -77,7 +77,7 @@ def test_only_located_parse_errors_escape(text):
 
 
 def test_mutants_in_child_processes_raise_only_located_errors(tmp_path):
-    """Every strategy of hlo_tools.fuzz (truncation, token swaps, unicode and
+    """Every strategy of tests/fuzz.py (truncation, token swaps, unicode and
     superscript digits, huge numbers, deep nesting, NaN/inf constants,
     duplicated attributes, call cycles, comments, ...) on real modules, each
     mutant parsed, verified and printed in a child process with a time and a
@@ -85,7 +85,7 @@ def test_mutants_in_child_processes_raise_only_located_errors(tmp_path):
     located inside the text.  bench/fuzz_campaign.py runs the long version."""
     from collections import Counter
 
-    from hlo_tools.fuzz import FAILURES, STRATEGIES, Campaign
+    from tests.fuzz import FAILURES, STRATEGIES, Campaign
 
     seeds = [(p.name, p.read_text()) for p in accepted_modules()[::6]]
     seeds += [(label, text[:30000]) for label, text in sorted(corpus_stage_texts(), key=lambda s: len(s[1]))[:3]]

@@ -1,4 +1,4 @@
-"""One way to measure a pass against XLA: ``Measurement`` + ``Pipeline`` + ``HookStage``."""
+"""One way to measure a pass against XLA: ``Measurement`` + ``XlaPipeline`` + ``HookStage``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hlo_tools import parse
 from hlo_tools.opcode import HloOpcode
 from passes import PassManager, get_pass
-from xla_bridge import AS_WRITTEN, STOCK, HookStage, Measurement, Pipeline, XlaCompileError
+from xla_bridge import AS_WRITTEN, STOCK, HookStage, Measurement, XlaPipeline, XlaCompileError
 from xla_bridge.jax_internals import hook_supported
 from xla_bridge.examples import UNFUSED
 
@@ -48,14 +48,14 @@ def test_hook_stages_have_one_spelling():
 
 def test_pipeline_says_base_and_hook():
     assert STOCK.hook() is None and AS_WRITTEN.base == "as-written"
-    p = Pipeline.as_written().hooked(CountingPass(), "pre-scheduler")
+    p = XlaPipeline.as_written().hooked(CountingPass(), "pre-scheduler")
     assert p.stage is HookStage.PRE_SCHEDULER and p.base == "as-written"
     assert str(p) == "as-written + counting at pre-scheduler"
     assert p.hook() is not p.hook()  # one fresh Hook per compile
     with pytest.raises(ValueError, match="unknown pipeline"):
-        Pipeline("fast")
+        XlaPipeline("fast")
     with pytest.raises(ValueError, match="needs a stage"):
-        Pipeline("stock", pass_=CountingPass())
+        XlaPipeline("stock", pass_=CountingPass())
 
 
 @needs_hook

@@ -26,7 +26,7 @@ from passes.registry import GPU_BEST, pass_names, parse_pipeline
 from passes.registry import get_pass
 from passes.fusion.producer_consumer import FusionLog, GpuProducerConsumerFusion, ProducerConsumerFusion
 from xla_bridge import jax_internals
-from xla_bridge.measure import FUSION_MODES, Measurement, Pipeline
+from xla_bridge.measure import FUSION_MODES, Measurement, XlaPipeline
 from xla_bridge.compiler import disabled_passes
 
 needs_xla_gpu = pytest.mark.skipif(not jax_internals.cuda_plugin_available(),
@@ -45,17 +45,17 @@ def test_modes_disable_only_what_they_replace():
     for kept in ("triton-gemm-rewriter", "triton-softmax-rewriter", "copy_fusion", "sort-iota-fusion"):
         assert kept not in replace and kept in as_written
     assert disabled_passes("gpu", "stock") == ()
-    assert [Pipeline.fusion(lambda m: False, "gpu", mode).base for mode in FUSION_MODES] == \
+    assert [XlaPipeline.fusion(lambda m: False, "gpu", mode).base for mode in FUSION_MODES] == \
         ["replace", "stock", "as-written"]
     with pytest.raises(ValueError, match="unknown fusion mode"):
-        Pipeline.fusion(lambda m: False, "gpu", "sideways")
+        XlaPipeline.fusion(lambda m: False, "gpu", "sideways")
 
 
 @needs_xla_gpu
 def test_replace_keeps_xla_triton_gemms_as_written_does_not():
     m = Measurement("gpu", target="h100")
-    replace = m.compile(_text(DECODE), Pipeline("replace")).optimized_text
-    as_written = m.compile(_text(DECODE), Pipeline("as-written")).optimized_text
+    replace = m.compile(_text(DECODE), XlaPipeline("replace")).optimized_text
+    as_written = m.compile(_text(DECODE), XlaPipeline("as-written")).optimized_text
     assert "__triton_nested_gemm_fusion" in replace and "__cublas" not in replace
     assert "__triton" not in as_written and "__cublas$lt$matmul" in as_written
 

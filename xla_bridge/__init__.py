@@ -7,7 +7,7 @@ is cheap.
     result = compile(module, backend="cpu", pipeline="stock")
 
 To measure a pass against XLA (stock, as written, or with the pass hooked in at a
-stage of XLA's pipeline), one object: ``Measurement`` with ``Pipeline``s
+stage of XLA's pipeline), one object: ``Measurement`` with ``XlaPipeline``s
 (``measure``), hook stages spelled ``HookStage``.
 
 The pieces: ``jax_internals`` (every ``jax._src`` access but StableHLO's, one small
@@ -22,7 +22,7 @@ verdicts), ``examples`` (jax-made sample modules), ``stablehlo``, ``fidelity``.
 
 from .errors import XlaAbortError, XlaCompileError
 from .hook_stage import HookStage
-from .measure import AS_WRITTEN, FUSION_MODES, STOCK, Measurement, Pipeline
+from .measure import AS_WRITTEN, FUSION_MODES, STOCK, Measurement, XlaPipeline
 from .stablehlo import from_jax
 from .bench import BenchResult, benchmark
 from .compiler import AS_WRITTEN_DISABLED_PASSES, REPLACE_DISABLED_PASSES, CompileResult, Hook, compile
@@ -33,7 +33,7 @@ from .worker import contained
 
 __all__ = [
     "AS_WRITTEN", "AS_WRITTEN_DISABLED_PASSES", "FUSION_MODES", "REPLACE_DISABLED_PASSES", "BenchResult", "CompileResult", "Comparison", "Hook", "HookStage",
-    "Measurement", "Pipeline", "STOCK", "XlaAbortError",
+    "Measurement", "XlaPipeline", "STOCK", "XlaAbortError",
     "XlaCompileError", "benchmark", "compare", "compare_outputs", "compile", "contained", "from_jax", "load",
     "make_inputs", "read_text", "run", "run_module",
 ]

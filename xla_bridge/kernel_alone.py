@@ -10,7 +10,7 @@ from hlo_tools.ir import Instruction, Module
 from hlo_tools.shape import Shape
 
 from .hook_stage import HookStage
-from .measure import Measurement, Pipeline
+from .measure import Measurement, XlaPipeline
 from .compiler import CompileResult
 
 
@@ -44,7 +44,7 @@ def compile_alone(kernel: Instruction, backend: str = "cpu", *,
     exact = extract_kernel(kernel)
     if backend != "cpu":
         exact.is_scheduled = True
-    pipeline = Pipeline.as_written().hooked(SwapIn(exact), HookStage.for_fusion(backend))
+    pipeline = XlaPipeline.as_written().hooked(SwapIn(exact), HookStage.for_fusion(backend))
     res = Measurement(backend, target=target).compile(stand_in(exact), pipeline)
     hook = res.hook
     ran = kernels_of(res.optimized_module)

@@ -1,11 +1,11 @@
 """One way to measure a pass against XLA: a ``Measurement`` says where (backend,
-GPU target, flags, SPMD partitions, in the XLA worker or not); a ``Pipeline`` says
+GPU target, flags, SPMD partitions, in the XLA worker or not); a ``XlaPipeline`` says
 what XLA runs on the module (stock, as written, either with a pass hooked in at a
 ``HookStage``).  Studies, the ``hlo bench`` command, kernel extraction and the
 benches all compile through it.
 
     m = Measurement("cpu")
-    ours = Pipeline.as_written().hooked(PassManager(passes), HookStage.for_fusion("cpu"))
+    ours = XlaPipeline.as_written().hooked(PassManager(passes), HookStage.for_fusion("cpu"))
     res = m.compile_each(module, {"stock": STOCK, "ours": ours})
     res["ours"].hook.after          # the module as the pass left it
     m.benchmark(module, module, STOCK, ours)   # interleaved timings, outputs compared
@@ -28,7 +28,7 @@ from .compiler import PIPELINES, CompileResult, Hook, compile
 
 
 @dataclass(frozen=True)
-class Pipeline:
+class XlaPipeline:
     """What XLA runs on a module: ``base`` "stock" (its whole pipeline),
     "replace" (its generic fusion deciders off, the library rewriters kept) or
     "as-written" (every fusion pass off, so the module's fusions are what runs),
@@ -49,15 +49,15 @@ class Pipeline:
             object.__setattr__(self, "stage", HookStage(self.stage))
 
     @classmethod
-    def stock(cls) -> "Pipeline":
+    def stock(cls) -> "XlaPipeline":
         return cls("stock")
 
     @classmethod
-    def as_written(cls) -> "Pipeline":
+    def as_written(cls) -> "XlaPipeline":
         return cls("as-written")
 
     @classmethod
-    def fusion(cls, pass_: Any, backend: str, mode: str = "as-written") -> "Pipeline":
+    def fusion(cls, pass_: Any, backend: str, mode: str = "as-written") -> "XlaPipeline":
         """A Python fusion pipeline run inside XLA in one of ``FUSION_MODES``:
         "replace" (XLA's generic fusion deciders off, ours in their place, the rest of
         XLA around them), "on-top" (stock XLA, then ours over its fusions) or
@@ -67,7 +67,7 @@ class Pipeline:
             raise ValueError(f"unknown fusion mode {mode!r}: use one of {', '.join(FUSION_MODES)}")
         return cls(FUSION_MODES[mode]).hooked(pass_, HookStage.for_fusion(backend))
 
-    def hooked(self, pass_: Any, stage: HookStage | str, *, reprint: bool = False) -> "Pipeline":
+    def hooked(self, pass_: Any, stage: HookStage | str, *, reprint: bool = False) -> "XlaPipeline":
         """This pipeline with ``pass_`` run inside it at ``stage``."""
         return dataclasses.replace(self, pass_=pass_, stage=HookStage(stage), reprint=reprint)
 
@@ -86,9 +86,9 @@ class Pipeline:
 FUSION_MODES: dict[str, str] = {"replace": "replace", "on-top": "stock", "as-written": "as-written"}
 
 #: XLA's own pipeline.
-STOCK = Pipeline()
+STOCK = XlaPipeline()
 #: XLA's pipeline with its fusion passes off.
-AS_WRITTEN = Pipeline("as-written")
+AS_WRITTEN = XlaPipeline("as-written")
 
 
 @dataclass(frozen=True)
@@ -105,19 +105,19 @@ class Measurement:
     partitions: int = 1
     contained: bool = False
 
-    def compile(self, module: Module | str, pipeline: Pipeline = STOCK, *, dump_dir: str | None = None) -> CompileResult:
+    def compile(self, module: Module | str, pipeline: XlaPipeline = STOCK, *, dump_dir: str | None = None) -> CompileResult:
         """XLA's compile of ``module`` under ``pipeline``; the result's ``hook`` holds
         what a hooked pass saw (``seen``), did (``changed``) and left (``after``)."""
         return compile(module, self.backend, pipeline.base, flags=self.flags, target=self.target,
                        hook=pipeline.hook(), dump_dir=dump_dir, contained=self.contained,
                        partitions=self.partitions)
 
-    def compile_each(self, module: Module | str, pipelines: Mapping[str, Pipeline]) -> dict[str, CompileResult]:
+    def compile_each(self, module: Module | str, pipelines: Mapping[str, XlaPipeline]) -> dict[str, CompileResult]:
         """``module`` compiled under each pipeline, in order, for a comparison."""
         return {label: self.compile(module, p) for label, p in pipelines.items()}
 
     def benchmark(self, a: Module | str | CompileResult, b: Module | str | CompileResult | None = None,
-                  pipeline_a: Pipeline = STOCK, pipeline_b: Pipeline = AS_WRITTEN, *, reps: int = 50,
+                  pipeline_a: XlaPipeline = STOCK, pipeline_b: XlaPipeline = AS_WRITTEN, *, reps: int = 50,
                   warmup: int = 5, input_sets: int = 3, seed: int = 0, check: bool = True) -> BenchResult:
         """A and B timed interleaved on the same inputs, B's outputs compared with
         A's (``bench.benchmark``).  Only B may have a hooked pass; the result's

@@ -16,7 +16,7 @@ from xla_bridge.display import clean_cost, within_noise
 from hlo_analysis.units import finite, fmt_seconds, fmt_us
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.hook_stage import HookStage
-from xla_bridge.measure import FUSION_MODES, STOCK, Measurement, Pipeline
+from xla_bridge.measure import FUSION_MODES, STOCK, Measurement, XlaPipeline
 from xla_bridge.compiler import PIPELINES, compile
 from xla_bridge.results import history, record, trend
 from xla_bridge.runner import compare, run_module
@@ -157,7 +157,7 @@ def _cmd_bench(args) -> int:
         pipeline = _pipeline(args.passes) if args.passes else []
         original = _load(args.file)
         measurement = Measurement(args.backend, flags=_flags(args), contained=True)
-        pipeline_a = Pipeline(args.pipeline_a)
+        pipeline_a = XlaPipeline(args.pipeline_a)
         pipeline_b, rewritten, mode, why = _bench_b(args, original, pipeline)
         if not args.json:
             print(f"mode: {mode} ({why})")
@@ -194,26 +194,26 @@ def _cmd_bench(args) -> int:
     return 0 if res.verdict in ("exact", "close", "unchecked") else 1
 
 
-def _bench_b(args, original, pipeline: list) -> tuple[Pipeline, object, str, str]:
+def _bench_b(args, original, pipeline: list) -> tuple[XlaPipeline, object, str, str]:
     """B's pipeline and module, the mode in a few words, and why that mode."""
     from passes import PassManager  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
     from ..debug.rewrite import default_pipeline, rewrite_route  # lazy: imports the passes, as above
 
     if args.hook:
         base = args.pipeline_b or default_pipeline(pipeline)  # the rule bisect, reduce and upstream follow
-        return (Pipeline(base).hooked(PassManager(pipeline), HookStage(args.hook)), original,
+        return (XlaPipeline(base).hooked(PassManager(pipeline), HookStage(args.hook)), original,
                 f"stock vs {args.passes} inside XLA at {args.hook}, B {base}", "--hook")
     if args.against:
         base = args.pipeline_b or "as-written"
-        return (Pipeline(base), _load(args.against), f"stock vs {args.against}, B {base}",
+        return (XlaPipeline(base), _load(args.against), f"stock vs {args.against}, B {base}",
                 "--pipeline-b" if args.pipeline_b else "an already rewritten module is timed as written; "
                 "--pipeline-b stock to let XLA optimize it too")
     if not pipeline:
         base = args.pipeline_b or "as-written"
-        return (Pipeline(base), original, f"{args.pipeline_a} vs {base} on the same module",
+        return (XlaPipeline(base), original, f"{args.pipeline_a} vs {base} on the same module",
                 "no --passes: XLA's pipelines compared" if not args.pipeline_b else "--pipeline-b")
     if args.pipeline_b:
-        return (Pipeline(args.pipeline_b), _apply_passes(original, pipeline),
+        return (XlaPipeline(args.pipeline_b), _apply_passes(original, pipeline),
                 f"stock vs {args.passes} on the module, B {args.pipeline_b}", "--pipeline-b")
     pipeline_b, on_text, route = rewrite_route(pipeline, args.backend)
     if on_text:
@@ -226,7 +226,7 @@ def _bench_b(args, original, pipeline: list) -> tuple[Pipeline, object, str, str
             "a fusion pass: it decides the fusions inside XLA, whose own fusion is off on B")
 
 
-def _baseline_moved(original, res, pipeline_a: Pipeline, pipeline_b: Pipeline, args) -> str:
+def _baseline_moved(original, res, pipeline_a: XlaPipeline, pipeline_b: XlaPipeline, args) -> str:
     """When B's outputs differ and B compiles on another base than A (XLA's fusion
     off), whether that base alone, with no pass, already differs from A: then the
     baseline moved, not (only) the passes.  "" when there is nothing to say."""
@@ -241,7 +241,7 @@ def _baseline_moved(original, res, pipeline_a: Pipeline, pipeline_b: Pipeline, a
             f"({base.first_difference}); the passes are not (alone) the cause")
 
 
-def _vs_stock(measurement: Measurement, original, res, pipeline_a: Pipeline) -> dict:
+def _vs_stock(measurement: Measurement, original, res, pipeline_a: XlaPipeline) -> dict:
     """Does stock XLA already do this?  XLA's optimized stock module against XLA's
     module of ours (B), diffed as ``hlo diff`` does: what ours has that stock's lacks.
     Both are the modules just timed; stock is compiled again only when A was not stock."""

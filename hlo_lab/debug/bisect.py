@@ -20,7 +20,7 @@ from passes.fuel import Fueled, fuel
 from passes.manager import PassManager
 from xla_bridge import make_inputs, run_module, worker
 from xla_bridge.errors import XlaAbortError, XlaCompileError
-from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.measure import STOCK, Measurement, XlaPipeline
 from xla_bridge.compiler import compile as xla_compile
 from xla_bridge.compiler import parse_flags
 from xla_bridge.runner import compare_outputs, run
@@ -204,12 +204,12 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
             PassManager(run).run(m)
         except Exception as e:  # noqa: BLE001 - the pass under test may raise anything
             return runner.pass_error(label, e)
-        return runner.judge(label, m, Pipeline(base), flags)
+        return runner.judge(label, m, XlaPipeline(base), flags)
 
     def probe(k: int, limit: int | None = None) -> Probe:
         chosen = candidate(k, limit)
         if hook is not None:
-            return runner.judge(what(chosen), module, Pipeline(base).hooked(PassManager(chosen), hook), flags)
+            return runner.judge(what(chosen), module, XlaPipeline(base).hooked(PassManager(chosen), hook), flags)
         return on_text(what(chosen), module, chosen)
 
     full = probe(len(passes))
@@ -234,7 +234,7 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
         else:  # what the culprit sees inside XLA: the module at the hook, after the passes before it
 
             seen = Measurement(backend, flags=flags, contained=True).compile(
-                module, Pipeline(base).hooked(PassManager(passes[:k - 1]), hook, reprint=True)).hook
+                module, XlaPipeline(base).hooked(PassManager(passes[:k - 1]), hook, reprint=True)).hook
             start = seen.after if seen.after is not None else parse(seen.seen[-1])
 
         def decision_fails(n: int) -> bool:

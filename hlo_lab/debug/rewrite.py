@@ -1,7 +1,7 @@
 """How a rewrite (our passes on a module) is compiled and measured against stock
 XLA, the one rule ``hlo bisect``, ``hlo reduce --until-slower`` and ``hlo upstream``
 share: a pipeline with a fusion pass runs inside XLA's pipeline where XLA keeps
-our fusions (``Pipeline.fusion``, as ``hlo bench --hook`` and ``hlo tune``
+our fusions (``XlaPipeline.fusion``, as ``hlo bench --hook`` and ``hlo tune``
 measure), other passes run on the text and both sides are compiled stock."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Sequence
 from hlo_tools import Module
 from passes import Pass, PassManager, decides_fusion
 from xla_bridge.hook_stage import HookStage
-from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.measure import STOCK, Measurement, XlaPipeline
 from xla_bridge.bench import BenchResult
 
 
@@ -28,14 +28,14 @@ def default_pipeline(passes: Sequence[Pass]) -> str:
     return "as-written" if has_fusion_pass(passes) else "stock"
 
 
-def rewrite_route(passes: Sequence[Pass], backend: str) -> tuple[Pipeline, bool, str]:
+def rewrite_route(passes: Sequence[Pass], backend: str) -> tuple[XlaPipeline, bool, str]:
     """The rule: (B's pipeline, whether the passes run on the module's text first,
     the route in words).  A fusion pass runs inside XLA where XLA keeps its fusions
     (as-written at ``HookStage.for_fusion``); other passes run on the text and B is
     compiled stock, as A is."""
     passes = list(passes)
     if has_fusion_pass(passes):
-        return (Pipeline.fusion(PassManager(passes), backend), False,
+        return (XlaPipeline.fusion(PassManager(passes), backend), False,
                 f"as-written + passes at {HookStage.for_fusion(backend)}")
     return STOCK, True, "stock, on the rewritten module"
 

@@ -22,7 +22,7 @@ from typing import Iterator
 
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import HloOpcode
-from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.measure import STOCK, Measurement, XlaPipeline
 from xla_bridge.compiler import CompileResult
 
 from hlo_analysis.devices import Device
@@ -69,7 +69,7 @@ def priced(module: Module) -> Iterator[tuple[Instruction, XlaEstimate]]:
             yield instr, est
 
 
-def compile_priced(module: Module | str, target: str, pipeline: Pipeline = STOCK, *,
+def compile_priced(module: Module | str, target: str, pipeline: XlaPipeline = STOCK, *,
                    contained: bool = True) -> CompileResult:
     """``module`` compiled by XLA:GPU for ``target`` without a GPU, with XLA's
     estimate written into each fusion it decided (see the module docstring)."""

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 from hlo_analysis import devices
 from passes.fusion.decisions import DecisionFusion, FusionDecisions
-from xla_bridge.measure import STOCK, Measurement, Pipeline
+from xla_bridge.measure import STOCK, Measurement, XlaPipeline
 from xla_bridge.bench import benchmark
 from xla_bridge.compiler import CompileResult
 from xla_bridge.runner import require_device
@@ -58,7 +58,7 @@ def _stock(text: str, backend: str, target: str | None) -> tuple[CompileResult, 
     if key not in _STOCK:
         m = _measurement(backend, target)
         stock = m.compile(text, STOCK)
-        seen = m.compile(text, Pipeline.fusion(_see, m.backend, MODE[m.backend]))
+        seen = m.compile(text, XlaPipeline.fusion(_see, m.backend, MODE[m.backend]))
         _STOCK[key] = (stock, seen.hook.seen[-1], _predicted(stock, target) if target else None)
     return _STOCK[key]
 
@@ -96,7 +96,7 @@ def _candidate(text: str, decisions: FusionDecisions, backend: str, target: str 
         return _CANDIDATES[key], 0.0
     m = _measurement(backend, target)
     t0 = time.perf_counter()
-    cr = m.compile(text, Pipeline.fusion(DecisionFusion(decisions, model), m.backend, MODE[m.backend]))
+    cr = m.compile(text, XlaPipeline.fusion(DecisionFusion(decisions, model), m.backend, MODE[m.backend]))
     _CANDIDATES[key] = cr
     while len(_CANDIDATES) > _KEEP:
         _CANDIDATES.popitem(last=False)

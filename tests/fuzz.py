@@ -28,10 +28,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import HloParseError, VerificationError
-from .opcode import HloOpcode
-from .parser import parse
-from .verifier import verify
+from hlo_tools.errors import HloParseError, VerificationError
+from hlo_tools.opcode import HloOpcode
+from hlo_tools.parser import parse
+from hlo_tools.verifier import verify
 
 #: classes that are failures (everything else is an accepted outcome)
 FAILURES = ("crash", "bad_location", "hang", "died")
@@ -460,7 +460,7 @@ class Worker:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         return subprocess.Popen(
-            [sys.executable, "-c", f"from hlo_tools.fuzz import _worker_main; _worker_main({self.mem_mb})"],
+            [sys.executable, "-c", f"from tests.fuzz import _worker_main; _worker_main({self.mem_mb})"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=root,
         )
 
