@@ -146,6 +146,20 @@ def test_a_set_up_version_is_cached(versions_dir):
     assert [x.version for x in versions.installed()] == [versions.current(), "0.10.2"]
 
 
+@pytest.mark.parametrize("marker", ['{"jax": 5}', "[1, 2]", '{"jax": "0.10.2", "jaxlib": null}', '{"jaxlib": "../x"}', "garbage"])
+def test_a_corrupt_version_marker_is_no_environment(versions_dir, capsys, marker):
+    """A marker that is not ours (hostile2): not listed, and regress says the version
+    is not set up, in one line; no traceback."""
+    env = versions_dir / "0.10.2"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").symlink_to(sys.executable)
+    (env / versions.MARKER).write_text(marker)
+    assert main(["xla", "list", "--json"]) == 0
+    assert [v["version"] for v in json.loads(capsys.readouterr().out)] == [versions.current()]
+    assert main(["regress", "--versions", "0.10.2,current", "--no-record", "-q"]) == 2
+    assert "jax 0.10.2 is not set up here" in capsys.readouterr().err
+
+
 def test_a_version_not_set_up_is_a_clear_error(versions_dir, capsys):
     assert main(["regress", "--versions", "0.10.1,current", "--no-record", "-q"]) == 2
     err = capsys.readouterr().err.strip()

@@ -84,6 +84,8 @@ def _read_marker(env: Path) -> XlaVersion | None:
         info = json.loads((env / MARKER).read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(info, dict) or info.get("jaxlib") != env.name:
+        return None  # a marker another tool or a crash left: not an environment we set up
     python = env / "bin" / "python"
     if not python.exists():
         return None
