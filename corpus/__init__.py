@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 from .bundled import CORPUS_DIR, Entry, load, manifest
-from .dump import DumpModule, PassDump, from_dump_dir
+from .dump import DumpFolder, DumpModule, PassDump, from_dump_dir, read_dump_folder
 
-__all__ = ["CORPUS_DIR", "DumpModule", "Entry", "PassDump", "from_dump_dir", "list_table", "load",
-           "list_json", "list_rows", "main_generate", "manifest", "generator_python"]
+__all__ = ["CORPUS_DIR", "DumpFolder", "DumpModule", "Entry", "PassDump", "from_dump_dir", "list_table", "load",
+           "list_json", "list_rows", "main_generate", "manifest", "generator_python", "read_dump_folder"]
 
 REPO_ROOT = CORPUS_DIR.parent
 

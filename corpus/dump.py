@@ -19,12 +19,13 @@ import dataclasses
 import re
 from pathlib import Path
 
-from hlo_tools.formats import is_module_file  # the one rule check DIR and the scan share
+from hlo_tools.formats import is_module_file, walk_module_files  # the rules check DIR and the scan share
 from hlo_tools.ir import Module
 from hlo_tools.parser import parse
 from xla_bridge import read_text
 
-__all__ = ["DumpModule", "PassDump", "from_dump_dir", "is_dump_file_name", "is_module_file"]
+__all__ = ["DumpFolder", "DumpModule", "PassDump", "from_dump_dir", "is_dump_file_name", "is_module_file",
+           "read_dump_folder"]
 
 _MODULE_RE = re.compile(r"^module_(?P<id>\d+)\.(?P<rest>.+)$")
 _PASS_RE = re.compile(
@@ -105,10 +106,26 @@ def _stage_rank(ext: str) -> int:
     return _HLO_EXTS.index(ext)
 
 
+@dataclasses.dataclass
+class DumpFolder:
+    """A dump folder's modules, and the files the walk would not read (a FIFO,
+    a symlink out of the folder) with why."""
+
+    modules: list[DumpModule]
+    skipped: list[tuple[Path, str]]
+
+
 def from_dump_dir(path: str | Path) -> list[DumpModule]:
+    """The modules of an XLA dump folder, sorted by id (``read_dump_folder``'s)."""
+    return read_dump_folder(path).modules
+
+
+def read_dump_folder(path: str | Path) -> DumpFolder:
     """Group the files of an XLA dump folder by module id; sorted by id.
 
     Text files are preferred over ``.pb`` when both exist for the same stage.
+    The folder is walked by ``walk_module_files`` (its top level only), so no
+    file outside it and no FIFO is ever read.
     """
     root = Path(path)
     if not root.is_dir():
@@ -124,10 +141,9 @@ def from_dump_dir(path: str | Path) -> list[DumpModule]:
         target[key] = p
         return True
 
-    for p in sorted(root.iterdir()):
+    walk = walk_module_files(root, recursive=False, accept=lambda p: is_dump_file_name(p.name))
+    for p in walk.files:
         m = _MODULE_RE.match(p.name)
-        if not m or not p.is_file():
-            continue
         mid, rest = int(m.group("id")), m.group("rest")
         pm, sm = _PASS_RE.match(rest), _STAGE_RE.match(rest)
         xm = None if (pm or sm) else _SNAPSHOT_RE.match(rest)
@@ -147,5 +163,5 @@ def from_dump_dir(path: str | Path) -> list[DumpModule]:
             mod.aux[rest[len(name) + 1:] if rest.startswith(name + ".") else rest] = p
     for mod in mods.values():
         mod.passes.sort(key=lambda x: x.index)
-    return [mods[k] for k in sorted(mods)]
+    return DumpFolder([mods[k] for k in sorted(mods)], walk.skipped)
 

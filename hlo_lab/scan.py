@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import corpus
-from corpus.dump import is_dump_file_name, is_module_file
+from corpus.dump import is_dump_file_name
+from hlo_tools.formats import is_inside, walk_module_files
 from hlo_tools import parse
 from hlo_tools.errors import HloError, HloParseError
-from hlo_tools.fileio import make_dirs, write_output
+from hlo_tools.fileio import describe_mode, make_dirs, write_output
 from xla_bridge import load
 
 from hlo_analysis import communication, cost, devices, opportunities, roofline
@@ -82,15 +83,6 @@ class Found:
 
 # -- which files are modules, and which may be read -----------------------------------
 
-def _inside(path: str | os.PathLike, root: str) -> bool:
-    """Whether ``path``, all symlinks followed, lies inside the resolved folder ``root``."""
-    try:
-        real = os.path.realpath(path)
-    except (OSError, ValueError):
-        return False
-    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def _size(p: str | os.PathLike) -> int:
     try:
         return os.stat(p).st_size
@@ -120,7 +112,7 @@ def find(source: str | Path | None = None, *, stages: Iterable[str] | None = Non
                 if wanted is not None and stage not in wanted:
                     continue
                 p = e.path(stage)
-                if not _inside(p, base):
+                if not is_inside(p, base):
                     found.skipped.append({"file": str(p), "reason": "manifest path leads outside the corpus folder"})
                     continue
                 found.tasks.append(Task(f"{e.name}/{stage}", str(p), stage, _size(p), e.name, base))
@@ -129,28 +121,23 @@ def find(source: str | Path | None = None, *, stages: Iterable[str] | None = Non
         raise FileNotFoundError(f"no such folder or file: {root}")
     if root.is_file():  # named by the user: read wherever it points
         return Found([Task(root.name, str(root), "", _size(root), root.name, "")], kind="file")
+    if not root.is_dir():  # a FIFO or a device would block the scan forever
+        raise ValueError(f"{root}: not a regular file ({describe_mode(root.stat().st_mode)}): only module files are read")
     base = os.path.realpath(root)
+    walk = walk_module_files(root)
+    found = Found(kind="folder")
     if any(is_dump_file_name(p.name) for p in root.iterdir()):
         found = _find_in_dump(root, base, wanted)
-        if found.tasks:
-            return found
-    found = Found(kind="folder")
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        here = Path(dirpath)
-        for d in sorted(dirnames):
-            if not d.startswith(".") and (here / d).is_symlink() and not _inside(here / d, base):
-                found.skipped.append({"file": str((here / d).relative_to(root)),
-                                      "reason": "symlink to a folder outside the scanned folder"})
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            p = here / name
-            if not is_module_file(p):
-                continue
-            label = str(p.relative_to(root))
-            if not _inside(p, base):
-                found.skipped.append({"file": label, "reason": "symlink to a file outside the scanned folder"})
-                continue
-            found.tasks.append(Task(label, str(p), "", _size(p), label, base))
+        if not found.tasks:  # dump-named files, but no module stage among them: read it as a folder
+            found = Found(kind="folder")
+    for p, why in walk.skipped:
+        found.skipped.append({"file": str(p.relative_to(root)), "reason": why})
+    for p in walk.files:
+        top = p.relative_to(root).parts[0]
+        if found.kind == "dump" and is_dump_file_name(top):
+            continue  # a dump's own file (a stage, a per-pass dump, module.mlir): its module is scanned once
+        label = str(p.relative_to(root))
+        found.tasks.append(Task(label, str(p), "", _size(p), label, base))
     return found
 
 
@@ -158,7 +145,7 @@ def _find_in_dump(root: Path, base: str, wanted: set[str] | None) -> Found:
     """An ``--xla_dump_to`` folder: each module's ``*optimizations`` stages
     (per-pass dumps and side files are not scanned; ``hlo passes-dump`` walks passes)."""
     found = Found(kind="dump")
-    for m in corpus.from_dump_dir(root):
+    for m in corpus.read_dump_folder(root).modules:  # its skipped files are the folder walk's too
         per_pass = {x.key for x in m.passes}
         for stage, p in sorted(m.stages.items()):
             if not stage.endswith(("before_optimizations", "after_optimizations")) or stage in per_pass:
@@ -166,9 +153,6 @@ def _find_in_dump(root: Path, base: str, wanted: set[str] | None) -> Found:
             if wanted is not None and stage not in wanted:
                 continue
             key = f"module_{m.module_id:04d}.{m.name}"
-            if not _inside(p, base):
-                found.skipped.append({"file": p.name, "reason": "symlink to a file outside the scanned folder"})
-                continue
             found.tasks.append(Task(f"{key}/{stage}", str(p), stage, _size(p), key, base))
     return found
 
@@ -347,7 +331,7 @@ def _identity(task: Task) -> dict[str, str]:
 def _digest(task: Task) -> tuple[str | None, str]:
     """``(SHA-256 of the file, "")``, or ``(None, why it was not read)``: the file
     is read only while it still resolves inside the scanned folder."""
-    if task.root and not _inside(task.path, task.root):
+    if task.root and not is_inside(task.path, task.root):
         return None, "not read: it now resolves outside the scanned folder"
     try:
         data = Path(task.path).read_bytes()

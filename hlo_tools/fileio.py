@@ -103,7 +103,7 @@ def file_stem(text: str) -> str:
 
 def describe_mode(mode: int) -> str:
     """What a file that is not a regular file is, in words ("a FIFO")."""
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device"),
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISDIR, "a folder")):
         if test(mode):
             return name

@@ -16,18 +16,19 @@ configs...) are skipped the same way everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
 import zlib
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 from .errors import HloParseError
 from .fileio import describe_mode
 
-__all__ = ["MODULE_SUFFIXES", "Format", "gunzip", "is_module_file", "max_decompressed_bytes", "module_files",
-           "module_format", "read_module_bytes", "find_module_proto"]
+__all__ = ["MODULE_SUFFIXES", "FolderWalk", "Format", "gunzip", "is_inside", "is_module_file", "max_decompressed_bytes",
+           "module_format", "read_module_bytes", "find_module_proto", "walk_module_files"]
 
 Format = Literal["hlo", "proto", "stablehlo"]
 
@@ -70,25 +71,61 @@ def is_module_file(path: str | os.PathLike) -> bool:
     return _SIDE_FILE_RE.fullmatch(stem.rsplit(".", 1)[-1]) is None
 
 
-def module_files(folder: str | os.PathLike) -> list[Path]:
-    """The module files under ``folder`` (recursive, sorted), by ``is_module_file``.
+@dataclasses.dataclass
+class FolderWalk:
+    """The files a folder walk found, and those it left out with why: a walk
+    never reads outside its folder and never opens a FIFO or a device."""
 
-    Hidden folders are skipped, and so is a symlink that leads out of ``folder``:
-    walking a folder never reads files from elsewhere.
-    """
+    files: list[Path] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[Path, str]] = dataclasses.field(default_factory=list)
+
+
+def is_inside(path: str | os.PathLike, real_root: str | os.PathLike) -> bool:
+    """Whether ``path``, every symlink followed, lies in the resolved folder ``real_root``."""
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(real_root)
+    except (OSError, ValueError):
+        return False
+
+
+def walk_module_files(folder: str | os.PathLike, *, recursive: bool = True,
+                      accept: Callable[[Path], bool] = is_module_file) -> FolderWalk:
+    """The one folder walk: the files under ``folder`` whose names ``accept``
+    (default: module files), sorted. Hidden folders are not entered; a symlink
+    leading out of ``folder`` and a file that is not a regular file (FIFO, socket,
+    device, dangling link) are listed in ``skipped`` instead of read."""
     root = Path(folder)
-    real_root = Path(os.path.realpath(root))
-    out: list[Path] = []
+    real_root = os.path.realpath(root)
+    walk = FolderWalk()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        here = Path(dirpath)
+        for d in sorted(dirnames):
+            if recursive and not d.startswith(".") and (here / d).is_symlink() and not is_inside(here / d, real_root):
+                walk.skipped.append((here / d, "symlink to a folder outside the folder"))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")) if recursive else []
         for name in sorted(filenames):
-            p = Path(dirpath) / name
-            if not is_module_file(p):
+            p = here / name
+            if not accept(p):
                 continue
-            if p.is_symlink() and not Path(os.path.realpath(p)).is_relative_to(real_root):
-                continue
-            out.append(p)
-    return out
+            why = _unreadable_reason(p, real_root)
+            if why:
+                walk.skipped.append((p, why))
+            else:
+                walk.files.append(p)
+    return walk
+
+
+def _unreadable_reason(p: Path, real_root: str) -> str:
+    """Why a walk must not read ``p`` ("" when it may)."""
+    if p.is_symlink() and not is_inside(p, real_root):
+        return "symlink to a file outside the folder"
+    try:
+        mode = os.stat(p).st_mode
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    if not stat.S_ISREG(mode):
+        return f"not a regular file ({describe_mode(mode)})"
+    return ""
 
 
 def max_decompressed_bytes() -> int:

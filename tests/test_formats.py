@@ -5,6 +5,7 @@ side files a dump holds, which are skipped by name."""
 from __future__ import annotations
 
 import gzip
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ import hlo_tools
 import xla_bridge
 from hlo_tools import HloParseError
 from hlo_lab.cli import main
-from hlo_tools.formats import find_module_proto, gunzip, is_module_file, module_files
+from hlo_tools.formats import find_module_proto, gunzip, is_module_file, walk_module_files
 from hlo_tools.parser import read_hlo_text
 from tests.test_parser_errors import GOOD
 
@@ -108,7 +109,17 @@ def test_module_files_walks_and_stays_inside(tmp_path):
     outside.write_text(GOOD)
     (tmp_path / "leak.hlo").symlink_to(outside)
     (tmp_path / "inner.hlo").symlink_to(tmp_path / "sub" / "a.hlo")
-    assert [p.relative_to(tmp_path).as_posix() for p in module_files(tmp_path)] == ["inner.hlo", "sub/a.hlo"]
+    os.mkfifo(tmp_path / "pipe.hlo")  # reading it would block forever
+    (tmp_path / "away").symlink_to(tmp_path.parent, target_is_directory=True)
+    (tmp_path / "dangling.hlo").symlink_to(tmp_path / "gone.hlo")
+    walk = walk_module_files(tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in walk.files] == ["inner.hlo", "sub/a.hlo"]
+    assert {p.name: why for p, why in walk.skipped} == {
+        "away": "symlink to a folder outside the folder",
+        "dangling.hlo": "cannot read: No such file or directory",
+        "leak.hlo": "symlink to a file outside the folder",
+        "pipe.hlo": "not a regular file (a FIFO)"}
+    assert [p.name for p in walk_module_files(tmp_path, recursive=False).files] == ["inner.hlo"]
     outside.unlink()
 
 
@@ -127,7 +138,7 @@ def dump(tmp_path_factory) -> Path:
 
 
 def test_every_module_file_of_a_dump_loads(dump):
-    files = module_files(dump)
+    files = walk_module_files(dump).files
     kinds = {p.name.rsplit(".", 1)[-1] for p in files}
     assert {"txt", "pb", "mlir"} <= kinds
     pb = [p for p in files if p.name.endswith(".hlo.pb")]
@@ -148,7 +159,7 @@ def test_check_walks_a_dump_and_skips_side_files(dump, capsys):
     out, err = capsys.readouterr()
     assert err == ""
     checked = {line.split(": ok (")[0] for line in out.splitlines()}
-    assert checked == {str(p) for p in module_files(dump)}
+    assert checked == {str(p) for p in walk_module_files(dump).files}
     assert not any("buffer-assignment" in c or "memory-usage-report" in c or c.endswith("topology.pb") for c in checked)
 
 

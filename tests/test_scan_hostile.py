@@ -150,12 +150,44 @@ def test_symlinks_out_of_the_folder_are_not_read(tmp_path):
     assert sorted(m["label"] for m in r["modules"]) == ["real.hlo", "sub/inside.hlo"]
     assert all(m["module"] == "small" for m in r["modules"]) and r["errors"] == []
     assert {x["file"]: x["reason"] for x in r["skipped"]} == {
-        "leak.hlo": "symlink to a file outside the scanned folder",
-        "passwd.hlo": "symlink to a file outside the scanned folder",
-        "outdir": "symlink to a folder outside the scanned folder"}
+        "leak.hlo": "symlink to a file outside the folder",
+        "passwd.hlo": "symlink to a file outside the folder",
+        "outdir": "symlink to a folder outside the folder"}
     text = "".join((tmp_path / "out" / f).read_text() for f in ("report.json", "report.md", "report.html"))
     assert "secret_outside" not in text and "root:" not in text
     assert "Skipped (not read)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_fifo_in_the_folder_is_listed_not_waited_on(tmp_path, capsys):
+    """hostile2: a FIFO among the module files blocked the scan forever (its digest
+    read); it is skipped and listed, and a FIFO named as the input is one line."""
+    folder = tmp_path / "scanned"
+    folder.mkdir()
+    shutil.copy(HOSTILE / "small.hlo", folder / "real.hlo")
+    os.mkfifo(folder / "pipe.hlo")
+    r = scan.scan(folder, tmp_path / "out", jobs=1, progress=False, cache=False)
+    assert [m["label"] for m in r["modules"]] == ["real.hlo"]
+    assert r["skipped"] == [{"file": "pipe.hlo", "reason": "not a regular file (a FIFO)"}]
+    assert hlo_main(["scan", str(folder / "pipe.hlo"), "-o", str(tmp_path / "out2"), "-q"]) == 2
+    assert "pipe.hlo: not a regular file (a FIFO)" in capsys.readouterr().err
+
+
+def test_one_dump_named_file_does_not_hide_the_others(tmp_path):
+    """hostile2: a folder holding one XLA-dump-named file and other module files
+    scanned only the dump's stages (31 files, 15 scanned); now every module file
+    is scanned: the dump's stages once each, the others as files."""
+    folder = tmp_path / "mixed"
+    (folder / "sub").mkdir(parents=True)
+    small = (HOSTILE / "small.hlo").read_text()
+    (folder / "module_0001.jit_f.before_optimizations.txt").write_text(small)
+    (folder / "module_0001.jit_f.0001.pipe.after_dce.txt").write_text(small)  # a per-pass dump: not scanned
+    for i in range(4):
+        (folder / f"mine_{i}.hlo").write_text(small)
+    (folder / "sub" / "deep.hlo").write_text(small)
+    found = scan.find(folder)
+    assert found.kind == "dump"
+    assert sorted(t.label for t in found.tasks) == [
+        "mine_0.hlo", "mine_1.hlo", "mine_2.hlo", "mine_3.hlo", "module_0001.jit_f/before_optimizations", "sub/deep.hlo"]
 
 
 def test_manifest_paths_that_leave_the_corpus_are_not_read(tmp_path):

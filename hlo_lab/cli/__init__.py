@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
-from hlo_tools.formats import module_files
+from hlo_tools.formats import walk_module_files
 from hlo_tools.stats import module_stats
 from hlo_tools.verifier import VerificationError, verify
 from xla_bridge import load
@@ -23,33 +23,35 @@ from . import analysis, bisect, collectives, divergence, passes, reduce, regress
 from .args import PipelineError, user_pipeline
 
 
-def _inputs(paths: list[str]) -> list[str]:
-    """The files ``check`` reads: each file as given, each folder walked for its
-    module files (``formats.is_module_file``: an XLA dump's side files are skipped).
-    A folder with no module files is an HloParseError naming the folder."""
+def _inputs(paths: list[str]) -> tuple[list[str], list[HloParseError]]:
+    """The files ``check`` reads: each file as given, each folder walked by the
+    one folder walk (``formats.walk_module_files``: an XLA dump's side files are
+    skipped); and a located error for each file the walk would not read (a FIFO,
+    a symlink out of the folder) or folder with no module files."""
     out: list[str] = []
+    problems: list[HloParseError] = []
     for f in paths:
         if not os.path.isdir(f):
             out.append(f)
             continue
-        found = module_files(f)
-        if not found:
-            raise HloParseError("a folder with no module files (.hlo .txt .pb .mlir, optionally .gz)", f, 1, 1)
-        out += [str(p) for p in found]
-    return out
+        walk = walk_module_files(f)
+        problems += [HloParseError(f"{why}: only module files inside the folder are read", str(p), 1, 1)
+                     for p, why in walk.skipped]
+        if not walk.files and not walk.skipped:
+            problems.append(HloParseError("a folder with no module files (.hlo .txt .pb .mlir, optionally .gz)", f, 1, 1))
+        out += [str(p) for p in walk.files]
+    return out, problems
 
 
 def _cmd_check(args) -> int:
     status = 0
     files: list[str] = []
     results: list[dict] = []  # --json: one object per file
-    for f in args.files:
-        try:
-            files += _inputs([f])
-        except HloParseError as e:
-            print(e.format(), file=sys.stderr)
-            results.append({"file": f, "ok": False, "error": e.format()})
-            status = 1
+    files, problems = _inputs(args.files)
+    for e in problems:
+        print(e.format(), file=sys.stderr)
+        results.append({"file": e.source, "ok": False, "error": e.format()})
+        status = 1
     for f in files:
         try:
             module = load(f)
