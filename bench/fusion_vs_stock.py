@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import gzip
 import json
 import math
 import sys
@@ -37,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import corpus  # noqa: E402
 import hlo_tools  # noqa: E402
+from hlo_tools.parser import read_hlo_text  # noqa: E402
 from hlo_lab.study import cpu_study, fusions, gpu_study_modes, kernels  # noqa: E402
 from passes import PassManager  # noqa: E402
 from passes.registry import BEST, GPU_BEST, TEXT_PREFIX, parse_pipeline  # noqa: E402
@@ -53,7 +53,7 @@ def corpus_modules(pattern: str | None, *, runnable: bool = True, sizes: str = "
         entries = []
         for d in sorted((ROOT / "corpus" / "modules").iterdir()):
             meta = json.loads((d / "entry.json").read_text())
-            entries.append((meta["name"], meta, lambda st, d=d: gzip.decompress((d / f"{st}.hlo.txt.gz").read_bytes()).decode()))
+            entries.append((meta["name"], meta, lambda st, d=d: read_hlo_text(d / f"{st}.hlo.txt.gz")))
     out = []
     for name, meta, text in entries:
         if meta.get("sharded") or (pattern and not fnmatch.fnmatch(name, pattern)):

@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 _MEM_CHILD = r"""
-import gzip, json, resource, sys
+import json, resource, sys
 sys.path.insert(0, sys.argv[3])
-data = open(sys.argv[1], 'rb').read()
-text = (gzip.decompress(data) if data[:2] == b'\x1f\x8b' else data).decode()
+from hlo_tools.formats import read_module_bytes
+text = read_module_bytes(sys.argv[1]).decode()
 which = sys.argv[2]
 if which == 'xla':
     from jax._src.lib import xla_client as xc

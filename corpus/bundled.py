@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import gzip
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from hlo_tools.errors import HloParseError
+from hlo_tools.formats import is_inside
 from hlo_tools.ir import Module
-from hlo_tools.parser import parse
+from hlo_tools.parser import parse, read_hlo_text
 
 __all__ = ["CORPUS_DIR", "Entry", "load", "manifest"]
 
@@ -45,15 +47,22 @@ class Entry:
         return list(self.files)
 
     def path(self, stage: str) -> Path:
-        """Path of the gzip'd file of a stage."""
+        """Path of the gzip'd file of a stage: inside the corpus folder, so a
+        manifest naming ``../x``, ``/etc/x`` or a symlink out of it reads nothing."""
         try:
-            return self.root / self.files[stage]
+            rel = self.files[stage]
         except KeyError:
             raise KeyError(f"{self.name} has no stage {stage!r}; it has {sorted(self.files)}") from None
+        path = self.root / rel
+        if not is_inside(path, os.path.realpath(self.root)):
+            raise HloParseError(f"manifest entry {self.name!r} stage {stage!r} names {rel!r}, which is outside "
+                                "the corpus folder: only files inside it are read",
+                                str(Path(self.root) / "manifest.json"), 1, 1)
+        return path
 
     def text(self, stage: str) -> str:
-        """HLO text of a stage."""
-        return gzip.decompress(self.path(stage).read_bytes()).decode()
+        """HLO text of a stage (gunzipped with the one bounded decompressor)."""
+        return read_hlo_text(self.path(stage))
 
     def verify(self, stage: str) -> bool:
         """True when the stored file's sha256 matches the manifest."""

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from hlo_tools.formats import gunzip
+
 CORPUS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CORPUS_DIR.parent
 GPU_SPECS = Path(os.environ.get("HLO_GPU_SPECS", str(REPO_ROOT.parent / "shared" / "gpu_specs")))
@@ -580,7 +582,7 @@ def describe_stages(entry: dict[str, Any], out: Path) -> None:
     entry.pop("gpu_fusions", None)
     for stage, rel in entry["files"].items():
         data = (out / rel).read_bytes()
-        text = gzip.decompress(data).decode()
+        text = gunzip(data, str(out / rel)).decode()  # the one bounded decompressor
         entry["sha256"][stage] = hashlib.sha256(data).hexdigest()
         entry["text_sha256"][stage] = hashlib.sha256(text.encode()).hexdigest()
         entry["text_bytes"][stage] = len(text.encode())

@@ -4,11 +4,11 @@ genuine before/after of XLA:CPU's fusion passes, ``xla_bridge.examples``)."""
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import corpus
 import hlo_tools
+from hlo_tools.parser import read_hlo_text
 from xla_bridge.examples import jax_texts
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root
@@ -25,7 +25,7 @@ def corpus_module(name: str, stage: str) -> hlo_tools.Module | None:
         return None
     path = MODULES / name / f"{stage}.hlo.txt.gz"
     if path.exists():
-        return hlo_tools.parse(gzip.decompress(path.read_bytes()).decode(), source=str(path))
+        return hlo_tools.parse(read_hlo_text(path), source=str(path))
     return None
 
 

@@ -75,7 +75,7 @@ def read_hlo_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> s
 
     Every problem with the file is an HloParseError naming it (a missing file,
     corrupt or truncated gzip, a gzip that decompresses past ``max_bytes``
-    (default 4 GiB or ``HLO_MAX_DECOMPRESSED_BYTES``), binary that is not a module).
+    (default 1 GiB or ``HLO_MAX_DECOMPRESSED_BYTES``), binary that is not a module).
     A serialized HloModuleProto or StableHLO needs XLA to become text: that is
     ``xla_bridge.read_text`` / ``xla_bridge.load``, which accept every form.
     """

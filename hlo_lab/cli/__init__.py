@@ -11,7 +11,6 @@ from pathlib import Path
 
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
-from hlo_tools.formats import walk_module_files
 from hlo_tools.stats import module_stats
 from hlo_tools.verifier import VerificationError, verify
 from xla_bridge import load
@@ -19,35 +18,16 @@ from xla_bridge.jax_internals import XlaCompileError
 from xla_bridge.compiler import parse_flags
 
 from ..console import stdout_console
+from .inputs import check_inputs
 from . import analysis, bisect, collectives, divergence, passes, reduce, regress, tune, upstream, visualize, xla
 from .args import PipelineError, user_pipeline
-
-
-def _inputs(paths: list[str]) -> tuple[list[str], list[HloParseError]]:
-    """The files ``check`` reads: each file as given, each folder walked by the
-    one folder walk (``formats.walk_module_files``: an XLA dump's side files are
-    skipped); and a located error for each file the walk would not read (a FIFO,
-    a symlink out of the folder) or folder with no module files."""
-    out: list[str] = []
-    problems: list[HloParseError] = []
-    for f in paths:
-        if not os.path.isdir(f):
-            out.append(f)
-            continue
-        walk = walk_module_files(f)
-        problems += [HloParseError(f"{why}: only module files inside the folder are read", str(p), 1, 1)
-                     for p, why in walk.skipped]
-        if not walk.files and not walk.skipped:
-            problems.append(HloParseError("a folder with no module files (.hlo .txt .pb .mlir, optionally .gz)", f, 1, 1))
-        out += [str(p) for p in walk.files]
-    return out, problems
 
 
 def _cmd_check(args) -> int:
     status = 0
     files: list[str] = []
     results: list[dict] = []  # --json: one object per file
-    files, problems = _inputs(args.files)
+    files, problems = check_inputs(args.files)
     for e in problems:
         print(e.format(), file=sys.stderr)
         results.append({"file": e.source, "ok": False, "error": e.format()})

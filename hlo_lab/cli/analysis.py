@@ -18,6 +18,7 @@ from xla_bridge import read_text, jax_internals  # any module file: text, .hlo.p
 from hlo_analysis.units import fmt_bytes, fmt_seconds
 
 from ..console import stdout_console
+from .inputs import note_skipped
 
 
 def _cmd_analyze(args) -> int:
@@ -147,6 +148,7 @@ def _cmd_passes_dump(args) -> int:
     from hlo_lab import pass_dumps  # lazy: start-up (module docstring)
     from visualize.diff import format_diff  # lazy: start-up (pass_dumps imports it anyway)
 
+    note_skipped("passes-dump", args.dir)
     try:
         if args.module is None and len(mods := pass_dumps.modules_with_passes(args.dir)) > 1:
             return _list_pass_modules(mods, args.json)
@@ -239,6 +241,7 @@ def _cmd_fusion_log(args) -> int:
     """``hlo fusion-log``: XLA:GPU's priority-fusion decisions, step by step."""
     from hlo_lab.measured import xla_fusion_log as fl  # lazy: start-up (module docstring)
 
+    note_skipped("fusion-log", args.path)
     try:
         logs = fl.dump_logs(args.path, args.module)
     except (LookupError, NotADirectoryError) as e:

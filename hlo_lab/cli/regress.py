@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 
@@ -15,6 +16,7 @@ from xla_bridge.compiler import parse_flags
 from xla_bridge.sides import Side
 
 from .. import progress
+from .inputs import note_skipped
 from .args import at_least_one, gpu_target, non_negative
 
 
@@ -56,6 +58,8 @@ def _cmd_regress(args) -> int:
     for out in (args.output, args.html):
         if out:
             check_writable(out)
+    if args.corpus not in (None, "bundled") and not os.path.exists(os.path.join(args.corpus, "manifest.json")):
+        note_skipped("regress", args.corpus)
     srcs = sources(args.corpus, args.only)
     if not srcs:
         print(f"hlo regress: no module matches {args.only!r}", file=sys.stderr)
