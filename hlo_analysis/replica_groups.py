@@ -35,6 +35,9 @@ class Mesh:
 
     axes: tuple[str, ...]
     shape: tuple[int, ...]
+    #: The device at each row-major mesh position (XLA's ``device_ids=(...)``);
+    #: None: the position is the device id.
+    device_ids: tuple[int, ...] | None = None
 
     @property
     def devices(self) -> int:
@@ -58,7 +61,8 @@ class Mesh:
         return cls(tuple(axes), tuple(shape))
 
     def coords(self, device: int) -> tuple[int, ...]:
-        return tuple(int(c) for c in np.unravel_index(device, self.shape))
+        position = device if self.device_ids is None else self.device_ids.index(device)
+        return tuple(int(c) for c in np.unravel_index(position, self.shape))
 
     def axis_of_groups(self, groups: Groups) -> str:
         """The axes a group's members vary along: ``model``; ``batch,model``;
@@ -70,7 +74,7 @@ class Mesh:
             if len(g) < 2:
                 continue
             size = max(size, len(g))
-            cs = [self.coords(d) for d in g if d < self.devices]
+            cs = [self.coords(d) for d in g if 0 <= d < self.devices]
             varied |= {k for k in range(len(self.shape)) if len({c[k] for c in cs}) > 1}
         return self._spell(varied, size)
 
@@ -78,7 +82,7 @@ class Mesh:
         """The axes along which a permute's sources and targets differ."""
         varied: set[int] = set()
         for s, t in pairs:
-            if s != t and s < self.devices and t < self.devices:
+            if s != t and 0 <= s < self.devices and 0 <= t < self.devices:
                 a, b = self.coords(s), self.coords(t)
                 varied |= {k for k in range(len(self.shape)) if a[k] != b[k]}
         return self._spell(varied, None)
@@ -92,8 +96,14 @@ class Mesh:
 
 
 _IOTA = re.compile(r"\[([\d,\s]+)\]<=\[([\d,\s]+)\](?:T\(([\d,\s]+)\))?$")
-_MESH = re.compile(r"mesh\[(.*?)\]\s*\{(.*)\}$")
-_MESH_AXIS = re.compile(r"'([^']*)'\s*=\s*(\d+)")
+#: The mesh-axes form as XLA prints it: ``mesh['a'=2,'b'=4] {'b'}``, names quoted
+#: (jaxlib 0.10-0.12) or bare (newer XLA), an optional explicit device order
+#: ``, device_ids=(7,6,...)`` or ``, device_ids=([4,2]T(1,0))``, then the axes.
+_MESH = re.compile(r"mesh\[(?P<axes>[^\]]*)\](?:\s*,\s*device_ids=\((?P<ids>(?:[^()]|\([^()]*\))*)\))?"
+                   r"\s*\{(?P<refs>.*)\}$")
+_NAME = r"(?:'([^']*)'|([A-Za-z_][\w.\-]*))"
+_MESH_AXIS = re.compile(_NAME + r"\s*=\s*(\d+)")
+_DEVICE_IOTA = re.compile(r"\[([\d,\s]+)\](?:T\(([\d,\s]+)\))?$")
 
 
 def _ints(text: str) -> list[int]:
@@ -105,13 +115,39 @@ def mesh_of_text(text: str) -> Mesh | None:
     m = _MESH.match(text.strip())
     if not m:
         return None
-    found = _MESH_AXIS.findall(m.group(1))
-    return Mesh(tuple(a for a, _ in found), tuple(int(n) for _, n in found))
+    found = _MESH_AXIS.findall(m.group("axes"))
+    if re.sub(_MESH_AXIS, "", m.group("axes")).replace(",", "").strip():
+        raise ReplicaGroupsError(f"replica_groups={text!r}: expected mesh['axis'=N,...] (or mesh[axis=N,...])")
+    mesh = Mesh(tuple(q or b for q, b, _ in found), tuple(int(n) for _, _, n in found))
+    if m.group("ids") is None:
+        return mesh
+    return Mesh(mesh.axes, mesh.shape, _device_ids(text, m.group("ids").strip(), mesh.devices))
+
+
+def _device_ids(text: str, ids: str, devices: int) -> tuple[int, ...]:
+    """A mesh's ``device_ids``: listed, or iota ``[dims]T(perm)`` (the iota of
+    their product, reshaped to dims, transposed by perm, read row-major)."""
+    m = _DEVICE_IOTA.match(ids)
+    if m:
+        dims = _ints(m.group(1))
+        perm = _ints(m.group(2)) if m.group(2) else list(range(len(dims)))
+        if sorted(perm) != list(range(len(dims))):
+            raise ReplicaGroupsError(f"replica_groups={text!r}: device_ids=({ids}): T(perm) is not a permutation "
+                                     "of the dims")
+        order = tuple(int(x) for x in np.arange(int(np.prod(dims))).reshape(dims).transpose(perm).ravel())
+    elif re.fullmatch(r"[\d,\s]+", ids):
+        order = tuple(_ints(ids))
+    else:
+        raise ReplicaGroupsError(f"replica_groups={text!r}: expected device_ids=(0,1,...) or device_ids=([dims]T(perm))")
+    if sorted(order) != list(range(devices)):
+        raise ReplicaGroupsError(f"replica_groups={text!r}: device_ids=({ids}) is not an order of the mesh's "
+                                 f"{devices} devices")
+    return order
 
 
 #: One axis reference of the mesh-axes form: ``'fsdp'``, or a sub-axis ``'fsdp':(2)2``
 #: (Shardy's AxisRef: the part of size 2 whose more-major parts multiply to 2).
-_AXIS_REF = re.compile(r"'([^']*)'(?:\s*:\s*\((\d+)\)\s*(\d+))?")
+_AXIS_REF = re.compile(_NAME + r"(?:\s*:\s*\((\d+)\)\s*(\d+))?")
 
 
 def _mesh_groups(text: str, mesh: Mesh, refs_text: str) -> Groups:
@@ -119,7 +155,7 @@ def _mesh_groups(text: str, mesh: Mesh, refs_text: str) -> Groups:
     along the named axes or sub-axes.  A sub-axis ``'a':(m)k`` splits axis ``a`` of
     size n into major-to-minor parts at pre-sizes m and m*k, and names the parts
     between them."""
-    refs = [(a, int(m) if m else None, int(k) if k else None) for a, m, k in _AXIS_REF.findall(refs_text)]
+    refs = [(q or b, int(m) if m else None, int(k) if k else None) for q, b, m, k in _AXIS_REF.findall(refs_text)]
     if re.sub(_AXIS_REF, "", refs_text).replace(",", "").strip() or not mesh.axes \
             or any(a not in mesh.axes for a, _, _ in refs):
         raise ReplicaGroupsError(f"replica_groups={text!r}: expected mesh['axis'=N,...] {{'axis' or 'axis':(pre)size,...}} "
@@ -145,6 +181,8 @@ def _mesh_groups(text: str, mesh: Mesh, refs_text: str) -> Groups:
     rest = [i for i in range(len(parts)) if i not in keep]
     ids = np.arange(mesh.devices).reshape([k for _, _, k in parts] or [1]).transpose(rest + keep)
     size = int(np.prod([parts[i][2] for i in keep])) if keep else 1
+    if mesh.device_ids is not None:  # positions to the devices placed there
+        ids = np.asarray(mesh.device_ids)[ids]
     return tuple(tuple(int(x) for x in row) for row in ids.reshape(-1, size))
 
 
@@ -172,7 +210,7 @@ def parse_replica_groups(text: str | None, total: int) -> Groups:
     if m:
         mesh = mesh_of_text(t)
         assert mesh is not None
-        return _mesh_groups(t, mesh, m.group(2))
+        return _mesh_groups(t, mesh, m.group("refs"))
     raise ReplicaGroupsError(f"replica_groups={t!r}: expected {{{{...}}}}, [G,S]<=[dims]T(perm) or mesh[...] {{...}}")
 
 

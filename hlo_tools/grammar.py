@@ -12,6 +12,7 @@ from importlib import resources
 import lark
 
 from .records import CompRecord, InstrRecord, Locator, ModuleRecord
+from .scanner import join_mesh_device_ids
 from .relayout import relayout
 
 
@@ -130,8 +131,15 @@ class _Walker:
             self.pos(opcode),
             operand_text,
             operand_pos,
-            [self.attribute(a) for a in attrs],
+            self.attributes(attrs),
         )
+
+    def attributes(self, nodes: list) -> list[tuple[str, str, int]]:
+        """The attribute records of an instruction (``scanner.join_mesh_device_ids``
+        keeps a mesh's ``device_ids`` inside its ``replica_groups`` value)."""
+        recs = [self.attribute(a) for a in nodes]
+        spans = [(a.children[1].meta.start_pos, a.children[1].meta.end_pos) for a in nodes]
+        return join_mesh_device_ids(self.text, recs, spans)
 
     def computation(self, node) -> CompRecord:
         kids = list(node.children)

@@ -168,9 +168,24 @@ NEEDS_RESOLUTION = re.compile(
 )
 
 
+def join_mesh_device_ids(text: str, attrs: list[tuple[str, str, int]],
+                         spans: list[tuple[int, int]]) -> list[tuple[str, str, int]]:
+    """XLA prints a mesh with an explicit device order inside ``replica_groups``:
+    ``mesh['a'=2,'b'=4], device_ids=(...) {'a'}``. The ``device_ids`` part belongs
+    to that value, not to an attribute of its own: its span joins the value
+    (the exact text kept). ``spans``: each value's (start, end) in ``text``."""
+    for i in range(len(attrs) - 1):
+        if attrs[i][0] == "replica_groups" and attrs[i + 1][0] == "device_ids" and attrs[i][1].startswith("mesh["):
+            attrs[i] = (attrs[i][0], text[spans[i][0] : spans[i + 1][1]], attrs[i][2])
+            del attrs[i + 1]
+            break
+    return attrs
+
+
 def split_attributes(text: str, pos: int, end: int) -> list[tuple[str, str, int]] | None:
     """Parses ``, key=value, key=value`` in text[pos:end]; None if not that form."""
     attrs = []
+    spans: list[tuple[int, int]] = []  # each value's span in text
     match = ATTRIBUTE.match
     while pos < end:
         m = match(text, pos, end)
@@ -180,14 +195,15 @@ def split_attributes(text: str, pos: int, end: int) -> list[tuple[str, str, int]
         if v_end < end and text[v_end] not in ", \t\r":
             break  # e.g. a value with a space in it: the token loop below handles it
         attrs.append((m.group(1), m.group(2), m.start(1)))
+        spans.append(m.span(2))
         pos = v_end
     else:
-        return attrs
+        return join_mesh_device_ids(text, attrs, spans)
     while True:
         while pos < end and text[pos] in " \t\r":
             pos += 1
         if pos >= end:
-            return attrs
+            return join_mesh_device_ids(text, attrs, spans)
         if text[pos] != ",":
             return None
         m = _ATTR_KEY.match(text, pos + 1, end)
@@ -217,6 +233,7 @@ def split_attributes(text: str, pos: int, end: int) -> list[tuple[str, str, int]
         if not value:
             return None
         attrs.append((key, value, key_pos))
+        spans.append((vstart, vstart + len(value)))
         pos = vend
 
 

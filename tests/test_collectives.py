@@ -151,6 +151,66 @@ def test_sub_axes_of_the_mesh_form():
         Mesh.parse("batch:2")
 
 
+#: The mesh-axes spellings XLA prints for the groups of axis 'a' of a 2x4 mesh:
+#: names quoted (jaxlib 0.10-0.12) or bare (newer XLA, mesh_and_axis.cc), with no
+#: device order, a listed one, or an iota one (``[4,2]T(1,0)``: 0,2,4,6,1,3,5,7).
+MESH_SPELLINGS = {
+    "quoted": ("mesh['a'=2,'b'=4] {'a'}", ((0, 4), (1, 5), (2, 6), (3, 7))),
+    "bare": ("mesh[a=2,b=4] {a}", ((0, 4), (1, 5), (2, 6), (3, 7))),
+    "device_ids listed": ("mesh['a'=2,'b'=4], device_ids=(7,6,5,4,3,2,1,0) {'a'}", ((7, 3), (6, 2), (5, 1), (4, 0))),
+    "device_ids iota": ("mesh['a'=2,'b'=4], device_ids=([4,2]T(1,0)) {'a'}", ((0, 1), (2, 3), (4, 5), (6, 7))),
+    "device_ids bare": ("mesh[a=2,b=4], device_ids=([4,2]T(1,0)) {b}", ((0, 2, 4, 6), (1, 3, 5, 7))),
+    "device_ids sub-axis": ("mesh['a'=2,'b'=4], device_ids=(1,0,3,2,5,4,7,6) {'b':(1)2}",
+                            ((1, 3), (0, 2), (5, 7), (4, 6))),
+}
+
+
+def _one_collective(groups: str) -> str:
+    return f"""HloModule m, num_partitions=8
+
+add {{
+  x = f32[] parameter(0)
+  y = f32[] parameter(1)
+  ROOT s = f32[] add(x, y)
+}}
+
+ENTRY main {{
+  p = f32[8,16]{{1,0}} parameter(0)
+  ROOT ar = f32[8,16]{{1,0}} all-reduce(p), channel_id=1, replica_groups={groups}, use_global_device_ids=true, to_apply=add
+}}
+"""
+
+
+@pytest.mark.parametrize("spelling", list(MESH_SPELLINGS))
+def test_each_mesh_spelling_is_read(spelling, tmp_path, capsys):
+    """Each spelling's groups (the devices at the mesh positions that differ only
+    along the named axes), read by `hlo collectives` and `hlo analyze`; the quoted
+    ones are also what this jaxlib's XLA parses and prints back."""
+    from xla_bridge import jax_internals
+
+    text, groups = MESH_SPELLINGS[spelling]
+    assert parse_replica_groups(text, 8) == groups
+    module = parse(_one_collective(text))
+    assert module.entry.root.attributes["replica_groups"] == text  # device_ids is part of the value
+    [c] = inventory(module, infer_mesh(module))
+    assert c.groups == groups
+    if "'" in text:
+        printed = jax_internals.xla_module_from_text(_one_collective(text)).to_string()
+        assert f"replica_groups={text}," in printed
+    path = tmp_path / "m.hlo"
+    path.write_text(_one_collective(text))
+    assert main(["collectives", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]["all-reduce"] == 1
+    assert main(["analyze", str(path)]) == 0
+
+
+def test_a_mesh_device_order_that_is_not_a_permutation_is_an_error():
+    with pytest.raises(ReplicaGroupsError, match="not an order of the mesh's 8 devices"):
+        parse_replica_groups("mesh['a'=2,'b'=4], device_ids=(0,1,2,3,4,5,6,6) {'a'}", 8)
+    with pytest.raises(ReplicaGroupsError, match="not a permutation"):
+        parse_replica_groups("mesh['a'=2,'b'=4], device_ids=([4,2]T(1,1)) {'a'}", 8)
+
+
 def test_prices_follow_the_ring_formulas():
     c = next(c for c in inventory(parse(SMALL), MESH) if c.name == "ar")
     s, n = c.bytes, 4
