@@ -184,3 +184,29 @@ def test_tune_for_a_gpu_target_ranks_by_the_roofline_and_says_so(tmp_path):
     assert result["target"] == "h100" and result["backend"] == "gpu"
     assert result["speedup"] > 0 and result["candidates"] == 2
     assert json.loads((tmp_path / "g.json").read_text())["decisions"]["pipeline"].startswith("gpu-")
+
+
+def test_two_identical_tunes_on_one_database_share_what_they_measure(tmp_path):
+    """Two ``hlo tune`` runs started together on one database: each candidate is
+    measured by one of them (a claim in the database), the other reads its row,
+    so both see the same measurements and keep the same winner."""
+    db = tmp_path / "r.db"
+    argv = [sys.executable, "-m", "hlo_lab.cli", "tune", _module_file(), "--budget", "3", "--reps", "5",
+            "--final-reps", "5", "--workers", "1", "--no-baseline", "--db", str(db), "-q", "--json"]
+    procs = [subprocess.Popen(argv + ["-o", str(tmp_path / f"t{i}.json")], cwd=ROOT, env=dict(os.environ),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    results = [json.loads(out) for out, _ in outs]
+    measured = [r for r in _rows(db) if r[1] in ("candidate", "remeasure")]
+    keys = [(r[1], r[2]) for r in measured]
+    assert len(keys) == len(set(keys)), f"a candidate was measured twice: {keys}"
+    assert sum(r["compiles"] for r in results) == sum(k == "candidate" for k, _ in keys)
+    assert results[0]["candidates"] == results[1]["candidates"] == 3
+    assert results[0]["best_decisions"] == results[1]["best_decisions"]
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM tune_claims").fetchone()[0] == 0  # every claim released
+    finally:
+        conn.close()

@@ -186,27 +186,49 @@ class Tuner:
         in the database; every new measurement is stored as it arrives."""
         known = self.known[kind]
         out: list[tuple[Measured, bool] | None] = [None] * len(proposals)
-        futures = {}
+        futures, theirs = {}, []
         for i, p in enumerate(proposals):
             if p.fused_hash in known:
                 out[i] = (known[p.fused_hash], False)
-            else:
+            elif store.claim(kind, p.fused_hash):
+                if (m := store.find(kind, p.fused_hash, reps=0 if self.target else reps)) is not None:
+                    store.release(kind, p.fused_hash)  # another run measured it since this one started
+                    known[p.fused_hash], out[i] = m, (m, False)
+                    continue
                 futures[i] = self.pool.submit(evaluate.evaluate, (self.text, p.decisions.as_dict(), p.fused_hash),
                                               self._kwargs(reps), self.name, self.backend)
+            else:  # another run on this database is measuring it: its row is ours too
+                theirs.append(i)
         for i, f in futures.items():
+            out[i] = (self._measured(proposals[i], f.result, store, kind), True)
+        for i in theirs:
             p = proposals[i]
-            try:
-                m = f.result()
-            except (HloError, OSError) as e:  # XlaAbortError, XlaCompileError, PassError...: this candidate only
-                m = Measured(p.fused_hash, "error", error=_first_line(e))
-            except Exception as e:  # noqa: BLE001 - a pass that raised in the worker (RemoteError) is a failed candidate
-                m = Measured(p.fused_hash, "error", error=_first_line(e))
-            if m.hook_hash is not None and m.hook_hash != p.fused_hash:
-                self.hook_mismatches += 1
-            store.add(kind, p.decisions.as_dict(), p.decisions.key(), p.predicted_us, m)
-            known[p.fused_hash] = m
-            out[i] = (m, True)
+            m = store.wait_for(kind, p.fused_hash, reps=0 if self.target else reps)
+            if m is not None:
+                known[p.fused_hash] = m
+                out[i] = (m, False)
+            else:  # that run went away first: measured here after all
+                store.claim(kind, p.fused_hash)
+                out[i] = (self._measured(p, lambda p=p: self.pool.call(
+                    evaluate.evaluate, (self.text, p.decisions.as_dict(), p.fused_hash), self._kwargs(reps),
+                    self.name, self.backend), store, kind), True)
         return out  # type: ignore[return-value]
+
+    def _measured(self, p: Proposal, result: Callable[[], Measured], store: TuneStore, kind: str) -> Measured:
+        """One candidate's measurement (``result`` runs or waits for it), stored
+        and its claim released; a failure is that candidate's row, not the run's end."""
+        try:
+            m = result()
+        except (HloError, OSError) as e:  # XlaAbortError, XlaCompileError, PassError...: this candidate only
+            m = Measured(p.fused_hash, "error", error=_first_line(e))
+        except Exception as e:  # noqa: BLE001 - a pass that raised in the worker (RemoteError) is a failed candidate
+            m = Measured(p.fused_hash, "error", error=_first_line(e))
+        if m.hook_hash is not None and m.hook_hash != p.fused_hash:
+            self.hook_mismatches += 1
+        store.add(kind, p.decisions.as_dict(), p.decisions.key(), p.predicted_us, m)
+        store.release(kind, p.fused_hash)
+        self.known[kind][p.fused_hash] = m
+        return m
 
     # -- one search ------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import time
 from dataclasses import dataclass, field
 
@@ -47,7 +48,17 @@ CREATE TABLE IF NOT EXISTS tune_candidates (
     error TEXT
 );
 CREATE INDEX IF NOT EXISTS tune_module ON tune_candidates(module_hash, backend, target, fused_hash);
+CREATE TABLE IF NOT EXISTS tune_claims (
+    key TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    created REAL NOT NULL
+);
 """
+
+#: A claim older than this is another run's that died without saying so on
+#: another machine (on this one, its process is asked directly).
+CLAIM_STALE_S = 3600.0
 
 
 @dataclass
@@ -148,6 +159,68 @@ class TuneStore:
                 continue
         return None
 
+    # -- claims: concurrent runs on one database measure each candidate once --------
+
+    def _claim_key(self, kind: str, fused_hash: str) -> str:
+        w = self.where
+        return "|".join((w.module_hash, w.backend, w.target, str(self.versions["jax"]), str(self.versions["jaxlib"]),
+                         kind, fused_hash))
+
+    def claim(self, kind: str, fused_hash: str) -> bool:
+        """True when this process is to measure the candidate: nobody claimed it,
+        or the run that did is gone (its process ended, or its claim is stale).
+        Atomic: of two runs asking at once, one gets it."""
+        key, me = self._claim_key(kind, fused_hash), (os.getpid(), platform.node(), time.time())
+        conn = self._conn()
+        try:
+            with conn:
+                if conn.execute("INSERT OR IGNORE INTO tune_claims VALUES (?, ?, ?, ?)", (key, *me)).rowcount:
+                    return True
+                row = conn.execute("SELECT pid, host, created FROM tune_claims WHERE key=?", (key,)).fetchone()
+                if _claim_alive(row["pid"], row["host"], row["created"]):
+                    return False
+                # the claimer is gone: take it over, unless another run just did
+                return bool(conn.execute("UPDATE tune_claims SET pid=?, host=?, created=? WHERE key=? AND pid=? "
+                                         "AND host=? AND created=?",
+                                         (*me, key, row["pid"], row["host"], row["created"])).rowcount)
+        finally:
+            conn.close()
+
+    def release(self, kind: str, fused_hash: str) -> None:
+        """Drops this process's claim (its row is written, or it gave up)."""
+        conn = self._conn()
+        try:
+            with conn:
+                conn.execute("DELETE FROM tune_claims WHERE key=? AND pid=? AND host=?",
+                             (self._claim_key(kind, fused_hash), os.getpid(), platform.node()))
+        finally:
+            conn.close()
+
+    def find(self, kind: str, fused_hash: str, *, reps: int = 0, errors: bool = False) -> "Measured | None":
+        """The first row of a candidate measured with at least ``reps`` repetitions
+        (``errors``: a failed one counts too), or None."""
+        rows = self._rows(kind, "AND fused_hash=? AND (reps >= ? OR status = 'error')" if errors else
+                          "AND fused_hash=? AND status != 'error' AND reps >= ?", (fused_hash, reps))
+        return Measured.of_row(rows[0]) if rows else None
+
+    def wait_for(self, kind: str, fused_hash: str, *, reps: int = 0, poll_s: float = 0.5) -> "Measured | None":
+        """The row another run is measuring, once it is written (errors included:
+        the other run's verdict stands); None when that run went away without
+        writing it, so the caller claims and measures it itself."""
+        while True:
+            m = self.find(kind, fused_hash, reps=reps, errors=True)
+            if m is not None:
+                return m
+            conn = self._conn()
+            try:
+                row = conn.execute("SELECT pid, host, created FROM tune_claims WHERE key=?",
+                                   (self._claim_key(kind, fused_hash),)).fetchone()
+            finally:
+                conn.close()
+            if row is None or not _claim_alive(row["pid"], row["host"], row["created"]):
+                return None
+            time.sleep(poll_s)
+
     def add(self, kind: str, decisions: dict, decisions_key: str, predicted_us: float | None, m: Measured) -> None:
         """One row, in its own transaction."""
         w = self.where
@@ -166,3 +239,18 @@ class TuneStore:
                              list(row.values()))
         finally:
             conn.close()
+
+
+def _claim_alive(pid: int, host: str, created: float) -> bool:
+    """Whether the run behind a claim may still write its row."""
+    if host != platform.node():
+        return time.time() - created < CLAIM_STALE_S
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
