@@ -5,8 +5,12 @@
 Without files it takes the largest modules of the bundled corpus (every stage).
 Runs are interleaved (ours, XLA, ours, XLA, ...) so machine load hits both
 alike; medians are reported.  Memory is the resident-set growth of a fresh process
-while it holds the parsed module, relative to the text size.  The last line is
-``parse_speed_ratio_vs_xla=<ours MB/s / XLA MB/s>`` (geomean over the modules).
+while it holds the parsed module, relative to the text size.  A second table
+times the largest module against the same module with two-line ``/* */``
+comments and statements spread over lines (``multiline_comment_slowdown=``, time
+per MB with them over without: the slow grammar path would make it 5-10x).  The
+last line is ``parse_speed_ratio_vs_xla=<ours MB/s / XLA MB/s>`` (geomean over
+the modules).
 """
 
 from __future__ import annotations
@@ -66,6 +70,32 @@ def _texts(files: list[str], top: int) -> list[tuple[str, str, str]]:
     return [(f"{e.name}:{s}", str(e.path(s)), e.text(s)) for _, e, s in cands[:top]]
 
 
+def _commented(text: str) -> str:
+    """``text`` with a two-line ``/* */`` comment before every 20th instruction and
+    every 20th other one spread over two lines after its ``=`` (both are
+    whitespace to XLA's lexer)."""
+    out, n = [], 0
+    for line in text.splitlines(keepends=True):
+        body = line.lstrip()
+        if " = " in body and not body.startswith(("HloModule", "//")) and line.startswith("  "):
+            n += 1
+            if n % 20 == 0:
+                out.append("  /* a note a person left,\n     over two lines */\n")
+            elif n % 20 == 10:
+                line = line.replace(" = ", " =\n      ", 1)
+        out.append(line)
+    return "".join(out)
+
+
+def _time(fn, text: str, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn(text)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def _peak_mem(path: str, which: str) -> float:
     out = subprocess.run([sys.executable, "-c", _MEM_CHILD, path, which, str(ROOT)], capture_output=True, text=True, check=True)
     rec = json.loads(out.stdout.strip().splitlines()[-1])
@@ -89,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
 
     table = Table("module", "MB", "instructions", "ours MB/s", "XLA MB/s", "ours kinstr/s", "XLA kinstr/s", "ratio", "ours mem/text", "XLA mem/text")
     ratios = []
-    for label, path, text in _texts(args.files, args.top):
+    texts = _texts(args.files, args.top)
+    for label, path, text in texts:
         mb = len(text) / 1e6
         module = hlo_tools.parse(text)  # warm caches (shape cache, regexes)
         xla_parse(text)
@@ -112,6 +143,19 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(label[:60], f"{mb:.2f}", str(n), f"{mb / o:.1f}", f"{mb / x:.1f}", f"{n / o / 1e3:.0f}", f"{n / x / 1e3:.0f}",
                       f"{ratio:.2f}", f"{mem_o:.1f}x", f"{mem_x:.1f}x")
     Console(width=200).print(table)
+
+    label, _, text = max(texts, key=lambda t: len(t[2]))
+    noted = _commented(text)
+    xla_parse(noted)  # XLA reads it too: the comments and line breaks are valid HLO
+    assert hlo_tools.parse(noted).instruction_count == hlo_tools.parse(text).instruction_count
+    plain_s, noted_s = _time(hlo_tools.parse, text, args.reps), _time(hlo_tools.parse, noted, args.reps)
+    per_mb = (noted_s / (len(noted) / 1e6)) / (plain_s / (len(text) / 1e6))
+    t2 = Table("module", "variant", "MB", "ours s", "ours s/MB")
+    t2.add_row(label[:60], "as written", f"{len(text) / 1e6:.2f}", f"{plain_s:.3f}", f"{plain_s / (len(text) / 1e6):.3f}")
+    t2.add_row("", "multi-line comments", f"{len(noted) / 1e6:.2f}", f"{noted_s:.3f}",
+               f"{noted_s / (len(noted) / 1e6):.3f}")
+    Console(width=200).print(t2)
+    print(f"multiline_comment_slowdown={per_mb:.2f}")
     geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
     print(f"ratio = XLA time / our time (>1: ours faster); geomean over {len(ratios)} modules")
     print(f"parse_speed_ratio_vs_xla={geo:.2f}")

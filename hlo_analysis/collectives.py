@@ -19,7 +19,7 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 
 from .cost import known_trip_count
 from .overlap import matching_done
-from .replica_groups import Groups, Mesh, device_groups, group_mode, mesh_of_text, parse_pairs
+from .replica_groups import Groups, Mesh, device_groups, group_mode, mesh_of_sharding, mesh_of_text, parse_pairs
 
 #: The collectives' own opcodes (sync form).
 SYNC = frozenset({HloOpcode.ALL_GATHER, HloOpcode.ALL_REDUCE, HloOpcode.REDUCE_SCATTER, HloOpcode.ALL_TO_ALL,
@@ -193,9 +193,23 @@ def inventory(module: Module, mesh: Mesh | None = None) -> list[Collective]:
 
 
 # -- the mesh -------------------------------------------------------------------------
+def awaits_partitioning(module: Module) -> bool:
+    """Whether ``module`` is a whole program still to be partitioned (a
+    ``before_optimizations`` dump of a sharded jit): shardings that split values
+    across devices and no collective yet. Its shapes are global, so memory and
+    bytes are the program's, not one device's."""
+    tiled = False
+    for instr in module.instructions():
+        if instr.opcode in SYNC or instr.opcode in STARTS:
+            return False
+        shard = instr.attributes.get("sharding")
+        tiled = tiled or (isinstance(shard, str) and ("mesh[" in shard or "devices=[" in shard))
+    return tiled
+
+
 def infer_mesh(module: Module) -> Mesh:
-    """The module's mesh when nobody says: the mesh-axes replica groups' mesh
-    (named axes preferred over ``axis_N``), else a ``[G,S]<=[N]`` iota split into
+    """The module's mesh when nobody says: the mesh of mesh-axes replica groups or
+    of named shardings (named axes preferred over ``axis_N``), else a ``[G,S]<=[N]`` iota split into
     axes ``axis0=G,axis1=S``, else one axis ``axis0`` over every device."""
     attrs = module.attributes
     total = int(attrs.get("num_partitions", 1) or 1) * int(attrs.get("replica_count", 1) or 1)
@@ -204,6 +218,9 @@ def infer_mesh(module: Module) -> Mesh:
     for instr in module.instructions():
         text = instr.attributes.get("replica_groups")
         if not isinstance(text, str):
+            shard = instr.attributes.get("sharding")  # a named sharding (Shardy) before partitioning
+            if isinstance(shard, str) and (m := mesh_of_sharding(shard)) is not None and m.devices == total:
+                meshes.append(m)
             continue
         m = mesh_of_text(text)
         if m is not None and m.devices == total:

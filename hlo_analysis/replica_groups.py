@@ -113,15 +113,28 @@ def _ints(text: str) -> list[int]:
 def mesh_of_text(text: str) -> Mesh | None:
     """The mesh a mesh-axes replica-groups text names, or None for other forms."""
     m = _MESH.match(text.strip())
-    if not m:
-        return None
-    found = _MESH_AXIS.findall(m.group("axes"))
-    if re.sub(_MESH_AXIS, "", m.group("axes")).replace(",", "").strip():
-        raise ReplicaGroupsError(f"replica_groups={text!r}: expected mesh['axis'=N,...] (or mesh[axis=N,...])")
+    return _mesh(text, m.group("axes"), m.group("ids")) if m else None
+
+
+#: A named sharding: ``{mesh['fsdp'=4,'tensor'=2], [{'fsdp'}, {}]}``, maybe with
+#: the mesh's ``device_ids=(...)``.
+_SHARDING_MESH = re.compile(r"\{\s*mesh\[(?P<axes>[^\]]*)\](?:\s*,\s*device_ids=\((?P<ids>(?:[^()]|\([^()]*\))*)\))?")
+
+
+def mesh_of_sharding(text: str) -> Mesh | None:
+    """The mesh a named ``sharding={mesh[...], ...}`` attribute names, or None."""
+    m = _SHARDING_MESH.match(text.strip())
+    return _mesh(text, m.group("axes"), m.group("ids")) if m else None
+
+
+def _mesh(text: str, axes: str, ids: str | None) -> Mesh:
+    found = _MESH_AXIS.findall(axes)
+    if re.sub(_MESH_AXIS, "", axes).replace(",", "").strip():
+        raise ReplicaGroupsError(f"{text!r}: expected mesh['axis'=N,...] (or mesh[axis=N,...])")
     mesh = Mesh(tuple(q or b for q, b, _ in found), tuple(int(n) for _, _, n in found))
-    if m.group("ids") is None:
+    if ids is None:
         return mesh
-    return Mesh(mesh.axes, mesh.shape, _device_ids(text, m.group("ids").strip(), mesh.devices))
+    return Mesh(mesh.axes, mesh.shape, _device_ids(text, ids.strip(), mesh.devices))
 
 
 def _device_ids(text: str, ids: str, devices: int) -> tuple[int, ...]:

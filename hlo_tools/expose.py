@@ -52,10 +52,33 @@ def _leaves(instr: Instruction, rw: Rewriter) -> list[Instruction]:
     return out
 
 
+def _copy(v: Instruction, rw: Rewriter) -> Instruction:
+    copy = Instruction.create(HloOpcode.COPY, v.shape, [v], name=f"{v.name}.expose_copy")
+    rw.append(v.parent, copy)
+    return copy
+
+
+def _distinct(values: list[Instruction], rw: Rewriter) -> list[Instruction]:
+    """``values`` with a ``copy`` in place of each repeat and each parameter: every
+    output its own buffer. Copy insertion does that in XLA's pipeline; a module
+    XLA already scheduled skips it, and XLA:CPU's client aborts on two outputs in
+    one buffer ("Unexpected duplicate")."""
+    seen: set[int] = set()
+    out = []
+    for v in values:
+        if id(v) in seen or v.opcode is HloOpcode.PARAMETER:
+            v = _copy(v, rw)
+        seen.add(id(v))
+        out.append(v)
+    return out
+
+
 def expose(module: Module, names: Iterable[str]) -> Exposed:
     """A copy of ``module`` whose entry root is a tuple of the original outputs
     (the root's array leaves) and the entry instructions named in ``names``, in
-    that order.  The entry layout and input/output aliasing are dropped (the
+    that order, each probe through a ``copy`` (its own buffer, even where it is
+    a bitcast of an output in a scheduled module).  The entry layout and
+    input/output aliasing are dropped (the
     result shape changed; XLA picks default layouts).  Raises ``IrError`` for a
     name the entry does not have or a value that is not an array."""
     names = tuple(names)
@@ -73,7 +96,7 @@ def expose(module: Module, names: Iterable[str]) -> Exposed:
     old_root = entry.root
     outputs = list(old_root.operands) if old_root.opcode is HloOpcode.TUPLE else [old_root]
     leaves = [leaf for o in outputs for leaf in _leaves(o, rw)]
-    values = leaves + probes
+    values = _distinct(leaves, rw) + [_copy(p, rw) for p in probes]
     root = Instruction.create(HloOpcode.TUPLE, Shape.tuple_of([v.shape for v in values]), values, name="expose.root")
     rw.append(entry, root)
     rw.set_root(entry, root)

@@ -85,7 +85,12 @@ def _depth(line: str) -> int:
     return depth
 
 
-def _continued(lines: list[str], i: int, first: str, *, head: bool = False) -> tuple[str, int] | None:
+#: How a statement line that goes on at the next line ends (brackets all closed):
+#: ``%x =`` then the shape, or ``..., `` then more attributes.
+_GOES_ON = ("=", ",")
+
+
+def _continued(lines: list[str], i: int, first: str, *, head: bool = False) -> tuple[str, int, bool] | None:
     """``first`` (lines[i - 1], comments blanked) joined with the lines after it until
     its brackets close (``head``: until a computation's ``{`` opens with nothing else
     open): the text as one line (line breaks as spaces, so offsets hold) and the
@@ -93,7 +98,9 @@ def _continued(lines: list[str], i: int, first: str, *, head: bool = False) -> t
     parts = [first]
     depth = _depth(first)
     target = 1 if head else 0
-    while depth != target or (head and not parts[-1].rstrip().endswith("{")):
+    last = first.rstrip()  # the last line with something on it
+    inside = False
+    while depth != target or (head and not last.endswith("{")) or (not head and last.endswith(_GOES_ON)):
         if i >= len(lines) or depth < 0:
             return None
         line = lines[i]
@@ -101,10 +108,12 @@ def _continued(lines: list[str], i: int, first: str, *, head: bool = False) -> t
             line = uncomment_line(line)
             if line is None:
                 return None
+        inside = inside or depth != 0
         parts.append(line)
         depth += _depth(line)
+        last = line.rstrip() or last
         i += 1
-    return " ".join(parts), i
+    return " ".join(parts), i, inside
 
 
 def _repeats_a_key(tail: str) -> bool:
@@ -322,6 +331,14 @@ _LINE = re.compile(
 )
 
 
+def _shifted(r: InstrRecord, off: int) -> InstrRecord:
+    """``r`` scanned from a statement's own text, its positions moved to where that
+    statement starts in the module (``off``)."""
+    attrs = r.attrs if isinstance(r.attrs, str) else [(k, v, p + off) for k, v, p in r.attrs]
+    return r._replace(pos=r.pos + off, shape_pos=r.shape_pos + off, opcode_pos=r.opcode_pos + off,
+                      operand_pos=r.operand_pos + off, attrs=attrs)
+
+
 def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
     """Scans a whole module.  ``fallback_line(start, end)`` parses a line the
     scanner cannot (the lark grammar) and returns its InstrRecord.  With
@@ -461,13 +478,17 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
                 else:
                     sink(rec, comp)
                 break
-            if _depth(line) > 0:  # a statement over several lines: the grammar reads it as one
+            if _depth(line) > 0 or line.rstrip(" \t\r").endswith(_GOES_ON):  # a statement over several lines
                 joined = _continued(lines, i, line)
                 if joined is None:
                     raise Unsupported(line_off, whole_module=True)
-                line, i = joined
+                line, i, inside = joined
                 off = line_off + len(line) + 1
-                append(fallback_line(line_off, line_off + len(line.rstrip(" \t\r"))))
+                end = len(line.rstrip(" \t\r"))
+                # broken between tokens only: read as one line (the breaks are spaces there, offsets
+                # unchanged); broken inside brackets (a value's own line breaks): by the grammar
+                r = None if inside else scan_instruction(line, 0, end)
+                append(_shifted(r, line_off) if r is not None else fallback_line(line_off, line_off + end))
                 continue
             end = line_off + len(line.rstrip(" \t\r"))  # before a blanked comment
             r = scan_instruction(text, line_off, end)

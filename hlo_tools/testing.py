@@ -21,6 +21,7 @@ must not occur in the line matched next (check that line with CHECK-NEXT instead
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -100,6 +101,56 @@ def assert_rewrite(hlo_in: str | Module, pass_: HloPassLike, expected: str | Non
     return True
 
 
+_NAME = re.compile(r"%?[A-Za-z_][\w.\-]*")
+
+
+def _closing(text: str, start: int) -> int:
+    """Index of the bracket closing the one at ``text[start]`` (strings aside), or -1."""
+    depth, i, quoted = 0, start, False
+    while i < len(text):
+        c = text[i]
+        if quoted:
+            quoted = c != '"'
+            i += 2 if c == "\\" else 1
+            continue
+        if c == '"':
+            quoted = True
+        elif c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _head_and_operands(rhs: str) -> tuple[str, list[str]]:
+    """``rhs`` of an instruction line split into its shape and opcode (a tuple
+    shape's parentheses kept whole) and its operands as printed."""
+    shape_end = _closing(rhs, 0) + 1 if rhs.startswith("(") else 0
+    paren = rhs.index("(", shape_end)
+    close = _closing(rhs, paren)
+    inner = rhs[paren + 1 : close if close >= 0 else len(rhs)]
+    operands, depth, start = [], 0, 0
+    for i, c in enumerate(inner):
+        if c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            operands.append(inner[start:i].strip())
+            start = i + 1
+    operands.append(inner[start:].strip())
+    return rhs[:paren], [o for o in operands if o]
+
+
+def _literal(operand: str) -> str:
+    """An operand that is not a name (a constant's literal) as FileCheck text:
+    as written, unless it holds FileCheck's own ``{{``/``[[`` (then any text)."""
+    return "{{.*}}" if "{{" in operand or "[[" in operand else operand
+
+
 def check_lines(before: Module, after: Module, *, limit: int = 12, prefix: str = "") -> str:
     """FileCheck directives that the rewrite ``before`` -> ``after`` must satisfy: one
     ``CHECK:`` per instruction line of ``after`` that ``before`` does not have (its
@@ -125,9 +176,9 @@ def check_lines(before: Module, after: Module, *, limit: int = 12, prefix: str =
     out: list[str] = []
     for text in chosen[:limit]:
         lhs, rhs = text.split(" = ", 1)
-        head, rest = rhs.split("(", 1)  # shape and opcode: "f32[8]{0} exponential", then the operands
-        operands = [o.strip() for o in rest.split(")", 1)[0].split(",") if o.strip()]
-        shown = ", ".join(o if o.lstrip("%") in names else "%{{[^ ,)]+}}" for o in operands)
+        head, operands = _head_and_operands(rhs)  # "f32[8]{0} exponential" or "(f32[], s32[]) tuple", operands
+        shown = ", ".join(o if o.lstrip("%") in names else "%{{[^ ,)]+}}" if _NAME.fullmatch(o) else _literal(o)
+                          for o in operands)
         out.append(f"{prefix}CHECK: {'ROOT {{.*}} = ' if lhs.startswith('ROOT ') else '= '}{head}({shown})")
         kind = next((a for a in rhs.split(", ") if a.startswith("kind=")), None)
         if kind:

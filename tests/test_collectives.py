@@ -313,3 +313,32 @@ def test_cli_tables_redirected_to_a_file_keep_their_columns(monkeypatch, tmp_pat
     top = done.stdout[done.stdout.index("top 10 exposed"):]
     assert len(top.splitlines()) <= 16, top
     assert "rematted_computation/dot_general" in top
+
+
+_UNPARTITIONED = """HloModule jit_step, num_partitions=8
+
+ENTRY main {
+  w = f32[64,32] parameter(0), sharding={mesh['fsdp'=4,'tensor'=2], [{'fsdp'}, {'tensor'}]}
+  x = f32[8,64] parameter(1), sharding={mesh['fsdp'=4,'tensor'=2], [{'fsdp'}, {}]}
+  ROOT y = f32[8,32] dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_a_module_before_partitioning_takes_its_mesh_from_named_shardings(tmp_path, capsys):
+    """A sharded jit's before_optimizations dump has named shardings and no
+    collective: the mesh is the shardings' (it was axis0=8), and the report says
+    its shapes are the whole program's."""
+    from hlo_analysis.collectives import awaits_partitioning
+
+    module = parse(_UNPARTITIONED)
+    assert infer_mesh(module) == Mesh(("fsdp", "tensor"), (4, 2)) and awaits_partitioning(module)
+    assert not awaits_partitioning(parse(SMALL))
+    path = tmp_path / "b.hlo"
+    path.write_text(_UNPARTITIONED)
+    assert main(["collectives", str(path), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["mesh"] == {"axes": ["fsdp", "tensor"], "shape": [4, 2]} and d["awaits_partitioning"] is True
+    assert main(["collectives", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "mesh fsdp=4,tensor=2" in out and "not partitioned yet" in out and "memory of the whole program" in out

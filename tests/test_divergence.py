@@ -146,7 +146,8 @@ def test_expose_makes_intermediates_outputs():
     ex = expose(m, ["c", "d"])
     root = ex.module.entry.root
     assert ex.original_outputs == 2 and ex.probes == ("c", "d")
-    assert [o.name for o in root.operands] == ["e", "d", "c", "d"]
+    assert [o.name for o in root.operands] == ["e", "d", "c.expose_copy", "d.expose_copy"]  # each probe its own buffer
+    assert [o.operands[0].name for o in root.operands[2:]] == ["c", "d"]
     assert len(root.shape.tuple_shapes) == 4
     assert m.entry.root.name == "t"  # the original is untouched
     with pytest.raises(IrError, match="only arrays"):
@@ -177,3 +178,30 @@ def test_match_by_name_then_structure_and_the_path():
     assert not m.unmatched_a and not m.unmatched_b
     path = path_from_inputs(a.get_instruction("e"))
     assert [i.name for i in path] == ["y", "d", "e"]
+
+
+#: An after-optimizations module (scheduled): the output %b is a bitcast of %n
+#: (one buffer), and a parameter is returned as is.
+_SCHEDULED = """HloModule m, is_scheduled=true, entry_computation_layout={(f32[4]{0})->(f32[2,2]{1,0}, f32[4]{0})}
+
+ENTRY %e (p: f32[4]) -> (f32[2,2], f32[4]) {
+  %p = f32[4]{0} parameter(0)
+  %n = f32[4]{0} negate(%p)
+  %b = f32[2,2]{1,0} bitcast(%n)
+  ROOT %t = (f32[2,2]{1,0}, f32[4]{0}) tuple(%b, %p)
+}
+"""
+
+
+def test_divergence_on_a_scheduled_module_whose_outputs_share_buffers(tmp_path, capsys):
+    """Reading %n beside its bitcast %b made two outputs of one buffer, which
+    XLA:CPU's client aborts on for a module it does not copy-insert again (a
+    scheduled one: a third-party train step's after_optimizations dump). Each
+    probe is exposed through a copy, so the module compiles and every value agrees."""
+    path = tmp_path / "s.hlo"
+    path.write_text(_SCHEDULED)
+    exposed = expose(parse(_SCHEDULED), ["n"]).module
+    assert [o.opcode for o in exposed.entry.root.operands] == [HloOpcode.BITCAST, HloOpcode.COPY, HloOpcode.COPY]
+    assert main(["divergence", str(path), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "no divergence" in out and "outputs: exact" in out

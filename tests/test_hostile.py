@@ -175,6 +175,28 @@ def test_comments_and_statements_over_lines_stay_on_the_fast_path(monkeypatch):
     assert "ROOT %s = f32[4]{0} add(%a, %b)" in want
 
 
+@pytest.mark.parametrize("where", ["after =", "after a comma", "both"])
+def test_statements_broken_after_an_equals_or_a_comma_stay_on_the_fast_path(where, monkeypatch):
+    """A statement broken where its brackets are all closed (``%x =`` then the
+    shape; ``...), `` then the attributes) is one statement to XLA's lexer; the
+    scanner reads it without the grammar (it sent the whole module there: 8x)."""
+    one = "ROOT %s = f32[4]{0} add(%a, %b), metadata={op_name=\"x\"}"
+    broken = {"after =": "ROOT %s =\n      f32[4]{0} add(%a, %b), metadata={op_name=\"x\"}",
+              "after a comma": "ROOT %s = f32[4]{0} add(%a, %b),\n      metadata={op_name=\"x\"}",
+              "both": "ROOT %s =\n  f32[4]{0} add(%a, %b),\n\n      metadata={op_name=\"x\"}"}[where]
+    text = "HloModule m\n\nENTRY %e (a: f32[4], b: f32[4]) -> f32[4] {\n  %a = f32[4]{0} parameter(0)\n" \
+           "  %b = f32[4]{0} parameter(1)\n  " + one + "\n}\n"
+    want = hlo_tools.parse(text, use_scanner=False).to_text()
+    monkeypatch.setattr(grammar, "parse_module_records", _refuse_whole_module)
+    module = hlo_tools.parse(text.replace(one, broken))
+    assert module.to_text() == want
+    assert module.entry.root.attributes["metadata"] == '{op_name="x"}'
+
+
+def _refuse_whole_module(*args, **kwargs):
+    raise AssertionError("the whole module went to the grammar")
+
+
 def test_errors_in_a_statement_over_lines_are_located():
     bad = _SPREAD.replace("      %b), metadata", "      %b)), metadata")
     with pytest.raises(hlo_tools.HloParseError) as info:

@@ -94,3 +94,36 @@ def test_the_bundle_of_a_users_pass_runs_its_own_run_line(decode, tmp_path, monk
     done = subprocess.run(command, shell=True, cwd=out, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_check_lines_of_tuple_shapes_and_literals_match_the_rewrite():
+    """A new instruction with a tuple shape (a train step's ROOT tuple of six) or a
+    literal operand: its CHECK line keeps the shape's parentheses whole (it read
+    the shape as the operand list and matched nothing on MaxText's train step)."""
+    from hlo_tools.testing import check_lines
+
+    before = parse("""HloModule m
+
+ENTRY e {
+  a = f32[2]{0} parameter(0)
+  b = f32[2]{0} parameter(1)
+  ROOT t = (f32[2]{0}, f32[2]{0}) tuple(a, b)
+}
+""")
+    after = parse("""HloModule m
+
+ENTRY e {
+  a = f32[2]{0} parameter(0)
+  b = f32[2]{0} parameter(1)
+  n = f32[2]{0} negate(a)
+  c = f32[2]{0} constant({1, 2})
+  i = (f32[2]{0}, f32[2]{0}) tuple(n, b)
+  ROOT t2 = ((f32[2]{0}, f32[2]{0}), f32[2]{0}) tuple(i, c)
+}
+""")
+    checks = check_lines(before, after)
+    assert "CHECK: = (f32[2]{0}, f32[2]{0}) tuple(%{{[^ ,)]+}}, %b)" in checks
+    assert "CHECK: ROOT {{.*}} = ((f32[2]{0}, f32[2]{0}), f32[2]{0}) tuple(%{{[^ ,)]+}}, %{{[^ ,)]+}})" in checks
+    assert "CHECK: = f32[2]{0} constant({1, 2})" in checks
+    assert run_filecheck(after.to_text(), checks)
+    assert not run_filecheck(before.to_text(), checks)

@@ -90,7 +90,7 @@ def resolve(spec: str) -> Path:
 
 def _cmd_collectives(args) -> int:
     from hlo_analysis import devices  # lazy: start-up
-    from hlo_analysis.collectives import infer_mesh, mesh_from_entry  # lazy: start-up
+    from hlo_analysis.collectives import awaits_partitioning, infer_mesh, mesh_from_entry  # lazy: start-up
     from hlo_analysis.communication import analyze  # lazy: start-up
     from hlo_analysis.replica_groups import Mesh, ReplicaGroupsError  # lazy: start-up
 
@@ -119,6 +119,7 @@ def _cmd_collectives(args) -> int:
         return 1
     d = report.as_dict()
     d["file"] = str(path)
+    d["awaits_partitioning"] = awaits_partitioning(module)
     if args.lhs:
         d["latency_hiding_scheduler"] = latency_hiding_comparison(
             module, mesh, device, args.nodes, max_in_flight=args.lhs_in_flight,
@@ -143,8 +144,11 @@ def _print(d: dict, top: int) -> None:
               f"on the wire); communication {fmt_us(t['comm_us'])}, exposed {fmt_us(t['exposed_us'])} "
               f"({t['exposed_fraction']:.0%}); compute {fmt_us(t['compute_us'])}")
     m = d["memory"]
+    if d.get("awaits_partitioning"):
+        con.print("note: the module is not partitioned yet (named shardings, no collective): its shapes are the "
+                  "whole program's, not one device's; its after_optimizations dump has the partitioned module")
     if m:
-        line = (f"memory per device: peak {fmt_bytes(m['peak_bytes'])} at %{m['peak_at']} (parameters "
+        line = (f"memory {'of the whole program' if d.get('awaits_partitioning') else 'per device'}: peak {fmt_bytes(m['peak_bytes'])} at %{m['peak_at']} (parameters "
                 f"{fmt_bytes(m['parameters_bytes'])}, temporaries {fmt_bytes(m['peak_temporaries_bytes'])})")
         x = m.get("xla_buffer_assignment")
         if x:
