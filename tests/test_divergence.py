@@ -80,7 +80,7 @@ def test_swapped_subtract_is_found_there_cli(swapped_case):
     name, a, b = swapped_case
     r = run_hlo("divergence", a, b, "--batch", "100")  # several batches, stopping at the one that holds it
     assert r.returncode == 1, r.stderr
-    assert f"first_divergence=%{name}" in r.stdout.splitlines()
+    assert r.stdout.splitlines()[-1].startswith(f"first_divergence=%{name} computation=%")
     assert "MISMATCH" in r.stdout and "path from the inputs" in r.stdout
     r = run_hlo("divergence", a, b, "--json", "-q")
     d = json.loads(r.stdout)
@@ -162,8 +162,9 @@ def test_prepare_inlines_calls_keeping_the_call_name():
     assert p.calls_inlined == 1
     assert not any(i.opcode is HloOpcode.CALL for i in entry)
     assert entry.get_instruction("c").opcode is HloOpcode.ADD  # the call's value keeps its name
-    assert {call for call, _ in p.origin.values()} == {"c"}  # the other inlined ones know where from
-    assert {inner for _, inner in p.origin.values()} == {"one", "b"}
+    assert {call for call, _, _ in p.origin.values()} == {"c"}  # the other inlined ones know where from
+    assert {inner for _, inner, _ in p.origin.values()} == {"one", "b"}
+    assert {comp for _, _, comp in p.origin.values()} == {"add_one"}  # the computation they sit in
 
 
 def test_match_by_name_then_structure_and_the_path():
@@ -205,3 +206,37 @@ def test_divergence_on_a_scheduled_module_whose_outputs_share_buffers(tmp_path, 
     assert main(["divergence", str(path), str(path)]) == 0
     out = capsys.readouterr().out
     assert "no divergence" in out and "outputs: exact" in out
+
+
+_CALLED = """HloModule m
+
+f {
+  x = f32[4] parameter(0)
+  y = f32[4] parameter(1)
+  sub.10 = f32[4] subtract(x, y)
+  ROOT e = f32[4] exponential(sub.10)
+}
+
+ENTRY main {
+  p = f32[4] parameter(0)
+  q = f32[4] parameter(1)
+  sub.10 = f32[4] multiply(p, q)
+  c = f32[4] call(p, sub.10), to_apply=f
+  ROOT n = f32[4] negate(c)
+}
+"""
+
+
+def test_a_divergence_inside_a_call_is_named_as_the_file_has_it(tmp_path):
+    """The subtract inside %f is read as the clone %sub.10.1 (the entry has its
+    own %sub.10); the report names it %sub.10 in computation %f, as written."""
+    a, b = tmp_path / "a.hlo", tmp_path / "b.hlo"
+    a.write_text(_CALLED)
+    b.write_text(_CALLED.replace("subtract(x, y)", "subtract(y, x)"))
+    r = run_hlo("divergence", a, b, "-q")
+    assert r.returncode == 1 and r.stdout.strip() == "first_divergence=%sub.10 computation=%f", r.stdout + r.stderr
+    d = json.loads(run_hlo("divergence", a, b, "--json", "-q").stdout)
+    assert (d["first_divergence"], d["computation"], d["inlined_as"]) == ("sub.10", "f", "sub.10.1")
+    assert d["path"][-1]["name"] == "sub.10" and d["path"][-1]["computation"] == "f"
+    report = run_hlo("divergence", a, b).stdout
+    assert "first divergence: %sub.10 = f32[4] subtract in computation %f (called by %c" in report

@@ -21,7 +21,7 @@ def _cmd(args) -> int:
     if args.json:
         print(json.dumps(d.as_dict(), indent=1))
     elif args.quiet:
-        print(f"first_divergence=%{d.name}" if d.found else
+        print(d.summary_line() if d.found else
               ("outputs differ, no intermediate divergence" if d.outputs_differ else "no divergence"))
     else:
         print(d.report())

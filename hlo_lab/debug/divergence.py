@@ -60,11 +60,12 @@ class DivergenceError(HloError):
 @dataclass
 class Prepared:
     """A module with its entry's calls inlined; ``origin`` maps an inlined
-    instruction's name to (the call it came from, its name in the callee)."""
+    instruction's name to where the user's file has it: (the entry's call it
+    came from, its name in the callee, the callee)."""
 
     module: Module
     calls_inlined: int
-    origin: dict[str, tuple[str, str]]
+    origin: dict[str, tuple[str, str, str]]
 
 
 def prepare(module: Module) -> Prepared:
@@ -78,7 +79,7 @@ def prepare(module: Module) -> Prepared:
 
     copy = module.clone()
     rw = Rewriter()
-    origin: dict[str, tuple[str, str]] = {}
+    origin: dict[str, tuple[str, str, str]] = {}
     count = 0
     while True:
         calls = inlinable_calls(copy.entry)
@@ -91,7 +92,7 @@ def prepare(module: Module) -> Prepared:
             outer = origin.pop(name, None)  # the call was itself inlined from an outer one
             clones = inline_call(call, rw)
             for clone, member in zip(clones, members):
-                origin[clone.name] = (outer[0] if outer else name, member.name)
+                origin[clone.name] = (outer[0] if outer else name, member.name, callee.name)
             if root is not None:
                 del origin[clones[root].name]
                 rw.rename(clones[root], name)
@@ -269,26 +270,36 @@ class DivergenceStep:
     shape: str
     status: str
     stats: OutputDiff | None = None  # when read
-    inlined_from: tuple[str, str] | None = None  # (the call in A, the name in its callee)
+    inlined_from: tuple[str, str, str] | None = None  # (the call in A, the name in its callee, the callee)
 
     def line(self) -> str:
-        where = _where(self.inlined_from)
         detail = _stats_text(self.stats) if self.stats is not None else self.status
-        return f"%{self.name} = {self.shape} {self.opcode}{where}: {detail}"
+        return f"%{_written(self.name, self.inlined_from)} = {self.shape} {self.opcode}{_where(self.inlined_from)}: {detail}"
 
     def as_dict(self) -> dict:
-        d = dict(name=self.name, opcode=self.opcode, shape=self.shape, status=self.status,
-                 inlined_from=_origin_dict(self.inlined_from))
+        d = dict(name=_written(self.name, self.inlined_from), computation=_computation(self.inlined_from),
+                 opcode=self.opcode, shape=self.shape, status=self.status,
+                 inlined_as=self.name if self.inlined_from else None, inlined_from=_origin_dict(self.inlined_from))
         d["stats"] = _stats_dict(self.stats) if self.stats is not None else None
         return d
 
 
-def _where(origin: tuple[str, str] | None) -> str:
-    return f" (%{origin[1]} of call %{origin[0]}, inlined)" if origin else ""
+def _written(name: str, origin: tuple[str, str, str] | None) -> str:
+    """The instruction's name as the user's file has it (not its inlined clone's)."""
+    return origin[1] if origin else name
 
 
-def _origin_dict(origin: tuple[str, str] | None) -> dict | None:
-    return {"call": origin[0], "name_in_callee": origin[1]} if origin else None
+def _computation(origin: tuple[str, str, str] | None) -> str | None:
+    """The computation the user's file has it in (None: the entry)."""
+    return origin[2] if origin else None
+
+
+def _where(origin: tuple[str, str, str] | None) -> str:
+    return f" in computation %{origin[2]} (called by %{origin[0]}; inlined to read it)" if origin else ""
+
+
+def _origin_dict(origin: tuple[str, str, str] | None) -> dict | None:
+    return {"call": origin[0], "name_in_callee": origin[1], "computation": origin[2]} if origin else None
 
 
 def _stats_text(diff: OutputDiff) -> str:
@@ -327,7 +338,8 @@ class Divergence:
     calls_inlined: tuple[int, int]
     outputs: Comparison  # the original outputs
     seconds: float
-    inlined_from: tuple[str, str] | None = None
+    inlined_from: tuple[str, str, str] | None = None
+    entry: str = ""  # A's entry computation
     note: str = ""
 
     @property
@@ -347,7 +359,10 @@ class Divergence:
         return {
             "a": self.a_name, "b": self.b_name, "pipeline_a": self.pipelines[0], "pipeline_b": self.pipelines[1],
             "seed": self.seed,
-            "first_divergence": self.name, "first_divergence_b": self.name_b, "opcode": self.opcode,
+            "first_divergence": _written(self.name, self.inlined_from) if self.name else None,
+            "computation": (_computation(self.inlined_from) or self.entry) if self.name else None,
+            "inlined_as": self.name if self.inlined_from else None,
+            "first_divergence_b": self.name_b, "opcode": self.opcode,
             "shape": self.shape, "matched_by": self.matched_by, "inlined_from": _origin_dict(self.inlined_from),
             "stats": _stats_dict(self.stats) if self.stats is not None else None,
             "position": self.position,
@@ -363,6 +378,11 @@ class Divergence:
             "seconds": round(self.seconds, 3),
         }
 
+    def summary_line(self) -> str:
+        """The last line: the name as the user's file has it, and where."""
+        comp = _computation(self.inlined_from) or self.entry
+        return f"first_divergence=%{_written(self.name or '', self.inlined_from)} computation=%{comp}"
+
     def report(self) -> str:
         m = self.matching
         kinds = ", ".join(f"{n} by {k}" for k, n in _count_by(m).items())
@@ -375,7 +395,9 @@ class Divergence:
         if self.found:
             where = _where(self.inlined_from)
             twin = f"%{self.name_b} in B" if self.name_b != self.name else "same name in B"
-            lines += [f"first divergence: %{self.name} = {self.shape} {self.opcode}{where} "
+            if self.inlined_from:
+                twin += f", %{self.name} once inlined"
+            lines += [f"first divergence: %{_written(self.name, self.inlined_from)} = {self.shape} {self.opcode}{where} "
                       f"(value #{self.position} in post order; matched by {self.matched_by}, {twin})",
                       f"  {_stats_text(self.stats)}"]
             if self.note:
@@ -404,7 +426,7 @@ class Divergence:
             bad = sum(not o.ok for o in outs)
             lines.append(f"  ({len(outs) - len(shown)} more outputs not shown; {bad} of {len(outs)} differ: --json has all)")
         if self.found:
-            lines.append(f"first_divergence=%{self.name}")
+            lines.append(self.summary_line())
         return "\n".join(lines)
 
 
@@ -480,7 +502,7 @@ def first_divergence(a: Module, b: Module, *, pipeline_a: str = "stock", pipelin
             break
     common = dict(a_name=a.name, b_name=b.name, pipelines=(pipeline_a, pipeline_b), seed=seed, compared=compared,
                   readable=len(values), batches=done, matching=matching,
-                  calls_inlined=(pa.calls_inlined, pb.calls_inlined), outputs=outputs)
+                  calls_inlined=(pa.calls_inlined, pb.calls_inlined), outputs=outputs, entry=a.entry.name)
     if found is None:
         return Divergence(**common, name=None, name_b=None, opcode=None, shape=None, matched_by=None, stats=None,
                           operands=[], path=[], position=None, seconds=time.perf_counter() - t0)
