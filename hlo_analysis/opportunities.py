@@ -216,9 +216,11 @@ def _siblings(comp: Computation, device: Device, patterns: Patterns, cycle_check
     return out
 
 
-def group(opportunities, *, module: str = "", examples: int = 3) -> list[OpportunityGroup]:
+def group(opportunities, *, module: str = "", examples: int = 3, entry: str | None = None) -> list[OpportunityGroup]:
     """Groups opportunities (of one module, or ``(module, Opportunity)`` pairs of many)
-    by kind and signature, most bytes saved first."""
+    by kind and signature, most bytes saved first. An example outside ``entry``
+    (a loop body, a called computation) says which computation it is in, as the
+    user's file names it."""
     acc: dict[tuple[str, str], list] = {}
     for item in opportunities:
         mod, o = item if isinstance(item, tuple) else (module, item)
@@ -230,7 +232,8 @@ def group(opportunities, *, module: str = "", examples: int = 3) -> list[Opportu
         a[3] += o.bytes_saved
         a[4] += max(o.time_saved_s, 0.0)
         if len(a[5]) < examples:
-            a[5].append(f"{mod + ':' if mod else ''}{o.producer}->{o.consumer}")
+            where = f" in %{o.computation}" if entry is not None and o.computation != entry else ""
+            a[5].append(f"{mod + ':' if mod else ''}{o.producer}->{o.consumer}{where}")
     groups = [OpportunityGroup(sig, kind, a[0], a[1], a[2], a[3], a[4], tuple(a[5])) for (kind, sig), a in acc.items()]
     groups.sort(key=lambda g: -g.bytes_saved)
     return groups

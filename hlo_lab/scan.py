@@ -255,7 +255,7 @@ def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # mod
     mc = cost.analyze(module)
     rf = roofline.roofline(module, dev, mc)
     opps = opportunities.find(module, dev, mc)
-    groups = opportunities.group(opps)
+    groups = opportunities.group(opps, entry=module.entry.name)
     kernels = sorted(rf.kernels, key=lambda k: -k.time_s)
     patterns: dict[str, dict[str, float]] = {}
     for o in opps:

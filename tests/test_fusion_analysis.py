@@ -118,6 +118,47 @@ def test_softmax_edges_signatures_and_legality():
     assert sum(g.count for g in groups) == len(opps)
 
 
+_LOOP = """HloModule m
+
+body {
+  t = (s32[], f32[1024]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  x = f32[1024] get-tuple-element(t), index=1
+  e = f32[1024] exponential(x)
+  n = f32[1024] negate(e)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT r = (s32[], f32[1024]) tuple(j, n)
+}
+
+cond {
+  t = (s32[], f32[1024]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  k = s32[] constant(4)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+
+ENTRY main {
+  p = f32[1024] parameter(0)
+  z = s32[] constant(0)
+  t = (s32[], f32[1024]) tuple(z, p)
+  w = (s32[], f32[1024]) while(t), condition=cond, body=body
+  y = f32[1024] get-tuple-element(w), index=1
+  a = f32[1024] exponential(y)
+  ROOT b = f32[1024] negate(a)
+}
+"""
+
+
+def test_examples_outside_the_entry_name_their_computation():
+    """An opportunity in a loop body is shown with the computation the file has
+    it in; one in the entry as is."""
+    m = hlo_tools.parse(_LOOP)
+    groups = opportunities.group(opportunities.find(m, devices.load("h100")), entry=m.entry.name)
+    examples = [x for g in groups for x in g.examples]
+    assert "e->n in %body" in examples and "a->b" in examples, examples
+
+
 # -- scan ----------------------------------------------------------------------
 def _sample_folder(tmp_path):
     """Three real modules, one corrupt, one truncated, one not gzip at all."""
