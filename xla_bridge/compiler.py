@@ -242,6 +242,25 @@ _SCHEDULED_RE = re.compile(r"^\s*HloModule\s+[^\n]*\bis_scheduled=true\b")
 _GPU_OPTIMIZED_RE = re.compile(r'custom_call_target="__cublas|custom_call_target="__cudnn|"kind":"__triton')
 
 
+_PARTITIONS_RE = re.compile(r"^\s*HloModule\s+[^\n]*\bnum_partitions=(\d+)")
+
+
+#: The calls around a ``shard_map`` body (Shardy's and GSPMD's spelling): its
+#: values have per-device shapes, so the module compiles only over its devices.
+_MANUAL_RE = re.compile(r'custom_call_target="(xla\.sdy\.GlobalToLocalShape|SPMDFullToShardShape)"')
+
+
+def manual_partitions(text: str) -> int:
+    """The partitions a module with a ``shard_map`` (per-device shapes inside
+    ``xla.sdy.GlobalToLocalShape`` or ``SPMDFullToShardShape`` calls) must be
+    compiled over: its ``num_partitions``; 1 for any other module (shardings
+    alone compile on one device)."""
+    if not _MANUAL_RE.search(text):
+        return 1
+    m = _PARTITIONS_RE.search(text[:65536])
+    return int(m.group(1)) if m else 1
+
+
 def is_optimized(text: str) -> bool:
     """True for a module XLA has already optimized (scheduled): XLA's pipeline
     cannot run on it again (its layout-changing bitcasts and fusions break the
@@ -331,6 +350,12 @@ def compile(  # noqa: A001 - the name users expect
     parse_flags(flags)  # a malformed flag fails here, before anything starts
     if isinstance(hook, tuple):
         hook = Hook(*hook)
+    if target is None and partitions < (n := manual_partitions(text)):
+        call = _MANUAL_RE.search(text).group(1)
+        raise XlaCompileError(f"a shard_map over {n} devices ({call} calls: per-device shapes inside): XLA "
+                              f"compiles the module over all {n} only, and nothing here runs a module over several "
+                              f"devices; `hlo compile` compiles it (over {n} host devices), other commands need a "
+                              "dump made on one device", module_name=name, backend=bkey, stage="compile")
     if contained and not worker.in_worker():
         res = worker.contained(
             compile, (text, backend, pipeline),
@@ -393,7 +418,8 @@ def compile(  # noqa: A001 - the name users expect
                              "(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N)")
         mlir_bytes = jax_internals.hlo_to_stablehlo_bytes(compile_text, name)
         t0 = time.perf_counter()
-        exe = jax_internals.compile_stablehlo(client, mlir_bytes, devices, opts)
+        exe = jax_internals.compile_stablehlo(client, mlir_bytes, devices, opts,
+                                              shardy=jax_internals.uses_shardy(compile_text))
         return exe, devices[0], jax_internals.device_name(devices[0]), time.perf_counter() - t0
 
     worker.note("compiling", name)

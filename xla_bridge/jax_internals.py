@@ -201,23 +201,34 @@ def make_compile_options(debug_options: dict[str, Any]):
     return opts
 
 
-def set_spmd_partitions(opts, devices: list) -> None:
+def uses_shardy(text: str) -> bool:
+    """Whether a module was exported by Shardy (jax >= 0.7's partitioner): its
+    ``xla.sdy.*`` custom calls and attributes are read back only by XLA's Shardy
+    pipeline (``use_shardy_partitioner``); the GSPMD path aborts on its named
+    shardings (hlo_sharding_util: ``!sharding.UseNamedShardingLeaf()``)."""
+    return "xla.sdy." in text
+
+
+def set_spmd_partitions(opts, devices: list, *, shardy: bool = False) -> None:
     """With more than one device: one replica, one SPMD partition per device
-    (XLA's SPMD partitioner splits a sharded module over them)."""
+    (XLA's SPMD partitioner splits a sharded module over them; ``shardy``: Shardy's)."""
     if len(devices) <= 1:
         return
     opts.num_replicas, opts.num_partitions = 1, len(devices)
     build = opts.executable_build_options
     build.use_spmd_partitioning, build.num_partitions, build.num_replicas = True, len(devices), 1
+    if shardy and hasattr(build, "use_shardy_partitioner"):
+        build.use_shardy_partitioner = True
     build.device_assignment = _xc().DeviceAssignment.create(np.array([[d.id for d in devices]], dtype=np.int32))
 
 
-def compile_stablehlo(client, mlir_bytes: bytes, devices: list, debug_options: dict[str, Any]):
+def compile_stablehlo(client, mlir_bytes: bytes, devices: list, debug_options: dict[str, Any], *,
+                      shardy: bool = False):
     """Compile and load on ``devices``: one device, or one per SPMD partition (XLA's
-    SPMD partitioner splits a sharded module over them, one replica); jaxlib's
-    errors pass through unchanged."""
+    SPMD partitioner splits a sharded module over them, one replica; ``shardy``:
+    Shardy's); jaxlib's errors pass through unchanged."""
     opts = make_compile_options(debug_options)
-    set_spmd_partitions(opts, devices)
+    set_spmd_partitions(opts, devices, shardy=shardy)
     fn = getattr(client, "compile_and_load", None) or client.compile  # compile_and_load: jax >= 0.6
     return fn(mlir_bytes, _xc().DeviceList(tuple(devices)), opts)
 
@@ -405,7 +416,7 @@ def compile_deviceless_gpu(text: str, target_config_text: str, debug_options: di
     from jaxlib.mlir import ir
 
     opts = make_compile_options(debug_options)
-    set_spmd_partitions(opts, devices)
+    set_spmd_partitions(opts, devices, shardy=uses_shardy(text))
     with jax_mlir.make_ir_context():
         ir_module = ir.Module.parse(mlir_bytes)
         return devices[0].client.compile(ir_module, _xc().DeviceList(tuple(devices)), opts), devices[0]

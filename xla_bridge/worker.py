@@ -534,3 +534,11 @@ def serve(warm_up: Callable[[], Any] | None = None) -> int:
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             result = _exception_payload(e)
         _write_frame(_reply_to, result)
+
+
+def host_devices(n: int) -> None:
+    """XLA workers started from now on see ``n`` CPU devices (XLA's
+    ``--xla_force_host_platform_device_count``): what compiling a module
+    partitioned over ``n`` devices on XLA:CPU needs."""
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", ""))
+    os.environ["XLA_FLAGS"] = f"{flags.strip()} --xla_force_host_platform_device_count={n}".strip()

@@ -17,7 +17,8 @@ from hlo_analysis.units import finite, fmt_seconds, fmt_us
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import FUSION_MODES, STOCK, Measurement, XlaPipeline
-from xla_bridge.compiler import PIPELINES, compile
+from xla_bridge.compiler import PIPELINES, compile, manual_partitions
+from xla_bridge.worker import host_devices
 from xla_bridge.results import history, record, trend
 from xla_bridge.runner import compare, run_module
 
@@ -40,9 +41,13 @@ def _cmd_compile(args) -> int:
     if args.dump_dir:
         check_writable(args.dump_dir, directory=True)
     try:
+        module = _load(args.file)
+        parts = 1 if args.target else manual_partitions(module.to_text())
+        if parts > 1:  # a shard_map module compiles over its devices only: the XLA worker gets that many host devices
+            host_devices(parts)
         with progress.status(f"compiling {args.file}", progress.wanted(args)):
-            res = compile(_load(args.file), args.backend, args.pipeline, flags=_flags(args), target=args.target,
-                          dump_dir=args.dump_dir, contained=True)
+            res = compile(module, args.backend, args.pipeline, flags=_flags(args), target=args.target,
+                          dump_dir=args.dump_dir, contained=True, partitions=parts)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 2
