@@ -6,6 +6,8 @@ The rules and the public API: docs/fusion_passes.md#fusion-legality
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
@@ -160,12 +162,37 @@ def shape_key(instr: Instruction) -> tuple:
     return (tuple(s.dims), tuple(layout) if layout is not None else None)
 
 
+_FUSIBLE: contextvars.ContextVar[dict[int, Decision] | None] = contextvars.ContextVar("hlo_fusible", default=None)
+
+
+@contextlib.contextmanager
+def fusible_memo() -> Iterator[None]:
+    """Within the block ``fusible`` answers each instruction once: for analyses
+    that ask about one module without changing it (opportunities asks per edge,
+    and a fusion producer on many edges walked its body each time)."""
+    token = _FUSIBLE.set({})
+    try:
+        yield
+    finally:
+        _FUSIBLE.reset(token)
+
+
 def fusible(instr: Instruction) -> Decision:
     """May ``instr`` live inside a loop (or input) fusion? The reason reads after
     the instruction's role: "producer " + "is a dot".  A fusion is fusible when
     everything inside it is, nested fusions included (an explicit stack: fusion
     chains of any depth); the reason then names the path to the first that is not:
     "is a fusion whose %g is a fusion whose %x has a side effect"."""
+    memo = _FUSIBLE.get()
+    if memo is None:
+        return _fusible(instr)
+    d = memo.get(id(instr))
+    if d is None:
+        d = memo[id(instr)] = _fusible(instr)
+    return d
+
+
+def _fusible(instr: Instruction) -> Decision:
     effects = side_effects()  # one memo for the whole walk (for the pass run, in a PassManager)
     d = _fusible_here(instr, effects)
     if d is not _LOOK_INSIDE:

@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
+from hlo_tools.side_effects import one_memo
 
 from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, is_kernel, shape_size
 from .devices import Device
-from .legality import can_fuse, creates_cycle, fusible
+from .legality import can_fuse, creates_cycle, fusible, fusible_memo
 from .patterns import Patterns, edge_label
 
 _H = HloOpcode
@@ -133,7 +134,11 @@ def _time(flops: float, trans: float, bytes_: float, device: Device, launches: i
 def find(module: Module, device: Device, cost: ModuleCost | None = None, *,
          cycle_check_top: int = 64, siblings: bool = True) -> list[Opportunity]:
     """Every producer->consumer and sibling edge across kernels in ``module``."""
-    cost = cost or analyze(module)
+    with one_memo(), fusible_memo():  # side effects and fusibility asked once each, not once per edge
+        return _find(module, device, cost or analyze(module), cycle_check_top, siblings)
+
+
+def _find(module: Module, device: Device, cost: ModuleCost, cycle_check_top: int, siblings: bool) -> list[Opportunity]:
     patterns = Patterns(module)
     by_comp: dict[str, dict[str, InstructionCost]] = defaultdict(dict)
     for c in cost.instructions:
