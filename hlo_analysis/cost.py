@@ -62,9 +62,10 @@ def shape_size(shape: Shape) -> int:
         return POINTER_SIZE * len(shape.tuple_shapes)
     if shape.element_type is PrimitiveType.OPAQUE:
         return POINTER_SIZE
-    if not shape.is_array or any(d < 0 for d in shape.dims):
+    if not shape.is_array:
         return 0
-    return shape.byte_size
+    dims = shape.dims
+    return 0 if dims and min(dims) < 0 else shape.byte_size
 
 
 def leaf_bytes(shape: Shape) -> int:
