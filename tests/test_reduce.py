@@ -227,3 +227,53 @@ def test_reduce_cli_with_a_shell_predicate(tmp_path, capsys):
     assert main(["reduce", str(src), "--until", "false", "-q"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not hold" in err[0]
+
+
+_LOOP = """HloModule scanned
+
+body {
+  t = (s32[], f32[8], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  x = f32[8] get-tuple-element(t), index=1
+  w = f32[8] get-tuple-element(t), index=2
+  m = f32[8] multiply(x, w)
+  e = f32[8] exponential(m)
+  a = f32[8] add(e, x)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT r = (s32[], f32[8], f32[8]) tuple(j, a, w)
+}
+
+cond {
+  t = (s32[], f32[8], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  k = s32[] constant(2)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+
+ENTRY main {
+  p = f32[8] parameter(0)
+  q = f32[8] parameter(1)
+  z = s32[] constant(0)
+  t = (s32[], f32[8], f32[8]) tuple(z, p, q)
+  loop = (s32[], f32[8], f32[8]) while(t), condition=cond, body=body
+  y = f32[8] get-tuple-element(loop), index=1
+  ROOT n = f32[8] negate(y)
+}
+"""
+
+
+def test_reduce_enters_a_loop_body():
+    """A failure inside a scanned layer: the reduction takes one iteration of the
+    body as the module (the loop state's elements as parameters), then cuts it
+    down to the exponential (it stopped at the while: 9 instructions left)."""
+    from hlo_lab.debug.reduce import subgraph
+
+    module = parse(_LOOP)
+    body = subgraph.loop_body(module, "loop")
+    verify(body)
+    assert [p.shape.to_text() for p in body.entry.parameters] == ["s32[]", "f32[8]", "f32[8]"]
+    got = reduce_module(module, lambda m: any(i.opcode is HloOpcode.EXPONENTIAL for i in m.instructions()))
+    assert not any(i.opcode is HloOpcode.WHILE for i in got.module.instructions())
+    assert _opcodes(got.module) == ["parameter", "exponential"], got.module.to_text()
+    assert any(s.phase == "loop body loop" for s in got.steps)

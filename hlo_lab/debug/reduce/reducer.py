@@ -4,9 +4,10 @@ modules (``subgraph``).
 
 Rounds, until one changes nothing: the entry's instructions (which values to
 compute at all: the rest become parameters or go), then the body of each fusion
-left (which instructions of it matter), then each fusion and call inlined
-(when the failure is not about fusing; a call's body is then cut into in the
-next round).  Each candidate is printed once, verified
+left (which instructions of it matter), then one iteration of a ``while``
+loop's body as the module (a failure a scanned layer shows in one step), then
+each fusion and call inlined (when the failure is not about fusing; a call's
+body is then cut into in the next round).  Each candidate is printed once, verified
 (``hlo_tools.verify``: an invalid one is never shown to the predicate) and
 judged once: answers are cached by the candidate's text, as ddmin asks for the
 same subset more than once.
@@ -161,6 +162,13 @@ def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None
                     current = smaller
                     step(f"fusion {fusion}")
                 budget.check()
+            for name in subgraph.loops(current):  # into a scanned layer: one iteration of its body
+                judge.phase = f"loop body {name}"
+                body = subgraph.loop_body(current, name)
+                if judge(body):
+                    current = body
+                    step(f"loop body {name}")
+                    break
             for name in subgraph.inlinable(current):
                 judge.phase = f"inline {name}"
                 inlined = subgraph.inline(current, name)

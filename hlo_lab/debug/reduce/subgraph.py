@@ -115,6 +115,48 @@ def inline(module: Module, name: str) -> Module | None:
     return m
 
 
+def loops(module: Module) -> list[str]:
+    """Names of the entry's ``while`` loops whose body ``loop_body`` can make the
+    module: a body that reads its state through get-tuple-elements only."""
+    out = []
+    for i in module.entry:
+        body = i.called_computation("body") if i.opcode is HloOpcode.WHILE else None
+        if body is not None and body.parameters and all(
+                u.opcode is HloOpcode.GET_TUPLE_ELEMENT for u in body.parameters[0].users):
+            out.append(i.name)
+    return out
+
+
+def loop_body(module: Module, name: str) -> Module | None:
+    """A module whose entry is one iteration of entry loop ``name``: a copy of its
+    body, the loop state's elements it reads as parameters (XLA feeds no tuple
+    parameters), the next state as the output. The way into a scanned layer: a
+    failure that one iteration shows is then cut down inside the body."""
+    if name not in loops(module):
+        return None
+    m = module.clone()
+    rw = Rewriter()
+    body = m.entry.get_instruction(name).called_computation("body")
+    old_entry = m.entry
+    entry = m.deep_clone_computation(body)
+    state = entry.parameters[0]
+    reads = sorted({u.tuple_index for u in state.users})
+    params = {}
+    for n, index in enumerate(reads):
+        shape = state.shape.tuple_shapes[index]
+        params[index] = rw.insert_before(state, Instruction(f"state.{index}", HloOpcode.PARAMETER, shape,
+                                                            parameter_number=n))
+    for u in list(state.users):
+        rw.replace_all_uses_with(u, params[u.tuple_index])
+        rw.erase(u)
+    rw.erase(state)
+    rw.remove_computation(m, entry)
+    old_entry.is_entry = False
+    rw.add_computation(m, entry, entry=True)
+    _tidy(m, rw)
+    return m
+
+
 def _next_parameter(comp: Computation) -> int:
     return max((p.parameter_number for p in comp.parameters), default=-1) + 1
 
