@@ -7,9 +7,11 @@ What is taken from XLA, and what is not: docs/analysis.md#our-gpu-roofline-vs-xl
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from hlo_tools.ir import Computation, Instruction
 from hlo_tools.opcode import ELEMENTWISE, HloOpcode
@@ -249,10 +251,30 @@ def fusion_utilization(fusion: Instruction) -> Utilization:
     fraction of it they read (elementwise users pass theirs through). Nested fusions
     are priced first, innermost first (fusion chains of any depth)."""
     comp = fusion.fused_computation
-    memo: dict[int, Utilization] = {}
+    shared = _UTILIZATION.get()
+    if shared is not None and id(comp) in shared:
+        return shared[id(comp)]
+    memo: dict[int, Utilization] = shared if shared is not None else {}
     for c in (*comp.make_embedded_computations_post_order(via=_fused), comp):
-        memo[id(c)] = _utilization(c, memo)
+        if id(c) not in memo:
+            memo[id(c)] = _utilization(c, memo)
     return memo[id(comp)]
+
+
+_UTILIZATION: contextvars.ContextVar[dict[int, Utilization] | None] = contextvars.ContextVar(
+    "hlo_fusion_utilization", default=None)
+
+
+@contextlib.contextmanager
+def utilization_memo() -> Iterator[None]:
+    """Within the block each fused computation's utilization is computed once (a
+    kernel's flops and its operand reads both ask for it): for walks that price a
+    module without changing it (the roofline)."""
+    token = _UTILIZATION.set({})
+    try:
+        yield
+    finally:
+        _UTILIZATION.reset(token)
 
 
 def _fused(instr: Instruction) -> tuple[Computation, ...]:

@@ -26,6 +26,7 @@ from hlo_tools.side_effects import one_memo
 
 from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, is_kernel, shape_size
 from .devices import Device
+from .gpu_kernel_model import utilization_memo
 from .legality import can_fuse, creates_cycle, fusible, fusible_memo
 from .patterns import Patterns, edge_label
 
@@ -134,7 +135,7 @@ def _time(flops: float, trans: float, bytes_: float, device: Device, launches: i
 def find(module: Module, device: Device, cost: ModuleCost | None = None, *,
          cycle_check_top: int = 64, siblings: bool = True) -> list[Opportunity]:
     """Every producer->consumer and sibling edge across kernels in ``module``."""
-    with one_memo(), fusible_memo():  # side effects and fusibility asked once each, not once per edge
+    with one_memo(), fusible_memo(), utilization_memo():  # each asked once per instruction, not once per edge
         return _find(module, device, cost or analyze(module), cycle_check_top, siblings)
 
 

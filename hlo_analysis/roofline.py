@@ -33,6 +33,7 @@ from .devices import Device
 from .gpu_kernel_model import combine as gpu_combine
 from .gpu_kernel_model import kernel_cost as gpu_kernel_cost
 from .gpu_kernel_model import operand_reads as gpu_operand_reads
+from .gpu_kernel_model import utilization_memo
 from .op_profile import compute_seconds as profiled_compute_seconds
 
 _H = HloOpcode
@@ -270,6 +271,8 @@ def roofline(module: Module, device: Device, cost: ModuleCost | None = None) -> 
     cost = cost or analyze(module)
     by_key = {(c.computation, c.name): c for c in cost.instructions}
     runs, unknown = executions(module)
-    kernels = [dataclasses.replace(estimate(i, by_key[(i.parent.name, i.name)], device), executions=runs.get(i.parent.name, 1))
-               for i in kernel_instructions(module, cost)]
+    with utilization_memo():  # each fusion body priced once, not once per question about it
+        kernels = [dataclasses.replace(estimate(i, by_key[(i.parent.name, i.name)], device),
+                                       executions=runs.get(i.parent.name, 1))
+                   for i in kernel_instructions(module, cost)]
     return Roofline(module.name, device.name, tuple(kernels), unknown)
