@@ -264,6 +264,11 @@ def _verify_shapes(instr: Instruction, where: str, comp: Computation, bad) -> No
         bad(f"{where}: {size}", comp, instr)
         return
     op = instr.opcode
+    if op is HloOpcode.CONVOLUTION and instr.operand_count < 2:
+        # XLA's parser: "expects at least 2 operands" (it checks dim_labels= first,
+        # like attribute_problems before this); a third operand it lets through
+        bad(f"{where}: takes at least 2 operands (lhs, rhs), has {instr.operand_count}", comp, instr)
+        return
     n = _FIXED_ARITY.get(op)
     if n is not None and instr.operand_count != n:
         bad(f"{where}: takes {n} operand{'s' if n != 1 else ''}, has {instr.operand_count}", comp, instr)
