@@ -678,11 +678,16 @@ def element_flops(instr: Instruction) -> float:
     for a fusion (its parameters included), one flop per output element for
     anything else. Coarser than ``CostAnalysis`` on purpose: the latency-hiding
     scheduler only needs which instructions are long, and its schedules are pinned."""
-    if instr.opcode is _H.DOT:
-        return float(dot_flops(instr))
-    if instr.opcode is _H.FUSION and instr.fused_computation is not None:
-        return sum(element_flops(i) for i in instr.fused_computation)
-    return float(instr.shape.num_elements) if instr.shape.is_array else 0.0
+    total, stack = 0.0, [instr]  # nested fusion bodies walked with a stack: chains of any depth
+    while stack:
+        i = stack.pop()
+        if i.opcode is _H.DOT:
+            total += float(dot_flops(i))
+        elif i.opcode is _H.FUSION and i.fused_computation is not None:
+            stack.extend(i.fused_computation)
+        elif i.shape.is_array:
+            total += float(i.shape.num_elements)
+    return total
 
 
 def reread_bytes(producer: Instruction, *, wrapped_broadcast: bool = False) -> int:

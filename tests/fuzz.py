@@ -358,6 +358,55 @@ def tiny_inputs(rng, text, seeds):
                        "HloModule m\nENTRY e {\n ROOT p = f32[] parameter(0)\n}\n" * 2, "%" * 100, "(" * 100_000, "/*" * 1000])
 
 
+def _chain_module(kind: str, depth: int, shape: str) -> str:
+    """A valid module whose entry reaches ``depth`` levels of calls or of
+    nested fusions (written callers first, as XLA's dumps put the entry last)."""
+    parts = ["HloModule deep\n"]
+    for i in range(depth):
+        inner = (f"  ROOT r = {shape} negate(x)" if i == depth - 1 else
+                 f"  ROOT r = {shape} call(x), to_apply=c{i + 1}" if kind == "call" else
+                 f"  ROOT r = {shape} fusion(x), kind=kLoop, calls=c{i + 1}")
+        parts.append(f"c{i} {{\n  x = {shape} parameter(0)\n{inner}\n}}\n")
+    how = "call(p), to_apply=c0" if kind == "call" else "fusion(p), kind=kLoop, calls=c0"
+    parts.append(f"ENTRY main {{\n  p = {shape} parameter(0)\n  ROOT r = {shape} {how}\n}}\n")
+    return "\n".join(parts)
+
+
+def deep_chain(rng, text, seeds):
+    """Issue 39: a chain of calls or of nested fusions thousands deep, in the
+    element type and dims of one of the seed's shapes."""
+    m = _pick(rng, list(re.finditer(r"\b(f32|bf16|f16|s32)\[[\d,]*\]", text)))
+    shape = m.group() if m is not None else "f32[4]"
+    return _chain_module(rng.choice(["call", "fusion"]), rng.choice([100, 1000, 3000, 10_000]), shape)
+
+
+def overflowing_dimensions(rng, text, seeds):
+    """Dims that each fit in int64 but whose element count or byte size does not
+    (XLA's shape validation rejects them)."""
+    m = _pick(rng, list(re.finditer(r"\b(?:f32|bf16|s32|u8|pred|f64)\[([\d,]+)\]", text)))
+    if m is None:
+        return None
+    rank = m.group(1).count(",") + 1  # the rank kept: the layout still fits
+    per_dim = {1: [2**61, 2**62, 2**63 - 1], 2: [2**31, 2**32, 3037000500]}.get(rank, [2**21 + 1, 2**16 + 1])
+    v = rng.choice(per_dim)
+    return _replace_span(text, m.start(1), m.end(1), ",".join([str(v)] * rank))
+
+
+_HOSTILE_NAMES = ["../../evil", "a/b", "x" * 5000, "%%x", "name with space", "\u00e9t\u00e9", "con", ".", "..",
+                  "-dash", "1leading", "a.b.c.d.e.f.g", "null\x00byte", "ROOT", "ENTRY", "HloModule"]
+
+
+def hostile_name(rng, text, seeds):
+    """An instruction's name, everywhere it appears, replaced by one a file name
+    or a lexer could trip on (issue 39: names become file names)."""
+    m = _pick(rng, list(re.finditer(r"^[ \t]*(?:ROOT[ \t]+)?%?([A-Za-z_][\w.\-]*)[ \t]*=", text, re.M)))
+    if m is None:
+        return None
+    old, new = m.group(1), rng.choice(_HOSTILE_NAMES)
+    return re.sub(rf"(?<![\w.\-%]){re.escape(old)}(?![\w.\-])|%{re.escape(old)}(?![\w.\-])",
+                  lambda x: ("%" if x.group().startswith("%") else "") + new, text)
+
+
 STRATEGIES: dict[str, Strategy] = {
     f.__name__: f
     for f in (
@@ -366,7 +415,7 @@ STRATEGIES: dict[str, Strategy] = {
         constant_type, duplicate_attribute, drop_attribute, junk_attribute_value, call_cycle, swap_opcode,
         change_element_type, junk_layout, parameter_number, comment, undefined_reference, swap_lines,
         duplicate_line, delete_line, line_endings, brackets, splice, entry_first, long_value, root_games,
-        tiny_inputs,
+        tiny_inputs, deep_chain, overflowing_dimensions, hostile_name,
     )
 }
 
