@@ -439,19 +439,20 @@ def _worker_init(scan_pid: int, cwd: str | None) -> None:
             libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass  # the watcher below still ends us
-    if os.getppid() != parent or not _alive(scan_pid):  # the scan died before the signal was armed
+    if os.getppid() != parent or not process_alive(scan_pid):  # the scan died before the signal was armed
         os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(0.5)
-            if os.getppid() != parent or not _alive(scan_pid):
+            if os.getppid() != parent or not process_alive(scan_pid):
                 os._exit(1)
 
     threading.Thread(target=watch, name="die-with-scan", daemon=True).start()
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs (one we may not signal does)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -153,7 +153,7 @@ def uncomment_line(line: str) -> str | None:
     return out
 
 
-def _matching_paren(text: str, open_pos: int, limit: int) -> int:
+def matching_paren(text: str, open_pos: int, limit: int) -> int:
     """Offset of the ')' closing the '(' at open_pos, or -1 within [open_pos, limit)."""
     depth = 0
     for m in _PAREN.finditer(text, open_pos, limit):
@@ -255,7 +255,7 @@ def scan_instruction(text: str, start: int, end: int) -> InstrRecord | None:
     if pos >= end:
         return None
     if text[pos] == "(" or text.startswith("b(", pos):  # a tuple or a buffer shape
-        close = _matching_paren(text, pos, end)
+        close = matching_paren(text, pos, end)
         if close < 0:
             return None
         shape_end = close + 1
@@ -275,7 +275,7 @@ def scan_instruction(text: str, start: int, end: int) -> InstrRecord | None:
     if i < 0:
         return None
     if text.find("(", open_pos + 1, i) >= 0:
-        i = _matching_paren(text, open_pos, end)
+        i = matching_paren(text, open_pos, end)
         if i < 0:
             return None
     attrs = split_attributes(text, i + 1, end) if i + 1 < end else []
@@ -298,7 +298,7 @@ def scan_instruction(text: str, start: int, end: int) -> InstrRecord | None:
 def parse_signature(sig: str, base: int) -> tuple[list[tuple[str, str, int]], str]:
     """``(a: f32[], b: s32[2]) -> f32[]`` -> ([(name, shape text, offset)], result
     text); offsets are relative to ``base``.  Raises Unsupported if malformed."""
-    close = _matching_paren(sig, 0, len(sig))
+    close = matching_paren(sig, 0, len(sig))
     if not sig.startswith("(") or close < 0:
         raise Unsupported(base, whole_module=True)
     params = []

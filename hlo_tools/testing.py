@@ -32,6 +32,8 @@ from filecheck.parser import Parser, pattern_for_opts
 
 from .ir import Module
 from .parser import parse
+from .scanner import matching_paren
+from .text import split_top_level
 from .verifier import verify
 
 __all__ = ["FileCheckResult", "HloPassLike", "assert_rewrite", "check_lines", "run_filecheck"]
@@ -104,45 +106,14 @@ def assert_rewrite(hlo_in: str | Module, pass_: HloPassLike, expected: str | Non
 _NAME = re.compile(r"%?[A-Za-z_][\w.\-]*")
 
 
-def _closing(text: str, start: int) -> int:
-    """Index of the bracket closing the one at ``text[start]`` (strings aside), or -1."""
-    depth, i, quoted = 0, start, False
-    while i < len(text):
-        c = text[i]
-        if quoted:
-            quoted = c != '"'
-            i += 2 if c == "\\" else 1
-            continue
-        if c == '"':
-            quoted = True
-        elif c in "({[":
-            depth += 1
-        elif c in ")}]":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return -1
-
-
 def _head_and_operands(rhs: str) -> tuple[str, list[str]]:
     """``rhs`` of an instruction line split into its shape and opcode (a tuple
     shape's parentheses kept whole) and its operands as printed."""
-    shape_end = _closing(rhs, 0) + 1 if rhs.startswith("(") else 0
+    shape_end = matching_paren(rhs, 0, len(rhs)) + 1 if rhs.startswith("(") else 0
     paren = rhs.index("(", shape_end)
-    close = _closing(rhs, paren)
+    close = matching_paren(rhs, paren, len(rhs))
     inner = rhs[paren + 1 : close if close >= 0 else len(rhs)]
-    operands, depth, start = [], 0, 0
-    for i, c in enumerate(inner):
-        if c in "({[":
-            depth += 1
-        elif c in ")}]":
-            depth -= 1
-        elif c == "," and depth == 0:
-            operands.append(inner[start:i].strip())
-            start = i + 1
-    operands.append(inner[start:].strip())
-    return rhs[:paren], [o for o in operands if o]
+    return rhs[:paren], [o.strip() for o, _ in split_top_level(inner) if o.strip()]
 
 
 def _literal(operand: str) -> str:

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 
 from xla_bridge.jax_internals import jax_versions
+
+from ..scan import process_alive
 from xla_bridge.results import connect
 
 SCHEMA = """
@@ -245,12 +247,4 @@ def _claim_alive(pid: int, host: str, created: float) -> bool:
     """Whether the run behind a claim may still write its row."""
     if host != platform.node():
         return time.time() - created < CLAIM_STALE_S
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid == os.getpid() or process_alive(pid)
