@@ -285,3 +285,45 @@ def test_dot_rejection_is_a_clear_error():
     with pytest.raises(VisualizeError, match="cannot render format 'gif'"):
         render("digraph {}", "gif")
     assert subprocess.run(["dot", "-V"], capture_output=True).returncode == 0
+
+
+_SCANNED = """HloModule scanned
+
+body {
+  t = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  x = f32[8] get-tuple-element(t), index=1
+  e = f32[8] exponential(x)
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  ROOT r = (s32[], f32[8]) tuple(j, e)
+}
+
+cond {
+  t = (s32[], f32[8]) parameter(0)
+  i = s32[] get-tuple-element(t), index=0
+  k = s32[] constant(2)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+
+ENTRY main {
+  p = f32[8] parameter(0)
+  z = s32[] constant(0)
+  t = (s32[], f32[8]) tuple(z, p)
+  loop = (s32[], f32[8]) while(t), condition=cond, body=body
+  ROOT y = f32[8] get-tuple-element(loop), index=1
+}
+"""
+
+
+@needs_dot
+def test_viz_around_an_instruction_inside_a_loop_body(tmp_path, capsys):
+    """The way into a scanned layer: --around finds the instruction in the loop's
+    body and draws its neighbourhood there."""
+    src = tmp_path / "s.hlo"
+    src.write_text(_SCANNED)
+    out = tmp_path / "e.svg"
+    assert main(["viz", str(src), "--around", "e", "--radius", "1", "-o", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert "within 1 of %e" in cap.err + cap.out and "in %body" in cap.err + cap.out, cap
+    assert "exponential" in out.read_text()
