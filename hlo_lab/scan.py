@@ -111,9 +111,11 @@ def find(source: str | Path | None = None, *, stages: Iterable[str] | None = Non
             for stage in e.stages:
                 if wanted is not None and stage not in wanted:
                     continue
-                p = e.path(stage)
-                if not is_inside(p, base):
-                    found.skipped.append({"file": str(p), "reason": "manifest path leads outside the corpus folder"})
+                try:
+                    p = e.path(stage)  # refuses a path that leaves the corpus folder
+                except HloParseError:
+                    found.skipped.append({"file": str(Path(e.root) / e.files[stage]),
+                                          "reason": "manifest path leads outside the corpus folder"})
                     continue
                 found.tasks.append(Task(f"{e.name}/{stage}", str(p), stage, _size(p), e.name, base))
         return found

@@ -14,16 +14,16 @@ import sys
 
 from hlo_tools.errors import HloParseError
 from hlo_tools.fileio import check_writable
-from xla_bridge import read_text, jax_internals  # any module file: text, .hlo.pb, .mlir, gzip'd (bounded)
+from xla_bridge import jax_internals
 from hlo_analysis.units import fmt_bytes, fmt_seconds
 
 from ..console import stdout_console
-from .inputs import note_skipped
+from .inputs import load_verified, note_skipped
 
 
 def _cmd_analyze(args) -> int:
     from hlo_analysis import devices  # lazy: start-up (module docstring)
-    from hlo_lab.scan import analyze_text, platform_of  # lazy: start-up
+    from hlo_lab.scan import analyze_module, platform_of  # lazy: start-up
 
     why = "--device"
     if args.device is None:  # an optimized stage names its platform, as in `hlo scan`
@@ -32,8 +32,9 @@ def _cmd_analyze(args) -> int:
         why = "from the file's stage" if stage else "no stage in the file name: the default GPU"
     try:
         devices.load(args.device)  # an unknown device is an error before any parsing
-        text = read_text(args.file)
-        r = analyze_text(text, label=args.file, device=args.device, source=args.file)
+        module = load_verified(args.file)
+        text = module.to_text()
+        r = analyze_module(module, label=args.file, device=args.device)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ from pathlib import Path
 from xla_bridge.hook_stage import HookStage
 
 from .args import PipelineError, add_load, non_negative, seed, user_pipeline
+from .inputs import load_verified
 
 
 def register(sub) -> None:
@@ -47,7 +48,6 @@ def register(sub) -> None:
 
 def _cmd_bisect(args) -> int:
     from hlo_tools.fileio import check_writable, write_output  # lazy, as below: hlo starts on every command
-    from xla_bridge import load  # lazy: the bridge, ~20 ms
 
     from ..debug.bisect import bisect_passes, bisect_xla  # lazy: all of the above
     from ..debug.rewrite import default_pipeline  # lazy: as above
@@ -59,7 +59,7 @@ def _cmd_bisect(args) -> int:
     except PipelineError as e:
         print(f"hlo bisect: {e}", file=sys.stderr)
         return e.status
-    module = load(args.file)
+    module = load_verified(args.file)
     flags = args.xla_flag or None
     show = None if args.quiet or args.json else _show_probe
     if args.xla:

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_tools import Module
-from xla_bridge import load
 from hlo_analysis.units import fmt_us
 
 from ..console import stdout_console
 from .args import at_least_one, non_negative
+from .inputs import load_verified
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def _cmd_collectives(args) -> int:
     except (ValueError, ReplicaGroupsError) as e:
         print(f"hlo collectives: {e}", file=sys.stderr)
         return 2
-    module = load(str(path))
+    module = load_verified(str(path))
     mesh = mesh or mesh_from_entry(path) or infer_mesh(module)
     parts = int(module.attributes.get("num_partitions", 1) or 1) * int(module.attributes.get("replica_count", 1) or 1)
     if mesh.devices != parts:

@@ -6,14 +6,14 @@ import json
 
 from .. import progress
 from .args import at_least_one, non_negative, seed
+from .inputs import load_verified
 
 
 def _cmd(args) -> int:
-    from xla_bridge import load  # lazy: the bridge, ~20 ms on each hlo start
 
     from ..debug.divergence import first_divergence  # lazy: the bridge and numpy, ~50 ms on each hlo start
 
-    a, b = load(args.a), load(args.b)
+    a, b = load_verified(args.a), load_verified(args.b)
     with progress.line("reading values (batches)", progress.wanted(args), counts=True) as update:
         d = first_divergence(a, b, pipeline_a=args.pipeline_a, pipeline_b=args.pipeline_b, seed=args.seed,
                              rtol=args.rtol, atol=args.atol, progress=lambda done, total: update(done=done, total=total),

@@ -8,9 +8,13 @@ import sys
 
 from hlo_tools.errors import HloParseError
 from corpus.dump import read_dump_folder
+from hlo_tools.errors import VerificationError
+from hlo_tools.ir import Module
+from hlo_tools.verifier import verify
+from xla_bridge import load
 from hlo_tools.formats import walk_module_files
 
-__all__ = ["check_inputs", "note_skipped"]
+__all__ = ["check_inputs", "load_verified", "note_skipped"]
 
 
 def check_inputs(paths: list[str]) -> tuple[list[str], list[HloParseError]]:
@@ -41,3 +45,16 @@ def note_skipped(command: str, folder: str | os.PathLike | None) -> None:
         return
     for p, why in read_dump_folder(folder).skipped:
         print(f"hlo {command}: skipped {p}: {why} (only files inside the folder are read)", file=sys.stderr)
+
+
+def load_verified(path: str | os.PathLike) -> Module:
+    """The module of a file (any form ``xla_bridge.load`` reads), verified before a
+    command analyses, rewrites or compiles it: an invalid module is the verifier's
+    message naming the file and the instruction, not a crash deep inside an
+    analysis or XLA's parse error."""
+    module = load(path)
+    try:
+        verify(module)
+    except VerificationError as e:
+        raise VerificationError(f"{path}: {e.problems[0]}", e.instruction_name, e.context, e.problems) from None
+    return module

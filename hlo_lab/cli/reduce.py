@@ -13,6 +13,7 @@ from hlo_tools.fileio import check_writable, write_output
 
 from .. import progress
 from .args import PipelineError, add_load, at_least_one, non_negative, positive_seconds, regex, seed, user_pipeline
+from .inputs import load_verified
 
 
 def _predicate(args: argparse.Namespace):
@@ -60,7 +61,6 @@ def _summary(d: dict, predicate: str, out: str | None) -> str:
 
 
 def _cmd_reduce(args) -> int:
-    from xla_bridge import load  # lazy: the bridge costs every `hlo` start otherwise
 
     from ..debug.reduce.predicates import NothingToReduce  # lazy: as above
     from ..debug.reduce.reducer import reduce_module  # lazy: as above
@@ -74,7 +74,7 @@ def _cmd_reduce(args) -> int:
         except PipelineError as e:
             print(f"hlo reduce: {e}", file=sys.stderr)
             return e.status
-    module = load(args.file)
+    module = load_verified(args.file)
     try:
         with progress.line("reduce", progress.wanted(args)) as update:
             predicate = _predicate(args)(module)

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 from hlo_tools.fileio import check_writable, write_output
-from xla_bridge import load
 from xla_bridge.display import speedup_verdict
 
 from .. import progress
 from .args import at_least_one, positive_seconds, seed
+from .inputs import load_verified
 
 
 #: XLA's whole-module stage files: a dump's ``NAME.before_optimizations.txt``, the corpus's ``NAME/before_optimizations.hlo.txt.gz``.
@@ -83,7 +83,7 @@ def _cmd_tune(args) -> int:
             except (ValueError, OSError) as e:
                 print(f"hlo tune: {flag} {spec}: {e}", file=sys.stderr)
                 return 2
-    module = load(args.file)
+    module = load_verified(args.file)
     out = args.output or str(Path("results") / "tune" / f"{_label(args.file)}.json")
     for path in (out, out + ".hook_input.hlo", out + ".after.hlo"):
         check_writable(path)  # before anything compiles

@@ -6,6 +6,7 @@ import json
 import sys
 
 from .args import PipelineError, add_load, at_least_one, positive_seconds, user_pipeline
+from .inputs import load_verified
 
 
 def register(sub) -> None:
@@ -27,7 +28,6 @@ def register(sub) -> None:
 
 def _cmd_upstream(args) -> int:
     from hlo_tools.fileio import check_writable  # lazy, as below: hlo starts on every command
-    from xla_bridge import load  # lazy: the bridge, ~20 ms
 
     from ..debug.upstream import UpstreamError, make_bundle, verdict  # lazy: the reducer, passes and bridge
 
@@ -37,7 +37,7 @@ def _cmd_upstream(args) -> int:
     except PipelineError as e:
         print(f"hlo upstream: {e}", file=sys.stderr)
         return e.status
-    module = load(args.file)
+    module = load_verified(args.file)
     say = None if args.quiet or args.json else (lambda msg: print(msg, file=sys.stderr))
     try:
         bundle = make_bundle(module, passes, args.passes, args.output, backend=args.backend, reps=args.reps,

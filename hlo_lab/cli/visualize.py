@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from hlo_tools.errors import HloParseError
 from hlo_tools.fileio import check_writable, write_output
-from xla_bridge import load
 
 from .. import progress
+from .inputs import load_verified
 
 if TYPE_CHECKING:  # annotations only: visualize is imported lazily (start-up, above)
     from hlo_tools.ir import Module
@@ -55,8 +55,8 @@ def _cmd_viz(args: argparse.Namespace) -> int:
 
     check_writable(args.output)  # before parsing and drawing: a bad -o fails at once
     try:
-        before = load(args.file)
-        after = load(args.after) if args.after else None
+        before = load_verified(args.file)
+        after = load_verified(args.after) if args.after else None
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 1
@@ -166,7 +166,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from visualize import diff_modules, format_diff  # lazy: start-up (module docstring)
 
     try:
-        d = diff_modules(load(args.before), load(args.after))
+        d = diff_modules(load_verified(args.before), load_verified(args.after))
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 1

@@ -11,7 +11,6 @@ import numpy as np
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from hlo_tools.parser import parse
-from xla_bridge import load
 from xla_bridge.display import clean_cost, within_noise
 from hlo_analysis.units import finite, fmt_seconds, fmt_us
 from xla_bridge.errors import XlaCompileError
@@ -25,10 +24,11 @@ from xla_bridge.runner import compare, run_module
 from ..console import stdout_console
 from .. import progress
 from .args import add_load, at_least_one, seed
+from .inputs import load_verified
 
 
 def _load(path: str):
-    return load(path)
+    return load_verified(path)
 
 
 def _flags(args) -> list[str]:
