@@ -280,3 +280,35 @@ def test_stats_verifies_first(tmp_path, capsys):
     assert main(["stats", str(src)]) == 1
     err = capsys.readouterr().err
     assert "more elements than int64 holds" in err and "Traceback" not in err
+
+
+_INVALID = """HloModule concat_nodims
+
+ENTRY main {
+  a = f32[4,8] parameter(0)
+  b = f32[4,8] parameter(1)
+  n = f32[4,8] negate(a)
+  ROOT c = f32[4,16] concatenate(n, b)
+}
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["analyze", "{f}"], ["viz", "{f}", "-o", "{tmp}/v.svg"], ["diff", "{f}", "{f}"], ["collectives", "{f}"],
+    ["compile", "{f}"], ["run", "{f}"], ["compare", "{f}", "{f}"], ["bench", "{f}", "--reps", "2", "--no-record"],
+    ["divergence", "{f}", "{f}"], ["reduce", "{f}", "--until", "true", "--max-tests", "2"],
+    ["upstream", "{f}", "--passes", "best", "-o", "{tmp}/u"], ["tune", "{f}", "--budget", "2", "--no-baseline"],
+    ["bisect", "{f}", "--passes", "best"], ["opt", "{f}", "--passes", "best"], ["stats", "{f}"], ["check", "{f}"],
+], ids=lambda a: a[0])
+def test_every_command_verifies_its_input_first(argv, tmp_path, capsys):
+    """hostile2's concatenate_no_dimensions: XLA's parser rejects it; every command
+    says what the verifier says, naming the file and the instruction, before any
+    analysis, pass or compile (analyze raised a TypeError; XLA-backed commands gave
+    XLA's parse error; viz drew it)."""
+    f = tmp_path / "concat.hlo"
+    f.write_text(_INVALID)
+    code = main([a.format(f=f, tmp=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and "Traceback" not in err
+    assert "%c (concatenate): needs attribute dimensions=" in err and str(f) in err, err
+    assert not (tmp_path / "v.svg").exists() and not (tmp_path / "u").exists()
