@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from hlo_tools import Module, VerificationError, verify
-from hlo_tools.fileio import make_dirs, write_output
+from hlo_tools.fileio import file_stem, make_dirs, write_output
 from hlo_tools.side_effects import one_memo
 
 from .base import Pass, decides_fusion
@@ -149,7 +149,7 @@ class PassManager(Pass):
                 any_changed |= changed
                 step += 1
                 if dump is not None:
-                    self._dump(dump / f"{step:02d}.{p.name}.hlo", module)
+                    self._dump(dump / f"{step:02d}.{file_stem(p.name)}.hlo", module)  # a user pass names the file
             result.changed |= any_changed
             if not any_changed:
                 return result

@@ -194,3 +194,13 @@ def test_an_installed_package_reaches_the_cli_through_its_entry_point(tmp_path, 
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(pkg)}, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "do-nothing" in r.stderr and r.stdout.startswith("HloModule m")  # the pass table, then the module
+
+
+def test_a_pass_name_cannot_move_its_dump_out_of_the_folder(tmp_path):
+    """--dump-dir names each file after the pass: a user's pass named "../../evil"
+    writes 01.evil.hlo inside the folder (issue 39: names from user input)."""
+    evil = PassManager(parse_pipeline("dce"), name="../../evil")
+    dump = tmp_path / "d"
+    PassManager([evil], dump_dir=dump).run_with_report(_real_module())
+    assert sorted(p.name for p in dump.iterdir()) == ["00.input.hlo", "01.evil.hlo"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
