@@ -96,11 +96,23 @@ class _Walker:
 
     def walk(self, comp: Computation, executions: int, known: bool, span: tuple[Instruction, Instruction] | None,
              span_comp: Computation | None) -> None:
-        key = id(comp)
-        if key in self.seen:
-            return  # a computation called twice is listed once (as grep sees it once)
-        self.seen.add(key)
-        for instr in comp:
+        """Every collective of ``comp`` and of what it calls, in text order with a
+        callee's right after its caller (an explicit stack: call chains of any depth)."""
+        # a frame: [computation, its instructions (None until entered), executions, known, span, span_comp]
+        stack: list[list] = [[comp, None, executions, known, span, span_comp]]
+        while stack:
+            frame = stack[-1]
+            comp, it, executions, known, span, span_comp = frame
+            if it is None:
+                if id(comp) in self.seen:
+                    stack.pop()
+                    continue  # a computation called twice is listed once (as grep sees it once)
+                self.seen.add(id(comp))
+                frame[1] = it = iter(comp)
+            instr = next(it, None)
+            if instr is None:
+                stack.pop()
+                continue
             op = instr.opcode
             if op in SYNC:
                 self._add(instr, op, instr.opcode.value, span, span_comp or comp, executions, known)
@@ -109,15 +121,17 @@ class _Walker:
                 done = matching_done(instr)
                 base = STARTS.get(op) or instr.async_wrapped_opcode
                 self._add(instr, base, instr.opcode_text, (instr, done or instr), comp, executions, known, done=done)
+            frames = []
             for callee in instr.called_computations:
                 if op is HloOpcode.WHILE:
                     n = known_trip_count(instr)
-                    self.walk(callee, executions * (n or 1), known and n is not None, span, span_comp)
+                    frames.append([callee, None, executions * (n or 1), known and n is not None, span, span_comp])
                 elif op is HloOpcode.ASYNC_START:
                     done = matching_done(instr)
-                    self.walk(callee, executions, known, (instr, done or instr), comp)
+                    frames.append([callee, None, executions, known, (instr, done or instr), comp])
                 else:
-                    self.walk(callee, executions, known, span, span_comp)
+                    frames.append([callee, None, executions, known, span, span_comp])
+            stack.extend(reversed(frames))  # the first callee walked first, before the caller goes on
 
     def _add(self, instr: Instruction, base: HloOpcode, kind: str, span, comp: Computation, executions: int,
              known: bool, done: Instruction | None = None) -> None:

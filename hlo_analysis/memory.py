@@ -93,16 +93,32 @@ class BufferModel:
         """Extra bytes live while ``instr`` runs its called computations."""
         if instr.opcode is HloOpcode.FUSION or not instr.called_computations:
             return 0
-        if instr.opcode not in (HloOpcode.WHILE, HloOpcode.CALL, HloOpcode.CONDITIONAL, HloOpcode.ASYNC_START):
+        if instr.opcode not in _RUNS_CALLEES:
             return 0  # to_apply reducers etc. are scalar code
         total = 0
         for comp in instr.called_computations:
-            key = id(comp)
-            if key not in self._callee_peak:
-                self._callee_peak[key] = 0  # recursion guard
-                self._callee_peak[key] = profile(comp, model=self).peak_bytes
-            total = max(total, self._callee_peak[key])
+            if id(comp) not in self._callee_peak:
+                self._profile_callees_first(comp)
+            total = max(total, self._callee_peak[id(comp)])
         return total
+
+    def _profile_callees_first(self, comp: Computation) -> None:
+        """Profiles ``comp`` and the computations it runs (loops, calls, branches),
+        deepest first, so each profile finds its callees' peaks memoized: a call
+        chain of any depth without recursion."""
+        for c in (*comp.make_embedded_computations_post_order(known=self._callee_peak, via=_runs), comp):
+            if id(c) not in self._callee_peak:
+                self._callee_peak[id(c)] = 0  # a call cycle (invalid HLO) counts as nothing
+                self._callee_peak[id(c)] = profile(c, model=self).peak_bytes
+
+
+#: The instructions whose called computations run while they do (a reducer's
+#: ``to_apply`` is scalar code; a fusion's body is the fusion itself).
+_RUNS_CALLEES = (HloOpcode.WHILE, HloOpcode.CALL, HloOpcode.CONDITIONAL, HloOpcode.ASYNC_START)
+
+
+def _runs(instr: Instruction) -> tuple[Computation, ...]:
+    return tuple(instr.called_computations) if instr.opcode in _RUNS_CALLEES else ()
 
 
 def profile(comp: Computation, order: Sequence[Instruction] | None = None, *, include_parameters: bool = False,

@@ -799,12 +799,23 @@ def copy_computation(comp: Computation, memo: dict[int, Computation]) -> Computa
     done = memo.get(id(comp))
     if done is not None:
         return done
+    # callees first, found with a stack: call chains of any depth copy without recursion
+    for callee in comp.make_embedded_computations_post_order(known=memo):
+        if id(callee) not in memo:
+            _copy_one(callee, memo)
+    return _copy_one(comp, memo)
+
+
+def _copy_one(comp: Computation, memo: dict[int, Computation]) -> Computation:
+    """``copy_computation`` of ``comp`` whose callees are copied already (a callee
+    that is not, on a call cycle, is copied here)."""
     new = Computation(comp.name, is_entry=comp.is_entry)
     memo[id(comp)] = new  # before the body: a computation may (wrongly) call itself
     new.attributes = dict(comp.attributes)
     mapping: dict[int, Instruction] = {}
     for instr in comp:
-        called = {key: tuple(copy_computation(c, memo) for c in comps) for key, comps in instr._called.items()}
+        called = {key: tuple(memo[id(c)] if id(c) in memo else copy_computation(c, memo) for c in comps)
+                  for key, comps in instr._called.items()}
         mapping[id(instr)] = dup = instr._copy_detached(called)
         new._link(dup)
     for instr in comp:

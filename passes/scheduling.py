@@ -321,50 +321,13 @@ class LatencyHidingScheduler(Pass):
         return {best_name: best}
 
 
-#: the instructions whose callees ``BufferModel.callee_peak`` profiles
-_PEAK_CALLERS = (HloOpcode.WHILE, HloOpcode.CALL, HloOpcode.CONDITIONAL, HloOpcode.ASYNC_START)
-
-
-def _warm_callee_peaks(comp: Computation, model: BufferModel, warmed: set[int]) -> None:
-    """Has ``model`` work out the callee peaks of everything ``comp`` reaches, the
-    deepest computations first, so that ``profile`` finds each callee's peak in
-    the model's memo and recurses at most a level (on demand it recursed once per
-    level of calls: a 10,000-deep chain of calls overflowed Python's stack).  The
-    same peaks as on demand, at the same moment (callees in the order they have
-    now).  Iterative; ``warmed`` spans the run: what it holds is warm already."""
-    def callers(c: Computation) -> list[Instruction]:
-        return [i for i in c if i.opcode in _PEAK_CALLERS and i.called_computations]
-
-    def entry(c: Computation):
-        mine = callers(c)
-        return mine, iter([callee for i in mine for callee in i.called_computations])
-
-    post: list[list[Instruction]] = []  # each computation's callers, callees before callers
-    warmed.add(id(comp))
-    stack = [entry(comp)]
-    while stack:
-        mine, callees = stack[-1]
-        callee = next(callees, None)
-        if callee is None:
-            stack.pop()
-            post.append(mine)
-        elif id(callee) not in warmed:
-            warmed.add(id(callee))
-            stack.append(entry(callee))
-    for mine in post:
-        for instr in mine:
-            model.callee_peak(instr)
-
-
 def run_scheduler(module: Module, candidates, *, keep_input: bool) -> tuple[bool, list[ScheduleChoice]]:
     """Schedules every schedulable computation, callees first (a caller's peak
     includes its callees' peaks under their new order)."""
     rewriter = Rewriter()
     choices = []
     model = BufferModel()
-    warmed: set[int] = set()
     for comp in schedulable_computations(module):
-        _warm_callee_peaks(comp, model, warmed)
         cands = dict(candidates(comp, model))
         if keep_input:
             cands["input"] = list(comp)

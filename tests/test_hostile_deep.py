@@ -144,6 +144,9 @@ COMMANDS = {
     "analyze": lambda f, d: ["analyze", str(f)],
     "fmt": lambda f, d: ["fmt", str(f), "-o", str(d / "fmt.hlo")],
     "diff": lambda f, d: ["diff", str(f), str(f)],
+    "collectives": lambda f, d: ["collectives", str(f)],  # its inventory walk and memory profile recursed
+    "scan": lambda f, d: ["scan", str(f), "-o", str(d / "scan"), "-q"],
+    "divergence": lambda f, d: ["divergence", "-q", str(f), str(f)],  # module copies recursed per call level
     # passes beyond `best` that walked the chain level by level
     "opt-memory-scheduler": lambda f, d: ["opt", "--passes", "memory-scheduler", str(f), "-o", str(d / "opt.hlo")],
     "opt-latency-hiding-scheduler": lambda f, d: ["opt", "--passes", "latency-hiding-scheduler", str(f), "-o", str(d / "opt.hlo")],
