@@ -358,26 +358,34 @@ def tiny_inputs(rng, text, seeds):
                        "HloModule m\nENTRY e {\n ROOT p = f32[] parameter(0)\n}\n" * 2, "%" * 100, "(" * 100_000, "/*" * 1000])
 
 
-def _chain_module(kind: str, depth: int, shape: str) -> str:
-    """A valid module whose entry reaches ``depth`` levels of calls or of
-    nested fusions (written callers first, as XLA's dumps put the entry last)."""
-    parts = ["HloModule deep\n"]
-    for i in range(depth):
-        inner = (f"  ROOT r = {shape} negate(x)" if i == depth - 1 else
-                 f"  ROOT r = {shape} call(x), to_apply=c{i + 1}" if kind == "call" else
-                 f"  ROOT r = {shape} fusion(x), kind=kLoop, calls=c{i + 1}")
-        parts.append(f"c{i} {{\n  x = {shape} parameter(0)\n{inner}\n}}\n")
-    how = "call(p), to_apply=c0" if kind == "call" else "fusion(p), kind=kLoop, calls=c0"
-    parts.append(f"ENTRY main {{\n  p = {shape} parameter(0)\n  ROOT r = {shape} {how}\n}}\n")
-    return "\n".join(parts)
+def chain_module(kind: str, n: int, *, shape: str = "f32[]", callers_first: bool = False) -> str:
+    """c0 .. c{n-1}; c_i calls (``kind`` "call") or fuses ("fusion") c_{i+1}, the
+    last negates; ENTRY calls c0.  Callees come first, as in XLA's own prints (and
+    in hostile2's {call,fusion}_chain_1000.hlo, which n=1000 gives byte for byte);
+    ``callers_first``: the reverse, as a hand-written module may be."""
+    comps = []
+    for i in range(n):
+        if i == n - 1:
+            body = f"negate(p{i})"
+        elif kind == "call":
+            body = f"call(p{i}), to_apply=c{i + 1}"
+        else:
+            body = f"fusion(p{i}), kind=kLoop, calls=c{i + 1}"
+        comps.append([f"c{i} {{", f"  p{i} = {shape} parameter(0)", f"  ROOT r{i} = {shape} {body}", "}", ""])
+    top = "call(x), to_apply=c0" if kind == "call" else "fusion(x), kind=kLoop, calls=c0"
+    out = [f"HloModule {kind}_chain_{n}", ""]
+    for lines in (comps if callers_first else reversed(comps)):
+        out += lines
+    out += ["ENTRY main {", f"  x = {shape} parameter(0)", f"  ROOT y = {shape} {top}", "}", ""]
+    return "\n".join(out)
 
 
 def deep_chain(rng, text, seeds):
     """Issue 39: a chain of calls or of nested fusions thousands deep, in the
-    element type and dims of one of the seed's shapes."""
+    element type and dims of one of the seed's shapes, callees first or last."""
     m = _pick(rng, list(re.finditer(r"\b(f32|bf16|f16|s32)\[[\d,]*\]", text)))
-    shape = m.group() if m is not None else "f32[4]"
-    return _chain_module(rng.choice(["call", "fusion"]), rng.choice([100, 1000, 3000, 10_000]), shape)
+    return chain_module(rng.choice(["call", "fusion"]), rng.choice([100, 1000, 3000, 10_000]),
+                        shape=m.group() if m is not None else "f32[4]", callers_first=rng.random() < 0.5)
 
 
 def overflowing_dimensions(rng, text, seeds):

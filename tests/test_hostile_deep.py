@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 import hlo_tools
+from tests.conftest import SHARED
+from tests.fuzz import chain_module
 from hlo_tools import VerificationError
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# /work/shared/repro/hostile2/convolution_*.hlo, verbatim.
+# ../shared/repro/hostile2/convolution_*.hlo, verbatim.
 # name -> (text, XLA's message (None: XLA accepts), XLA's "was parsing L:C" line)
 CONVOLUTIONS = {
     "convolution_no_window.hlo": (
@@ -98,31 +100,13 @@ def test_hlo_check_on_the_one_operand_convolution_is_one_located_error(tmp_path)
 DEPTH = 10_000
 
 
-def chain_module(kind: str, n: int = DEPTH) -> str:
-    """c0 .. c{n-1}; c_i calls (call) or fuses (fusion) c_{i+1}, the last negates;
-    ENTRY calls c0.  Callees come first, as in XLA's own prints (and in
-    /work/shared/repro/hostile2/{call,fusion}_chain_1000.hlo, which n=1000 gives byte for byte)."""
-    out = [f"HloModule {kind}_chain_{n}", ""]
-    for i in range(n - 1, -1, -1):
-        if i == n - 1:
-            body = f"negate(p{i})"
-        elif kind == "call":
-            body = f"call(p{i}), to_apply=c{i + 1}"
-        else:
-            body = f"fusion(p{i}), kind=kLoop, calls=c{i + 1}"
-        out += [f"c{i} {{", f"  p{i} = f32[] parameter(0)", f"  ROOT r{i} = f32[] {body}", "}", ""]
-    top = "call(x), to_apply=c0" if kind == "call" else "fusion(x), kind=kLoop, calls=c0"
-    out += ["ENTRY main {", "  x = f32[] parameter(0)", f"  ROOT y = f32[] {top}", "}", ""]
-    return "\n".join(out)
-
-
 @pytest.fixture(scope="module")
 def chains(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("deep")
     paths = {}
     for kind in ("call", "fusion"):
         paths[kind] = d / f"{kind}_chain_{DEPTH}.hlo"
-        paths[kind].write_text(chain_module(kind))
+        paths[kind].write_text(chain_module(kind, DEPTH, callers_first=kind == "call"))  # both orders
     return paths
 
 
@@ -131,9 +115,10 @@ def test_chain_generator_is_valid_and_matches_the_reproducer_shape():
         m = hlo_tools.parse(chain_module(kind, 50))
         hlo_tools.verify(m)
         assert len(m.computations) == 51
-    repro = Path("/work/shared/repro/hostile2/call_chain_1000.hlo")
-    if repro.exists():
-        assert chain_module("call", 1000) == repro.read_text()
+    for kind in ("call", "fusion"):
+        repro = SHARED / "repro" / "hostile2" / f"{kind}_chain_1000.hlo"
+        if repro.exists():
+            assert chain_module(kind, 1000) == repro.read_text()
 
 
 COMMANDS = {
