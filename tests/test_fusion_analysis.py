@@ -10,6 +10,7 @@ import importlib.util
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -118,36 +119,8 @@ def test_softmax_edges_signatures_and_legality():
     assert sum(g.count for g in groups) == len(opps)
 
 
-_LOOP = """HloModule m
-
-body {
-  t = (s32[], f32[1024]) parameter(0)
-  i = s32[] get-tuple-element(t), index=0
-  x = f32[1024] get-tuple-element(t), index=1
-  e = f32[1024] exponential(x)
-  n = f32[1024] negate(e)
-  one = s32[] constant(1)
-  j = s32[] add(i, one)
-  ROOT r = (s32[], f32[1024]) tuple(j, n)
-}
-
-cond {
-  t = (s32[], f32[1024]) parameter(0)
-  i = s32[] get-tuple-element(t), index=0
-  k = s32[] constant(4)
-  ROOT lt = pred[] compare(i, k), direction=LT
-}
-
-ENTRY main {
-  p = f32[1024] parameter(0)
-  z = s32[] constant(0)
-  t = (s32[], f32[1024]) tuple(z, p)
-  w = (s32[], f32[1024]) while(t), condition=cond, body=body
-  y = f32[1024] get-tuple-element(w), index=1
-  a = f32[1024] exponential(y)
-  ROOT b = f32[1024] negate(a)
-}
-"""
+#: A while loop with an elementwise pair in its body and one after it (tests/data).
+_LOOP = (Path(__file__).parent / "data" / "scanned_loop.hlo").read_text()
 
 
 def test_examples_outside_the_entry_name_their_computation():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from pathlib import Path
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -287,33 +288,7 @@ def test_dot_rejection_is_a_clear_error():
     assert subprocess.run(["dot", "-V"], capture_output=True).returncode == 0
 
 
-_SCANNED = """HloModule scanned
-
-body {
-  t = (s32[], f32[8]) parameter(0)
-  i = s32[] get-tuple-element(t), index=0
-  x = f32[8] get-tuple-element(t), index=1
-  e = f32[8] exponential(x)
-  one = s32[] constant(1)
-  j = s32[] add(i, one)
-  ROOT r = (s32[], f32[8]) tuple(j, e)
-}
-
-cond {
-  t = (s32[], f32[8]) parameter(0)
-  i = s32[] get-tuple-element(t), index=0
-  k = s32[] constant(2)
-  ROOT lt = pred[] compare(i, k), direction=LT
-}
-
-ENTRY main {
-  p = f32[8] parameter(0)
-  z = s32[] constant(0)
-  t = (s32[], f32[8]) tuple(z, p)
-  loop = (s32[], f32[8]) while(t), condition=cond, body=body
-  ROOT y = f32[8] get-tuple-element(loop), index=1
-}
-"""
+_SCANNED = (Path(__file__).parent / "data" / "scanned_loop.hlo").read_text()
 
 
 @needs_dot
