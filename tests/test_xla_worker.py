@@ -244,3 +244,27 @@ def test_gpu_without_a_gpu_says_so_before_compiling(files, cmd):
 def test_a_bad_xla_flag_is_one_line(files, flag, says):
     line = one_line(hlo("compile", files["dec"], f"--xla-flag={flag}"))
     assert line.startswith("hlo compile: ") and says in line
+
+
+_STACK_FRAMES = """HloModule sf
+
+ENTRY main {
+  p = f32[4] parameter(0)
+  n = f32[4] negate(p), metadata={op_name="jit(f)/neg" stack_frame_id=7}
+  ROOT e = f32[4] exponential(n), metadata={op_name="jit(f)/exp" stack_frame_id=9}
+}
+"""
+
+
+def test_xla_stack_frame_warnings_are_said_once(tmp_path):
+    """Metadata naming stack frames the module's table lacks (a third-party train
+    step's after_optimizations dump): XLA warns once per instruction and per
+    parse; the command says so in one counted note instead of dozens of lines."""
+    from tests.conftest import run_hlo
+
+    path = tmp_path / "sf.hlo"
+    path.write_text(_STACK_FRAMES)
+    done = run_hlo("bench", path, "--passes", "best", "--reps", "2", "--no-record")
+    assert done.returncode == 0, done.stderr
+    assert "Invalid stack_frame_id" not in "".join(ln for ln in done.stderr.splitlines() if not ln.startswith("note:"))
+    assert re.search(r"note: XLA warned \d+ times 'Invalid stack_frame_id'", done.stderr), done.stderr

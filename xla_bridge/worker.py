@@ -44,6 +44,10 @@ _HEADER = struct.Struct("<Q")
 #: What an older jaxlib's worker prints at start-up on a machine without a GPU,
 #: before any request: absl's INFO lines and its note about them.  Not forwarded.
 _STARTUP_NOISE = re.compile(r"^(I\d{4} |WARNING: All log messages before absl::InitializeLog\(\))")
+#: XLA warns once per instruction whose metadata names a stack frame its module's
+#: table lacks (after_optimizations dumps of third-party train steps: dozens of
+#: lines a command); said once, counted.
+_STACK_FRAME_WARNING = re.compile(r"^W\d{4} [^\n]*\] Invalid stack_frame_id \d+")
 
 
 class XlaWorkerError(HloError):
@@ -342,6 +346,13 @@ class Worker:
         text = self._stderr_since(offset)
         if text and self.python is not None:  # jaxlib 0.11's CUDA plugin logs "no cuda drivers" at INFO on start
             text = "".join(ln for ln in text.splitlines(keepends=True) if not _STARTUP_NOISE.match(ln))
+        if "Invalid stack_frame_id" in text:
+            lines = text.splitlines(keepends=True)
+            kept = [ln for ln in lines if not _STACK_FRAME_WARNING.match(ln)]
+            if len(kept) < len(lines):
+                kept.append(f"note: XLA warned {len(lines) - len(kept)} times 'Invalid stack_frame_id' (the module's "
+                            "stack-frame table lacks frames its metadata names; harmless)\n")
+            text = "".join(kept)
         if text:
             sys.stderr.write(text)
             sys.stderr.flush()
