@@ -18,8 +18,10 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module, Rewriter, Sha
 from hlo_tools.outline import inline_fusion
 
 #: Module attributes that describe the entry's signature: rewritten (layout) or
-#: dropped (aliasing, donation) when a candidate changes it.
-_SIGNATURE_ATTRIBUTES = ("input_output_alias", "buffer_donor")
+#: dropped (aliasing, donation, sharding propagation per parameter and output:
+#: a list as long as the old signature) when a candidate changes it.
+_SIGNATURE_ATTRIBUTES = ("input_output_alias", "buffer_donor", "allow_spmd_sharding_propagation_to_parameters",
+                         "allow_spmd_sharding_propagation_to_output")
 
 
 def reducible(comp: Computation) -> list[Instruction]:
