@@ -213,6 +213,19 @@ class CostAnalysis:
         if key in self._memo and not (record and key not in self._recorded):
             return self._memo[key]
         self._callees_first(comp, record)
+        return self._price(comp, record)
+
+    def price_callees_first(self, comp: Computation) -> None:
+        """Prices every computation ``comp`` calls, transitively, in one walk of
+        the call graph (callees first): later walks find them all known, instead
+        of searching each fusion body for callees of its own."""
+        for c in comp.make_embedded_computations_post_order(known=self._memo):
+            if id(c) not in self._memo:
+                self._price(c, False)
+
+    def _price(self, comp: Computation, record: bool) -> _Props:
+        """``computation`` once its callees are priced."""
+        key = id(comp)
         total = _Props()
         own: list[InstructionCost] = []
         for instr in comp:
@@ -230,8 +243,7 @@ class CostAnalysis:
     def _callees_first(self, comp: Computation, record: bool) -> None:
         """Prices what ``comp``'s walk enters before ``comp`` itself, callees first, so
         that no walk goes more than one call deep (call and fusion chains of any depth)."""
-        for c in comp.make_embedded_computations_post_order(known=self._memo):
-            self.computation(c)
+        self.price_callees_first(comp)
         if record:
             for c in comp.make_embedded_computations_post_order(known=self._recorded, via=_recorded_callees):
                 self.computation(c, record=True)

@@ -348,7 +348,13 @@ class Instruction:
     # -- called computations ----------------------------------------------------
     @property
     def called_computations(self) -> tuple["Computation", ...]:
-        return tuple(c for comps in self._called.values() for c in comps)
+        called = self._called
+        if not called:  # most instructions: asked millions of times by the analyses
+            return ()
+        if len(called) == 1:
+            for comps in called.values():
+                return tuple(comps)  # the tuple itself when it is one
+        return tuple(c for comps in called.values() for c in comps)
 
     def called_computation(self, key: str) -> "Computation | None":
         comps = self._called.get(key)

@@ -8,6 +8,10 @@ import enum
 class HloOpcode(enum.Enum):
     """An opcode; the value is XLA's spelling in HLO text."""
 
+    # Members are singletons: identity hashing, not Enum's hash of the name in
+    # Python (opcode sets and dicts are asked millions of times per analysis).
+    __hash__ = object.__hash__
+
     ABS = "abs"
     ACOS = "acos"
     ACOSH = "acosh"
