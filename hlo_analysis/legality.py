@@ -225,9 +225,17 @@ def _fusible(instr: Instruction) -> Decision:
 _LOOK_INSIDE = Decision.forbid("look inside")
 
 
+#: Opcodes fusible whenever the instruction calls nothing, has an array shape and
+#: no control edges: most of every fusion body, answered without the checks below.
+_PLAIN = (ELEMENTWISE | LOOP_FUSIBLE) - {HloOpcode.REDUCE, HloOpcode.GATHER} - NON_DETERMINISTIC
+
+
 def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
     """``fusible`` for ``instr`` itself; ``_LOOK_INSIDE`` for a kLoop/kInput fusion."""
     op = instr.opcode
+    if (op in _PLAIN and not instr.called_computations and instr.shape.is_array
+            and not instr.control_predecessors and not instr.control_successors):
+        return ALLOW
     if op is HloOpcode.PARAMETER:
         return Decision.forbid("is a parameter")
     if op in NON_DETERMINISTIC or effects.instruction(instr):
