@@ -66,6 +66,11 @@ def _drop_use(op: "Instruction", user: "Instruction") -> None:
         del op._users[user]
 
 
+
+#: Metadata fields that locate the framework's source (OpMetadata in xla_data.proto).
+_SOURCE_LOCATION_KEYS = ("source_file", "source_line", "source_end_line", "source_column", "source_end_column",
+                         "stack_frame_id")
+
 class Instruction:
     """One HLO instruction: a named value with an opcode, a shape and operands.
 
@@ -1001,6 +1006,20 @@ class Module:
                 yield instr
 
         yield from visit(comp)
+
+    def strip_source_locations(self) -> None:
+        """Drops where the framework's code sits on the machine that traced it: the
+        stack-frame tables and each instruction's ``source_file``/``source_line``
+        and ``stack_frame_id`` (``op_name`` stays). For a module that leaves the
+        machine, such as an upstream test: local paths are no part of the HLO."""
+        self.stack_frames = []
+        for comp in self.computations:
+            for instr in comp:
+                meta = instr.attributes.get("metadata")
+                if not meta or not any(k in meta for k in _SOURCE_LOCATION_KEYS):
+                    continue
+                kept = {k: v for k, v in instr.metadata.items() if k not in _SOURCE_LOCATION_KEYS}
+                instr.metadata = kept or None
 
     def clone(self) -> "Module":
         """A deep copy that shares nothing with this module and prints

@@ -315,3 +315,36 @@ def test_deep_clone_computation_copies_callees_once_with_unique_names():
     assert reducer is not src.get_computation("add") and reducer.parent is into
     assert into.deep_clone_computation(src.get_computation("add"), memo) is reducer
     assert [c.name for c in into.computations] == ["add", "add.1", "e.1", "e"]
+
+
+def test_strip_source_locations_drops_local_paths_and_keeps_op_names():
+    # the layout of an XLA dump from jax 0.12: a stack-frame table before the entry,
+    # metadata naming frames by id (and older dumps' source_file/source_line)
+    text = """HloModule m, entry_computation_layout={(f32[2]{0})->f32[2]{0}}
+
+FileNames
+1 "/home/someone/project/train.py"
+
+FunctionNames
+1 "loss_fn"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=12 end_line=12 column=4 end_column=20}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=0}
+
+ENTRY %e (p: f32[2]) -> f32[2] {
+  %p = f32[2]{0} parameter(0)
+  %n = f32[2]{0} negate(%p), metadata={op_name="jit(f)/neg" stack_frame_id=1}
+  ROOT %a = f32[2]{0} add(%n, %n), metadata={source_file="/home/someone/project/train.py" source_line=12}
+}
+"""
+    m = hlo_tools.parse(text)
+    assert m.stack_frames and "/home/someone" in m.to_text()
+    m.strip_source_locations()
+    out = m.to_text()
+    assert "/home/someone" not in out and "FileNames" not in out and "stack_frame_id" not in out
+    assert 'metadata={op_name="jit(f)/neg"}' in out  # what the op is stays
+    assert "metadata" not in out.splitlines()[-2]  # nothing left of the add's: no empty braces
+    assert hlo_tools.parse(out).to_text() == out

@@ -100,6 +100,7 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
         raise UpstreamError(f"{spec} changes XLA's module at the hook but not {module.name} as given, which a test "
                             "would start from: give the module the passes act on") from None
     before = red.module
+    before.strip_source_locations()  # the bundle is for a public tracker: no local paths
     after = before.clone()
     PassManager(passes).run(after)
     try:
