@@ -24,6 +24,11 @@ from hlo_tools.opcode import ELEMENTWISE, HloOpcode
 from .cost import TRANSCENDENTAL_OPS, CostAnalysis, arithmetic_seconds
 
 _H = HloOpcode
+#: Data movement: HloCostAnalysis counts no flops for these, so a kernel body's
+#: many broadcasts, slices and parameters need no pricing.
+_NO_ARITHMETIC = frozenset({_H.PARAMETER, _H.CONSTANT, _H.BITCAST, _H.BROADCAST, _H.RESHAPE, _H.TRANSPOSE, _H.SLICE,
+                            _H.DYNAMIC_SLICE, _H.DYNAMIC_UPDATE_SLICE, _H.CONCATENATE, _H.PAD, _H.IOTA, _H.REVERSE,
+                            _H.TUPLE, _H.GET_TUPLE_ELEMENT, _H.COPY})
 
 def _elements(instr: Instruction) -> int:
     return instr.shape.num_elements if instr.shape.is_array else 0
@@ -64,7 +69,7 @@ def compute_seconds(kernel: Instruction, profile: Mapping[str, float], vector_fl
             if per is None:
                 per = 1.0 / (transcendentals_per_s if op in TRANSCENDENTAL_OPS else vector_flops)
             total += _elements(i) * per
-        elif op is not _H.COPY:
+        elif op not in _NO_ARITHMETIC:
             others = others or CostAnalysis(None)
             p = others.instruction(i)
             total += arithmetic_seconds(p.flops, p.trans, vector_flops, transcendentals_per_s)

@@ -104,9 +104,15 @@ def _chain(instr: Instruction, depth: int) -> list[str]:
     return labels
 
 
-def signature(producer: Instruction, consumer: Instruction) -> str:
-    """``consumer<-producer<-...`` e.g. ``reduce<-exponential<-subtract<-broadcast``."""
-    return "<-".join([_label(consumer), *_chain(producer, SIGNATURE_DEPTH - 1)])
+def signature(producer: Instruction, consumer: Instruction, chains: dict[int, list[str]] | None = None) -> str:
+    """``consumer<-producer<-...`` e.g. ``reduce<-exponential<-subtract<-broadcast``.
+    ``chains``: a memo of producers' chains, for a walk over many edges of one module."""
+    chain = chains.get(id(producer)) if chains is not None else None
+    if chain is None:
+        chain = _chain(producer, SIGNATURE_DEPTH - 1)
+        if chains is not None:
+            chains[id(producer)] = chain
+    return "<-".join([_label(consumer), *chain])
 
 
 def _legality(producer: Instruction, consumer: Instruction, direct: Instruction, check_cycle: bool):
@@ -181,10 +187,11 @@ def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Devic
             edges.append((saved, producer, consumer, direct, before - fused))
     edges.sort(key=lambda e: -e[0])
     out = []
+    chains: dict[int, list[str]] = {}
     for rank, (saved, producer, consumer, direct, dt) in enumerate(edges):
         legal, reason = _legality(producer, consumer, direct, rank < cycle_check_top)
         out.append(Opportunity("producer-consumer", comp.name, producer.name, consumer.name,
-                               signature(producer, consumer), edge_label(patterns, producer, consumer),
+                               signature(producer, consumer, chains), edge_label(patterns, producer, consumer),
                                saved, dt, legal, reason))
     if siblings:
         out.extend(_siblings(comp, device, patterns, cycle_check_top))
