@@ -160,14 +160,15 @@ def _is_batched_dot(i: Instruction) -> bool:
     return i.opcode is _H.DOT and bool((i.attribute("lhs_batch_dims") or "").strip("{}"))
 
 
-def category(instr: Instruction) -> str:
+def category(instr: Instruction, body: list[Instruction] | None = None) -> str:
     """matmul / attention / memory-bound fusion / collective / copy / other.
 
     Attention: a batched dot (QK^T, PV) or a fusion with exp and reduce (softmax)
-    under an op_name that mentions attention; other dots are matmuls."""
+    under an op_name that mentions attention; other dots are matmuls. ``body``:
+    ``_wrapped_body(instr)`` when the caller has it."""
     op = instr.opcode
     wrapped = instr.async_wrapped_opcode
-    body = _wrapped_body(instr)
+    body = _wrapped_body(instr) if body is None else body
     name = (_op_name(instr) + " " + instr.name).lower()
     attention = "attention" in name or "attn" in name
     if op in COLLECTIVES or (wrapped is not None and wrapped in COLLECTIVES) or any(i.opcode in COLLECTIVES for i in body):
@@ -209,10 +210,10 @@ def _is_matrix_vector(instr: Instruction) -> bool:
             or free(rhs, "rhs_batch_dims", "rhs_contracting_dims") == 1)
 
 
-def _matmul_dtype(instr: Instruction) -> str | None:
+def _matmul_dtype(instr: Instruction, body: list[Instruction]) -> str | None:
     """The element type a matmul kernel multiplies (a dot, a fusion around one, a
-    cuBLAS call), None for any other kernel."""
-    for i in [instr, *_wrapped_body(instr)]:
+    cuBLAS call), None for any other kernel. ``body``: ``_wrapped_body(instr)``."""
+    for i in [instr, *body]:
         if i.opcode in _MATMUL_OPS or (i.opcode is _H.CUSTOM_CALL and (i.custom_call_target or "").startswith("__cublas$")
                                        and i.operands and i.operands[0].shape.is_array):
             return i.operands[0].shape.element_type.value
@@ -220,7 +221,7 @@ def _matmul_dtype(instr: Instruction) -> str | None:
 
 
 def _gpu_estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str, dtype: str | None,
-                  compute: float) -> KernelEstimate:
+                  compute: float, executions: int) -> KernelEstimate:
     """XLA:GPU's kernel model (``gpu_kernel_model``): launch-dimension-aware compute
     and memory times, overlapped 95%, plus the launch. A matmul keeps its
     tensor-core compute time and the full overlap of the roofline (its headroom
@@ -237,20 +238,22 @@ def _gpu_estimate(instr: Instruction, cost: InstructionCost, device: Device, cat
     body = max(k.compute_s, k.memory_s) if dtype else gpu_combine(k.compute_s, k.memory_s)
     bound = "launch" if launch > body else ("compute" if k.compute_s >= k.memory_s else "memory")
     return KernelEstimate(cost.name, cost.computation, cost.opcode, cat, max(cost.flops, 0.0), cost.transcendentals,
-                          cost.bytes_accessed, k.compute_s, k.memory_s, launch, body + launch, bound)
+                          cost.bytes_accessed, k.compute_s, k.memory_s, launch, body + launch, bound, executions)
 
 
-def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str | None = None) -> KernelEstimate:
-    """One kernel's roofline on ``device``. On a GPU (``device.kind == "gpu"``) a
-    kernel other than a collective is priced by XLA:GPU's kernel model
-    (``gpu_kernel_model``), with dots at the tensor-core peak."""
-    cat = cat or category(instr)
-    dtype = _matmul_dtype(instr)
+def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str | None = None, *,
+             executions: int = 1) -> KernelEstimate:
+    """One kernel's roofline on ``device`` (``executions``: its runs per module run).
+    On a GPU (``device.kind == "gpu"``) a kernel other than a collective is priced
+    by XLA:GPU's kernel model (``gpu_kernel_model``), with dots at the tensor-core peak."""
+    body = _wrapped_body(instr)
+    cat = cat or category(instr, body)
+    dtype = _matmul_dtype(instr, body)
     peak = device.matmul_peak(dtype) if dtype else device.vector_flops
     flops = max(cost.flops, 0.0)
     compute = arithmetic_seconds(flops, max(cost.transcendentals, 0.0), peak, device.transcendentals_per_s)
     if device.kind == "gpu" and cat != "collective" and device.sms and device.clock_ghz:
-        return _gpu_estimate(instr, cost, device, cat, dtype, compute)
+        return _gpu_estimate(instr, cost, device, cat, dtype, compute, executions)
     if device.op_seconds and not dtype and cat != "collective":
         profiled = profiled_compute_seconds(instr, device.op_seconds, device.vector_flops, device.transcendentals_per_s)
         compute = compute if profiled is None else profiled
@@ -263,7 +266,7 @@ def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str
         launch = device.library_call_overhead_s if library else device.launch_overhead_s
     t = KernelTime(compute, memory, launch)
     return KernelEstimate(cost.name, cost.computation, cost.opcode, cat, flops, cost.transcendentals,
-                          cost.bytes_accessed, compute, memory, launch, t.time_s, t.bound)
+                          cost.bytes_accessed, compute, memory, launch, t.time_s, t.bound, executions)
 
 
 def roofline(module: Module, device: Device, cost: ModuleCost | None = None) -> Roofline:
@@ -272,7 +275,6 @@ def roofline(module: Module, device: Device, cost: ModuleCost | None = None) -> 
     by_key = {(c.computation, c.name): c for c in cost.instructions}
     runs, unknown = executions(module)
     with utilization_memo():  # each fusion body priced once, not once per question about it
-        kernels = [dataclasses.replace(estimate(i, by_key[(i.parent.name, i.name)], device),
-                                       executions=runs.get(i.parent.name, 1))
+        kernels = [estimate(i, by_key[(i.parent.name, i.name)], device, executions=runs.get(i.parent.name, 1))
                    for i in kernel_instructions(module, cost)]
     return Roofline(module.name, device.name, tuple(kernels), unknown)
