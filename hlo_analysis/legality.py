@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from hlo_tools import HloOpcode, Instruction
 from hlo_tools.attributes import parse_int_list
@@ -236,6 +236,10 @@ def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
     if (op in _PLAIN and not instr.called_computations and instr.shape.is_array
             and not instr.control_predecessors and not instr.control_successors):
         return ALLOW
+    if (op is HloOpcode.FUSION and instr.fusion_kind in ("kLoop", "kInput") and instr.fused_computation is not None
+            and not instr.control_predecessors and not instr.control_successors):
+        # the walk inside asks each member for side effects: one walk, not two
+        return _LOOK_INSIDE
     if op is HloOpcode.PARAMETER:
         return Decision.forbid("is a parameter")
     if op in NON_DETERMINISTIC or effects.instruction(instr):
@@ -451,10 +455,12 @@ def _as_set(x: Instruction | Iterable[Instruction]) -> list[Instruction]:
     return [x] if isinstance(x, Instruction) else list(x)
 
 
-def creates_cycle(a: Instruction | Iterable[Instruction], b: Instruction | Iterable[Instruction]) -> bool:
+def creates_cycle(a: Instruction | Iterable[Instruction], b: Instruction | Iterable[Instruction],
+                  position: Mapping[int, int] | None = None) -> bool:
     """Would merging ``a`` and ``b`` into one fusion create a cycle?
 
     True when some instruction outside both groups is reachable from the merged
     group and reaches it again (the merged node would then be both before and
-    after it). Direct edges between the groups are fine."""
-    return path_around(_as_set(a) + _as_set(b)) is not None
+    after it). Direct edges between the groups are fine. ``position``: see
+    ``path_around`` (many questions about one unchanged computation)."""
+    return path_around(_as_set(a) + _as_set(b), position) is not None

@@ -18,6 +18,7 @@ an edge that crosses a ``call`` boundary in a pre-optimization module is not see
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Mapping
 from dataclasses import dataclass, field
 
 from hlo_tools.ir import Computation, Instruction, Module
@@ -115,7 +116,8 @@ def signature(producer: Instruction, consumer: Instruction, chains: dict[int, li
     return "<-".join([_label(consumer), *chain])
 
 
-def _legality(producer: Instruction, consumer: Instruction, direct: Instruction, check_cycle: bool):
+def _legality(producer: Instruction, consumer: Instruction, direct: Instruction, check_cycle: bool,
+              position: Mapping[int, int] | None = None):
     d = can_fuse(direct, consumer, check_cycle=False)
     if d and direct is not producer:
         d = fusible(producer)
@@ -125,7 +127,7 @@ def _legality(producer: Instruction, consumer: Instruction, direct: Instruction,
         return False, d.reason
     if not check_cycle:
         return True, "cycle unchecked"
-    if creates_cycle(producer, consumer):
+    if creates_cycle(producer, consumer, position):
         return False, "would create a cycle"
     return True, ""
 
@@ -158,6 +160,11 @@ def _find(module: Module, device: Device, cost: ModuleCost, cycle_check_top: int
     return out
 
 
+def _positions(comp: Computation) -> dict[int, int]:
+    """id -> index in a topological order of ``comp``, for its cycle checks."""
+    return {id(instr): n for n, instr in enumerate(comp.post_order())}
+
+
 def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Device, patterns: Patterns,
              cycle_check_top: int, siblings: bool) -> list[Opportunity]:
     zero = InstructionCost("", "", "", 0, 0, 0, 0, 0)
@@ -188,8 +195,9 @@ def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Devic
     edges.sort(key=lambda e: -e[0])
     out = []
     chains: dict[int, list[str]] = {}
+    position = _positions(comp) if edges and cycle_check_top > 0 else None
     for rank, (saved, producer, consumer, direct, dt) in enumerate(edges):
-        legal, reason = _legality(producer, consumer, direct, rank < cycle_check_top)
+        legal, reason = _legality(producer, consumer, direct, rank < cycle_check_top, position)
         out.append(Opportunity("producer-consumer", comp.name, producer.name, consumer.name,
                                signature(producer, consumer, chains), edge_label(patterns, producer, consumer),
                                saved, dt, legal, reason))
@@ -212,6 +220,7 @@ def _siblings(comp: Computation, device: Device, patterns: Patterns, cycle_check
     pairs.sort(key=lambda p: -p[0])
     fus: dict = {}
     out = []
+    position = None
     for rank, (size, value, a, b) in enumerate(pairs):
         la, lb = sorted((_label(a), _label(b)))
         sig = f"{la}|{lb}<-{_label(value)}"
@@ -220,7 +229,8 @@ def _siblings(comp: Computation, device: Device, patterns: Patterns, cycle_check
         if not da or not db:
             legal, reason = False, (da.reason if not da else db.reason)
         elif rank < cycle_check_top:
-            legal = not creates_cycle(a, b)
+            position = position or _positions(comp)
+            legal = not creates_cycle(a, b, position)
             reason = "" if legal else "would create a cycle"
         else:
             legal, reason = True, "cycle unchecked"

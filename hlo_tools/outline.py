@@ -15,7 +15,7 @@ The kind (kLoop, kInput, ...) is the caller's: a string, or a rule
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from .errors import IrError
 from .ir import Computation, Instruction, Module
@@ -31,16 +31,22 @@ class FusionError(IrError):
     """The instructions do not form a region that can be fused."""
 
 
-def path_around(members: Iterable[Instruction]) -> tuple[Instruction, Instruction] | None:
+def path_around(members: Iterable[Instruction], position: Mapping[int, int] | None = None
+                ) -> tuple[Instruction, Instruction] | None:
     """A path that leaves the group and comes back, as (the outside instruction
     on it, the member it feeds), or None.  Fusing a group with such a path would
-    put the fusion both before and after that instruction."""
+    put the fusion both before and after that instruction.  ``position``: id ->
+    index in a topological order of the computation (``post_order``), for many
+    questions about one computation: nothing after the last member can lead back
+    to one, so the walk stops there instead of following every user downstream."""
+    members = list(members)
     inside = {id(i) for i in members}
+    last = max(position[id(i)] for i in members) if position is not None else None
     stack = [u for i in members for u in i.users if id(u) not in inside]
     seen: set[int] = set()
     while stack:
         x = stack.pop()
-        if id(x) in seen:
+        if id(x) in seen or (last is not None and position.get(id(x), -1) > last):
             continue
         seen.add(id(x))
         for u in x.users:
