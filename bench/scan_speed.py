@@ -58,14 +58,15 @@ def _scan_seconds(code: Path, folder: Path, jobs: int) -> float:
     return seconds
 
 
-def _phases(files: list[Path]) -> dict[str, float]:
-    """Seconds per phase of the current code's analysis, summed over ``files``."""
+def _phases(folder: Path) -> dict[str, float]:
+    """Seconds per phase of the current code's analysis, summed over the folder's
+    files, each on the device model the scan gives it (the host for XLA:CPU stages)."""
     from hlo_analysis import cost, devices, opportunities, roofline
     from xla_bridge import load
 
-    dev = devices.load("h100")
     t = dict.fromkeys(("read and parse", "cost", "roofline", "opportunities", "collectives"), 0.0)
-    for f in files:
+    for task in scan.assign_devices(scan.discover(folder), None):
+        f, dev = task.path, devices.load(task.device)
         t0 = time.perf_counter()
         m = load(f)
         t1 = time.perf_counter()
@@ -117,7 +118,7 @@ def main() -> int:
             after.append(_scan_seconds(ROOT, work / "modules", args.jobs))
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
-    phases = _phases(files)
+    phases = _phases(work / "modules")
     b, a = statistics.median(before), statistics.median(after)
     print(f"{len(files)} modules ({sum(f.stat().st_size for f in files) / 1e6:.1f} MB gzip'd), --jobs {args.jobs}, "
           f"{args.reps} scan(s) per side")

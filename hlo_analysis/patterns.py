@@ -167,8 +167,11 @@ class Patterns:
         if key not in self._cache:
             found = set(self._members.get(key, ()))
             for comp in instr.called_computations if instr.opcode in (_H.FUSION, _H.CALL) else ():
-                for inner in comp:
-                    found.update(self.labels(inner))
+                for inner in comp:  # a plain member's labels are its own: no call, no cache entry
+                    if inner.opcode is _H.FUSION or inner.opcode is _H.CALL:
+                        found.update(self.labels(inner))
+                    else:
+                        found.update(self._members.get(id(inner), ()))
             self._cache[key] = tuple(lab for lab in LABELS if lab in found)
         return self._cache[key]
 
