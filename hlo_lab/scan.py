@@ -28,6 +28,7 @@ import corpus
 from corpus.dump import is_dump_file_name
 from hlo_tools.formats import is_inside, walk_module_files
 from hlo_tools import parse
+from hlo_tools.collector import collector_paused
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import describe_mode, make_dirs, write_output
 from xla_bridge import load
@@ -385,8 +386,12 @@ def analyze_task(task: Task, device: str, cache_dir: str | None) -> dict[str, An
         return out
     t0 = time.perf_counter()
     try:
-        module = load(task.path)  # text, .hlo.pb, .mlir; gzip'd with a bound
-        out = {**analyze_module(module, label=task.label, device=device), **base, "sha256": digest}
+        # one module's objects live for the whole analysis: no collections on the
+        # way, one after it (frees the module at once: less time and lower peak)
+        with collector_paused(collect_after=True):
+            module = load(task.path)  # text, .hlo.pb, .mlir; gzip'd with a bound
+            out = {**analyze_module(module, label=task.label, device=device), **base, "sha256": digest}
+            del module
     except Exception as e:  # noqa: BLE001 - reported per file, the scan goes on
         return {**base, "sha256": digest, "error": _describe(e)}
     out["seconds"] = time.perf_counter() - t0

@@ -7,7 +7,6 @@ follow.  Both produce the same records, built into IR by one builder.
 
 from __future__ import annotations
 
-import gc
 import os
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from .errors import HloParseError
 from .ir import Module
 from .builder import Builder
 from .records import Locator, ModuleRecord
+from .collector import collector_paused
 from .scanner import Unsupported, blank_multiline_comments, scan_module
 
 
@@ -50,11 +50,7 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True) -> M
     if not isinstance(text, str):
         raise TypeError(f"parse() takes HLO text (str), got {type(text).__name__}; use load() for a path")
     loc = Locator(text, source)
-    # The parser allocates many small objects and no cycles worth collecting
-    # mid-parse; pausing the cyclic GC makes large modules parse much faster.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():  # many small objects, no garbage: full collections would walk them all
         if use_scanner:
             builder = Builder(loc)
             scanned = blank_multiline_comments(text)  # same offsets, so loc still names lines and columns
@@ -65,9 +61,6 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True) -> M
                 pass  # not laid out as XLA prints: the grammar reads it whole
         rec = grammar.parse_module_records(text, loc)
         return Builder(loc).build(rec)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def read_hlo_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> str:

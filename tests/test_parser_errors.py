@@ -298,3 +298,22 @@ def test_malformed_buffer_shapes_are_located(shape, message, column):
         e = info.value
         assert message in e.message or message in e.expected, str(e)
         assert (e.line, e.column) == (5, column), str(e)
+
+
+def test_a_parse_leaves_the_garbage_collector_as_it_found_it():
+    """The parser pauses the cyclic collector: on again afterwards, also after a
+    syntax error; off still when the caller had it off (a scan worker's pause)."""
+    import gc
+
+    from hlo_tools.collector import collector_paused
+
+    assert gc.isenabled()
+    hlo_tools.parse("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n")
+    assert gc.isenabled()
+    with pytest.raises(hlo_tools.HloParseError):
+        hlo_tools.parse("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(\n}\n")
+    assert gc.isenabled()
+    with collector_paused(collect_after=True):
+        hlo_tools.parse("HloModule m\nENTRY e {\n  ROOT p = f32[] parameter(0)\n}\n")
+        assert not gc.isenabled()
+    assert gc.isenabled()
