@@ -57,7 +57,15 @@ IMMEDIATE_CONSTANT_MAX_ELEMENTS = 1
 
 def shape_size(shape: Shape) -> int:
     """Bytes of one buffer as XLA:CPU sizes it: arrays by element, a tuple as its
-    pointer table (its elements are separate buffers), tokens nothing."""
+    pointer table (its elements are separate buffers), tokens nothing. Kept on the
+    shape (immutable, like ``Shape.byte_size``): the analyses ask millions of times."""
+    cached = shape.__dict__.get("_xla_cpu_shape_size")
+    if cached is None:
+        cached = shape.__dict__["_xla_cpu_shape_size"] = _shape_size(shape)
+    return cached
+
+
+def _shape_size(shape: Shape) -> int:
     if shape.is_tuple:
         return POINTER_SIZE * len(shape.tuple_shapes)
     if shape.element_type is PrimitiveType.OPAQUE:
