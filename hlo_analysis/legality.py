@@ -197,27 +197,25 @@ def _fusible(instr: Instruction) -> Decision:
     d = _fusible_here(instr, effects)
     if d is not _LOOK_INSIDE:
         return d
-    stack: list[tuple[Instruction, Iterator[Instruction]]] = [(instr, iter(instr.fused_computation))]
+    stack: list[Iterator[Instruction]] = [iter(instr.fused_computation)]
     path: list[str] = []  # the inner fusions entered, by name
     while stack:
-        fusion, members = stack[-1]
-        inner = next(members, None)
-        if inner is None:
+        for inner in stack[-1]:
+            op = inner.opcode
+            if op is HloOpcode.PARAMETER or op is HloOpcode.TUPLE:
+                continue
+            d = _fusible_here(inner, effects)
+            if d is _LOOK_INSIDE:
+                path.append(inner.name)
+                stack.append(iter(inner.fused_computation))
+                break  # on inside it; this body's walk resumes after
+            if not d:
+                whose = "".join(f"is a fusion whose %{n} " for n in [*path, inner.name])
+                return Decision.forbid(whose + d.reason)
+        else:
             stack.pop()
             if path:
                 path.pop()
-            continue
-        body = fusion.fused_computation
-        if inner.opcode in (HloOpcode.PARAMETER, HloOpcode.TUPLE) or inner is body.root and inner.opcode is HloOpcode.TUPLE:
-            continue
-        d = _fusible_here(inner, effects)
-        if d is _LOOK_INSIDE:
-            path.append(inner.name)
-            stack.append((inner, iter(inner.fused_computation)))
-            continue
-        if not d:
-            whose = "".join(f"is a fusion whose %{n} " for n in [*path, inner.name])
-            return Decision.forbid(whose + d.reason)
     return ALLOW
 
 
