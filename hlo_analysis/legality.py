@@ -236,7 +236,8 @@ def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
         return ALLOW
     if (op is HloOpcode.FUSION and instr.fusion_kind in ("kLoop", "kInput") and instr.fused_computation is not None
             and not instr.control_predecessors and not instr.control_successors):
-        # the walk inside asks each member for side effects: one walk, not two
+        # XLA:CPU wraps lone ops (scatter, sort...) in kLoop fusions: look inside;
+        # the walk inside asks each member for side effects (one walk, not two)
         return _LOOK_INSIDE
     if op is HloOpcode.PARAMETER:
         return Decision.forbid("is a parameter")
@@ -251,8 +252,7 @@ def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
         kind = instr.fusion_kind
         if kind not in ("kLoop", "kInput"):
             return Decision.forbid(f"is a {kind} fusion")
-        # XLA:CPU wraps lone ops (scatter, sort...) in kLoop fusions: look inside
-        return _LOOK_INSIDE if instr.fused_computation is not None else Decision.forbid("is a fusion without a body")
+        return Decision.forbid("is a fusion without a body")  # a kLoop/kInput one with a body was looked inside above
     if op is HloOpcode.CONSTANT:
         return ALLOW if is_scalar_constant(instr) else Decision.forbid("is a non-scalar constant")
     if not instr.shape.is_array:

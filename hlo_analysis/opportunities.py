@@ -18,8 +18,8 @@ an edge that crosses a ``call`` boundary in a pre-optimization module is not see
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Mapping
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
