@@ -17,13 +17,19 @@ This uses jaxlib's ``ProfilerSession`` and ``ProfileData``
 from __future__ import annotations
 
 import contextlib
+import os
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from . import jax_internals
 from .bench import _Runner
+from .compiler import compile as xla_compile
+from .inputs import make_inputs
+from .worker import contained as in_worker
 
 _NOT_KERNELS = ("ThreadpoolListener", "ThunkExecutor", "$")
 
@@ -100,6 +106,26 @@ def _runs(compiled, input_sets: list[list[np.ndarray]], reps: int, warmup: int):
     return run
 
 
+def _paired_ends(starts: list[tuple[float, float]], ends: list[float]) -> list[float]:
+    """The end of each of one name's events (``starts``: (start, own end), sorted):
+    the first ``end: NAME`` event after its start and before the name's next start
+    (when the executor saw the thunk complete), or its own end when that is later or
+    there is none. The one pairing rule of ``spans`` and ``kernel_events``."""
+    en = sorted(ends)
+    j = 0
+    out = []
+    for k, (t0, t1) in enumerate(starts):
+        nxt = starts[k + 1][0] if k + 1 < len(starts) else float("inf")
+        while j < len(en) and en[j] < t0:
+            j += 1
+        if j < len(en) and en[j] < nxt:
+            out.append(max(en[j], t1))
+            j += 1
+        else:
+            out.append(t1)
+    return out
+
+
 def spans(events: list[tuple[str, float, float]], names: set[str] | None = None) -> dict[str, list[float]]:
     """Per instruction name, its run times in ns: from the start of its event to
     the start of the next ``end: NAME`` event (when the executor saw it complete),
@@ -114,19 +140,7 @@ def spans(events: list[tuple[str, float, float]], names: set[str] | None = None)
     out: dict[str, list[float]] = {}
     for name, st in starts.items():
         st.sort()
-        en = sorted(ends.get(name, ()))
-        j = 0
-        times = []
-        for k, (t0, t1) in enumerate(st):
-            nxt = st[k + 1][0] if k + 1 < len(st) else float("inf")
-            while j < len(en) and en[j] < t0:
-                j += 1
-            if j < len(en) and en[j] < nxt:
-                times.append(max(en[j], t1) - t0)
-                j += 1
-            else:
-                times.append(t1 - t0)
-        out[name] = times
+        out[name] = [end - t0 for (t0, _), end in zip(st, _paired_ends(st, ends.get(name, [])))]
     return out
 
 
@@ -183,3 +197,116 @@ def device_kernel_times(compiled, input_sets: list[list[np.ndarray]], *, reps: i
         raise TraceUnavailable(f"{compiled.module_name}: the device trace holds no kernels "
                                "(is CUPTI available? jaxlib loads libcupti from the CUDA install)")
     return {n: t / reps / 1e3 for n, t in total.items()}
+
+
+# -- traces joined to instructions (``hlo profile``) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KernelEvent:
+    """One execution of one instruction in a trace, with the keys XLA's profiler
+    puts on it (``hlo_op``, ``hlo_module``, ``program_id``; ``run_id`` tells the
+    module's runs apart: the join in ``hlo_analysis.profiles``), where it ran (plane:
+    the device or host; line: the thread or stream), its own span, and its end as
+    the executor saw it (``_paired_ends``: later than its own end when its work went
+    to XLA:CPU's thread pool)."""
+
+    hlo_op: str
+    hlo_module: str
+    program_id: int | None
+    run_id: int | None
+    plane: str
+    line: str
+    start_ns: float
+    own_end_ns: float
+    end_ns: float
+
+
+def _int(x) -> int | None:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def kernel_events(data) -> list[KernelEvent]:
+    """Every event of a ProfileData that names an instruction (an ``hlo_op`` stat),
+    on any plane: XLA:CPU's thunks on the host plane, XLA:GPU's kernels on a device
+    plane."""
+    out: list[KernelEvent] = []
+    with warnings.catch_warnings():  # pybind's "builtin type event_stats has no __module__" on some jaxlibs
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for plane in data.planes:
+            for line in plane.lines:
+                starts: dict[str, list[tuple[float, float, dict]]] = defaultdict(list)
+                ends: dict[str, list[float]] = defaultdict(list)
+                for ev in line.events:
+                    name = ev.name
+                    if name.startswith("end: "):
+                        ends[name[5:]].append(float(ev.start_ns))
+                        continue
+                    stats = dict(ev.stats)
+                    if "hlo_op" in stats:
+                        t0 = float(ev.start_ns)
+                        starts[name].append((t0, t0 + float(ev.duration_ns), stats))
+                for name, st in starts.items():
+                    st.sort(key=lambda e: e[0])
+                    paired = _paired_ends([(t0, t1) for t0, t1, _ in st], ends.get(name, []))
+                    for (t0, t1, stats), end in zip(st, paired):
+                        out.append(KernelEvent(str(stats["hlo_op"]), str(stats.get("hlo_module", "")),
+                                               _int(stats.get("program_id")), _int(stats.get("run_id")),
+                                               plane.name, line.name, t0, t1, end))
+    return out
+
+
+def trace_files(path: str | os.PathLike) -> list[Path]:
+    """The XPlane files of a trace: ``path`` itself, or under a folder the newest
+    run's (``jax.profiler.trace(DIR)`` writes ``DIR/plugins/profile/RUN/HOST.xplane.pb``,
+    one file per host, a new RUN folder per trace)."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise TraceUnavailable(f"{path}: no such file or folder")
+    files = sorted(p.rglob("*.xplane.pb"))
+    if not files:
+        raise TraceUnavailable(f"{path}: no *.xplane.pb file under it (jax.profiler.trace(DIR) writes "
+                               "DIR/plugins/profile/RUN/HOST.xplane.pb)")
+    newest = max(f.parent for f in files)  # RUN folders are named by their start time
+    return [f for f in files if f.parent == newest]
+
+
+def read_trace(path: str | os.PathLike) -> list[KernelEvent]:
+    """The instruction events of a trace a user brings (from any machine): an
+    ``.xplane.pb`` file or a ``jax.profiler.trace`` folder (``trace_files``)."""
+    _, profile_data = _profiler()
+    out: list[KernelEvent] = []
+    for f in trace_files(path):
+        try:
+            data = profile_data.ProfileData.from_file(str(f))
+        except Exception as e:  # noqa: BLE001 - jaxlib raises its own types for a bad file
+            raise TraceUnavailable(f"{f}: not an XPlane profile jaxlib can read ({type(e).__name__}: {e})") from None
+        out += kernel_events(data)
+    if not out:
+        raise TraceUnavailable(f"{path}: the trace holds no instruction events (none carries XLA's hlo_op stat); "
+                               "was a jitted computation run while it was recorded?")
+    return out
+
+
+def _profile_in_worker(text: str, backend: str, reps: int, warmup: int, seed: int) -> tuple[str, list[KernelEvent]]:
+    res = xla_compile(text, backend, "stock")
+    run = _runs(res, make_inputs(res.optimized_module, seed=seed, sets=2), reps, warmup)
+    data = _profile(run, host_tracer_level=2, strict=backend == "gpu")
+    return res.optimized_text, kernel_events(data)
+
+
+def profile_module(text: str, *, backend: str = "cpu", reps: int = 10, warmup: int = 2, seed: int = 0,
+                   contained: bool = True, name: str = "?") -> tuple[str, list[KernelEvent]]:
+    """Compiles ``text`` with stock XLA, runs it ``reps`` times under the profiler
+    (after ``warmup`` untraced runs, two input sets taking turns, as the kernel
+    bench does) and returns XLA's optimized module text and the trace's instruction
+    events. ``contained``: in the XLA worker (an abort there is an ``XlaAbortError``)."""
+    if not contained:
+        return _profile_in_worker(text, backend, reps, warmup, seed)
+    return in_worker(_profile_in_worker, (text, backend, reps, warmup, seed), phase="profiling", module=name,
+                     backend=backend)

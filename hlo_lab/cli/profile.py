@@ -1,0 +1,114 @@
+"""``hlo profile``: measured time per instruction next to the roofline, from a
+run under XLA's profiler or from a trace the user brings
+(``xla_bridge.trace`` reads it, ``hlo_analysis.profiles`` joins it)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from hlo_tools.errors import HloError, HloParseError
+from hlo_tools.parser import parse
+from xla_bridge.errors import XlaCompileError
+from xla_bridge.trace import TraceUnavailable, profile_module, read_trace
+from hlo_analysis.units import finite, fmt_bytes, fmt_seconds
+
+from .. import progress
+from ..console import stdout_console
+from .args import at_least_one, seed
+from .inputs import load_verified
+
+
+def _device_for(events, asked: str | None) -> tuple[str, str]:
+    """The device model for a trace: ``--device``, else the host for a trace of
+    XLA:CPU (its events on the host plane), h100 for a GPU's."""
+    if asked:
+        return asked, "--device"
+    if any(e.plane.startswith("/device:GPU") for e in events):
+        return "h100", "a GPU trace and no --device: the default GPU"
+    return "host", "XLA:CPU events: the host CPU model"
+
+
+def _rate(x: float, unit: str) -> str:
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}" if x else "-"
+
+
+def _cmd_profile(args) -> int:
+    from hlo_analysis import devices, profiles  # lazy: start-up (cli.analysis' docstring)
+
+    try:
+        module = load_verified(args.file)
+        if args.trace:
+            events = read_trace(args.trace)
+            how = f"trace {args.trace}"
+        else:
+            with progress.status(f"profiling {module.name}: {args.reps} runs", progress.wanted(args)):
+                text, events = profile_module(module.to_text(), reps=args.reps, warmup=args.warmup, seed=args.seed,
+                                              name=module.name)
+            module = parse(text, source=f"<{module.name} optimized by XLA:cpu stock>")
+            how = f"{args.reps} runs on XLA:CPU (stock pipeline)"
+        device, why = _device_for(events, args.device)
+        joined = profiles.join(module, events, devices.load(device), program_id=args.program_id)
+    except HloParseError as e:
+        print(e.format(), file=sys.stderr)
+        return 1
+    except (TraceUnavailable, profiles.ProfileJoinError, OSError) as e:
+        print(f"hlo profile: {e}", file=sys.stderr)
+        return 1
+    except (XlaCompileError, HloError, ValueError) as e:
+        print(f"hlo profile: {e}", file=sys.stderr)
+        return 2
+    d = joined.as_dict(top=None if args.json else args.top)
+    if args.json:
+        print(json.dumps(finite({**d, "source": how, "device_why": why}), indent=1))
+        return 0
+    from rich.table import Table
+
+    con = stdout_console()
+    con.print(f"[bold]{joined.module}[/] (program {joined.program_id}): {how}, {joined.runs} runs in the trace")
+    con.print(f"device model {device} ({why})")
+    con.print(f"measured {fmt_seconds(joined.device_s)} per run, {100 * joined.joined_share:.2f}% of it joined to "
+              f"{len(joined.kernels)} instructions; predicted {fmt_seconds(joined.predicted_s)}; "
+              f"rank correlation measured vs model {d['rho_measured_vs_model'] or float('nan'):.3f}")
+    if joined.unjoined:
+        con.print("not in the module: " + ", ".join(f"{n} ({fmt_seconds(s)})" for n, s in list(d["unjoined"].items())[:5]))
+    if joined.others:
+        con.print(f"the trace also holds {len(joined.others)} other program(s): "
+                  + ", ".join(f"{m} ({p})" for m, p in list(joined.others)[:5]))
+    t = Table(title=f"top {args.top} instructions by measured time (per run)")
+    for col in ("instruction", "pattern", "runs", "measured", "predicted", "roofline", "bandwidth", "flop rate", "bound"):
+        t.add_column(col, no_wrap=True, overflow="ellipsis", justify="left" if col in ("instruction", "pattern", "bound")
+                     else "right", max_width=40 if col == "instruction" else None)
+    for k in d["kernels"]:
+        pct = k["roofline_pct"]
+        t.add_row(k["name"], k["label"], f"{k['executions']:g}", fmt_seconds(k["measured_s"]),
+                  fmt_seconds(k["predicted_s"]), "-" if pct is None else f"{pct:.0f}%",
+                  _rate(k["bytes_per_s"], "B/s"), _rate(k["flops_per_s"], "FLOP/s"), k["bound"])
+    con.print(t)
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "profile", help="measured time per instruction next to the roofline (a run under XLA's profiler, or a trace)",
+        description="Runs FILE on XLA:CPU under XLA's profiler (or reads --trace, a jax.profiler.trace folder or "
+                    ".xplane.pb from any machine, with FILE the optimized module that ran), joins every event to "
+                    "its instruction by XLA's hlo_op/hlo_module/program_id keys, and prints per instruction: "
+                    "measured time per run, the cost model's prediction on the device, achieved bandwidth and "
+                    "flop rate, percent of roofline, and the pattern label.")
+    p.add_argument("file", help="HLO text, .hlo.pb or .mlir (optionally .gz); with --trace, the optimized module "
+                                "that ran (an after_optimizations dump)")
+    p.add_argument("--trace", default=None, metavar="DIR", help="read this trace instead of running FILE")
+    p.add_argument("--reps", type=at_least_one, default=10, help="traced runs (default 10)")
+    p.add_argument("--warmup", type=at_least_one, default=2, help="untraced runs first (default 2)")
+    p.add_argument("--device", default=None, help="device model for the predictions (default: host for XLA:CPU "
+                                                  "events, h100 for a GPU trace)")
+    p.add_argument("--program-id", type=int, default=None, help="which program of the module, when the trace "
+                                                                "holds several (default: the one with most events)")
+    p.add_argument("--top", type=int, default=15, help="instructions to show (--json has all)")
+    p.add_argument("--json", action="store_true", help="print the join as JSON")
+    p.add_argument("--seed", type=seed, default=0, help="input seed (default 0)")
+    p.set_defaults(func=_cmd_profile)

@@ -1,0 +1,158 @@
+"""``hlo profile``: a trace joined to the instructions of the module that ran
+(xla_bridge.trace reads it, hlo_analysis.profiles joins it), on the real XLA:CPU:
+a corpus module run under the profiler, and a trace a user made with
+``jax.profiler.trace`` of a model of their own, which the lab never ran.
+
+How close the host roofline comes to the measured times is a measurement:
+``bench/profile_vs_model.py`` prints the joined share and the rank correlation
+over every runnable corpus module."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import corpus
+from hlo_analysis import devices, profiles, roofline
+from hlo_tools.parser import parse
+from xla_bridge.trace import KernelEvent, TraceUnavailable, profile_module, read_trace
+
+from conftest import run_hlo
+
+REPS = 3
+RUNNABLE = sorted(e.name for e in corpus.load() if e.runnable)
+
+
+def _profiled(name: str):
+    e = next(corpus.load(name))
+    text, events = profile_module(e.text("before_optimizations"), reps=REPS, name=e.name)
+    return parse(text), events
+
+
+@pytest.fixture(scope="module")
+def decode_profile():
+    return _profiled("llama3-tiny-decode-f32")
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_every_event_of_a_runnable_corpus_module_joins_to_an_instruction(name):
+    module, events = _profiled(name)
+    j = profiles.join(module, events, devices.host())
+    assert j.runs == REPS
+    assert j.joined_share >= 0.995 and not j.unjoined
+    # every kernel of the cost model ran, once a run, and has its prediction beside it
+    # (loop bodies' kernels as often as the roofline's loop rule says)
+    runs = {k.name: k.executions for k in roofline.roofline(module, devices.host()).kernels}
+    by_name = {k.name: k for k in j.kernels}
+    assert set(runs) <= set(by_name)
+    for name, n in runs.items():
+        k = by_name[name]
+        assert k.executions == n and k.measured_s > 0 and k.predicted_s is not None and k.predicted_s > 0
+    assert j.predicted_s > 0 and j.device_s > 0
+
+
+def test_a_module_the_trace_lacks_is_named_with_what_it_holds(decode_profile):
+    module, events = decode_profile
+    other = parse("HloModule jit_other\n\nENTRY %main {\n  ROOT %p = f32[2]{0} parameter(0)\n}\n")
+    with pytest.raises(profiles.ProfileJoinError, match=r"no events of module jit_other; it holds: .*program"):
+        profiles.join(other, events, devices.host())
+
+
+def _event(name: str, t0: float, t1: float, run: int = 1) -> KernelEvent:
+    return KernelEvent(name, "m", 1, run, "/host:CPU", "t", t0, t1, t1)
+
+
+def test_a_loop_event_keeps_only_its_own_time():
+    module = parse("""HloModule m
+
+%body (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %e = f32[4]{0} exponential(%p)
+}
+
+%cond (q: f32[4]) -> pred[] {
+  %q = f32[4]{0} parameter(0)
+  ROOT %t = pred[] constant(true)
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  ROOT %w = f32[4]{0} while(%x), condition=%cond, body=%body
+}
+""")
+    # the while's event holds two iterations of its body (10 and 20 ns): 30 of its 100 ns are theirs
+    events = [_event("w", 0, 100), _event("e", 10, 20), _event("e", 40, 60)]
+    j = profiles.join(module, events, devices.load("h100"))
+    by_name = {k.name: k for k in j.kernels}
+    assert by_name["w"].measured_s == pytest.approx(70e-9) and by_name["e"].measured_s == pytest.approx(30e-9)
+    assert by_name["e"].executions == 2
+    assert j.device_s == pytest.approx(100e-9)  # the loop's span, counted once
+
+
+# -- a trace made by a user, without the lab --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def user_trace(tmp_path_factory):
+    """A small model of our own (a fori loop of 4 trips, jax.random, argmax, a tuple
+    out) run 3 times under ``jax.profiler.trace``; its optimized module as jax
+    compiled it."""
+    import jax
+    import jax.numpy as jnp
+
+    def f(key, w, x):
+        noise = jax.random.normal(key, x.shape)
+
+        def body(i, c):
+            x, s = c
+            x = jnp.tanh(x @ w) + 0.1 * noise
+            return x, s + x.sum()
+
+        x, s = jax.lax.fori_loop(0, 4, body, (x, 0.0))
+        return jax.nn.softmax(x, axis=-1).argmax(-1), s
+
+    args = (jax.random.PRNGKey(0), jnp.full((64, 64), 0.01), jnp.ones((8, 64)))
+    g = jax.jit(f)
+    jax.block_until_ready(g(*args))
+    d = tmp_path_factory.mktemp("trace")
+    with jax.profiler.trace(str(d)):
+        for _ in range(3):
+            jax.block_until_ready(g(*args))
+    hlo = d / "jit_f.after_optimizations.hlo"
+    hlo.write_text(g.lower(*args).compile().as_text())
+    return hlo, d
+
+
+def test_a_trace_made_by_a_user_joins_without_the_lab_running_it(user_trace):
+    hlo, d = user_trace
+    module = parse(hlo.read_text())
+    j = profiles.join(module, read_trace(d), devices.host())
+    assert j.runs == 3 and j.joined_share >= 0.995
+    looped = [k for k in j.kernels if k.predicted_s is not None and k.executions == 4]
+    assert looped, "the loop body's kernels run 4 times a run"
+    # the prediction counts the loop's trips as the trace does
+    est = {k.name: k for k in roofline.roofline(module, devices.host()).kernels}
+    assert all(est[k.name].executions == 4 for k in looped)
+
+
+def test_hlo_profile_reads_a_users_trace_and_says_what_is_wrong(user_trace, tmp_path):
+    hlo, d = user_trace
+    r = run_hlo("profile", hlo, "--trace", d, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["module"] == "jit_f" and out["runs"] == 3 and out["joined_share"] >= 0.995
+    assert out["device"] == "host" and out["kernels"][0]["measured_s"] >= out["kernels"][-1]["measured_s"]
+    r = run_hlo("profile", hlo, "--trace", tmp_path / "none")
+    assert r.returncode == 1 and "no such file or folder" in r.stderr and "Traceback" not in r.stderr
+    other = tmp_path / "other.hlo"
+    other.write_text("HloModule jit_g\n\nENTRY %main {\n  ROOT %p = f32[2]{0} parameter(0)\n}\n")
+    r = run_hlo("profile", other, "--trace", d)
+    assert r.returncode == 1 and "no events of module jit_g; it holds: jit_f" in r.stderr
+
+
+def test_a_file_that_is_not_a_trace_is_named(tmp_path):
+    bad = tmp_path / "x.xplane.pb"
+    bad.write_bytes(b"\x00not a proto")
+    with pytest.raises(TraceUnavailable, match="x.xplane.pb"):
+        read_trace(bad)
