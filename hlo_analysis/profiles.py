@@ -17,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
+from hlo_tools.attributes import format_string, parse_metadata
 from hlo_tools.ir import Instruction, Module
 
 from .cost import ModuleCost, analyze
@@ -38,6 +39,7 @@ class TraceEvent(Protocol):
     start_ns: float
     own_end_ns: float
     end_ns: float
+    scope_range_id: int | None
 
 
 class ProfileJoinError(ValueError):
@@ -200,3 +202,46 @@ def join(module: Module, events: Iterable[TraceEvent], device: Device, cost: Mod
             est.time_s * execs if est is not None else None, est.flops * execs if est is not None else 0.0,
             est.bytes_accessed * execs if est is not None else 0.0, est.bound if est is not None else ""))
     return ProfileJoin(module.name, device.name, pid, n_runs, tuple(kernels), unjoined, others)
+
+
+# -- profile-guided latency estimation (PGLE) ------------------------------------------------
+
+
+def pgle_key_prefix(module: Module) -> str:
+    """XLA keys a module's costs ``FINGERPRINT::name`` when its entry root carries
+    the ``fingerprint_before_lhs`` frontend attribute (set before the latency-hiding
+    scheduler), else by name alone."""
+    root = module.entry.root if module.entry is not None else None
+    raw = root.attributes.get("frontend_attributes") if root is not None else None
+    fp = parse_metadata(raw).get("fingerprint_before_lhs") if isinstance(raw, str) else None
+    return f"{fp}::" if fp else ""
+
+
+def pgle_costs(module: Module, events: Iterable[TraceEvent], *, program_id: int | None = None) -> dict[str, float]:
+    """The module's profile as XLA's profile-guided latency estimator reads it
+    (``ProfiledInstructionsProto``), by XLA's rule (``xplane_to_profile_instructions.cc``):
+    each instruction's mean event span in microseconds, an event's own span
+    (a while's includes its body), the fragments of one launch (same
+    ``scope_range_id``) merged into one span."""
+    _, mine, _ = _program(module, events, program_id)
+    prefix = pgle_key_prefix(module)
+    spans: dict[tuple[str, float], list[float]] = {}
+    for e in mine:
+        key = (prefix + e.hlo_op, e.scope_range_id if e.scope_range_id is not None else e.start_ns)
+        span = spans.get(key)
+        if span is None:
+            spans[key] = [e.start_ns, e.own_end_ns]
+        else:
+            span[0], span[1] = min(span[0], e.start_ns), max(span[1], e.own_end_ns)
+    acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for (name, _), (t0, t1) in spans.items():
+        a = acc[name]
+        a[0] += (t1 - t0) / 1e3
+        a[1] += 1
+    return {name: total / n for name, (total, n) in acc.items()}
+
+
+def pgle_text(costs: dict[str, float]) -> str:
+    """``costs`` as a text ``ProfiledInstructionsProto``: what
+    ``--xla_gpu_pgle_profile_file_or_directory_path`` reads (a ``.pbtxt`` file)."""
+    return "".join(f"costs {{ name: {format_string(n)} cost_us: {c!r} }}\n" for n, c in sorted(costs.items()))

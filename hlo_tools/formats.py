@@ -28,7 +28,7 @@ from .errors import HloParseError
 from .fileio import describe_mode
 
 __all__ = ["MODULE_SUFFIXES", "FolderWalk", "Format", "gunzip", "is_inside", "is_module_file", "max_decompressed_bytes",
-           "module_format", "read_module_bytes", "find_module_proto", "walk_module_files"]
+           "module_format", "read_module_bytes", "find_module_proto", "walk_module_files", "wire_fields"]
 
 Format = Literal["hlo", "proto", "stablehlo"]
 
@@ -227,10 +227,11 @@ def module_format(path: str | os.PathLike, data: bytes) -> Format:
     return "hlo"
 
 
-# -- protobuf wire format: enough to find the HloModuleProto in a dump file ---------
+# -- protobuf wire format: enough to find the HloModuleProto in a dump file (and read
+# the small profile protos of ``xla_bridge.trace``) ---------------------------------
 
 
-def _fields(data: bytes) -> dict[int, list[tuple[int, int, int]]] | None:
+def wire_fields(data: bytes) -> dict[int, list[tuple[int, int, int]]] | None:
     """Top-level fields of a serialized message: number -> [(wire type, start, end)]
     (for length-delimited fields the payload span); None if it is not well formed."""
     fields: dict[int, list[tuple[int, int, int]]] = {}
@@ -277,7 +278,7 @@ def _fields(data: bytes) -> dict[int, list[tuple[int, int, int]]] | None:
 def _is_hlo_module_proto(data: bytes) -> bool:
     """An ``HloModuleProto`` by its shape: a UTF-8 name (1), computations (3) and
     the host program shape (4), all length-delimited, and nothing malformed."""
-    f = _fields(data)
+    f = wire_fields(data)
     if not f or any(k not in f or f[k][0][0] != 2 for k in (1, 3, 4)):
         return False
     _, start, end = f[1][0]
@@ -296,7 +297,7 @@ def find_module_proto(data: bytes) -> bytes | None:
     for _ in range(3):
         if _is_hlo_module_proto(blob):
             return blob
-        f = _fields(blob)
+        f = wire_fields(blob)
         if not f or 1 not in f or f[1][0][0] != 2:
             return None
         _, start, end = f[1][0]

@@ -16,7 +16,9 @@ import pytest
 import corpus
 from hlo_analysis import devices, profiles, roofline
 from hlo_tools.parser import parse
-from xla_bridge.trace import KernelEvent, TraceUnavailable, profile_module, read_trace
+from hlo_tools.formats import wire_fields
+from xla_bridge.jax_internals import cuda_plugin_available
+from xla_bridge.trace import KernelEvent, TraceUnavailable, profile_module, read_trace, trace_files, xla_pgle_costs
 
 from conftest import run_hlo
 
@@ -96,8 +98,8 @@ ENTRY %main (x: f32[4]) -> f32[4] {
 @pytest.fixture(scope="module")
 def user_trace(tmp_path_factory):
     """A small model of our own (a fori loop of 4 trips, jax.random, argmax, a tuple
-    out) run 3 times under ``jax.profiler.trace``; its optimized module as jax
-    compiled it."""
+    out) run 3 times under ``jax.profiler.trace``, with another program run in the
+    same trace; its optimized module as jax compiled it."""
     import jax
     import jax.numpy as jnp
 
@@ -116,9 +118,11 @@ def user_trace(tmp_path_factory):
     g = jax.jit(f)
     jax.block_until_ready(g(*args))
     d = tmp_path_factory.mktemp("trace")
+    scale = jax.jit(lambda a: a * 2.0)
     with jax.profiler.trace(str(d)):
         for _ in range(3):
             jax.block_until_ready(g(*args))
+            jax.block_until_ready(scale(args[2]))
     hlo = d / "jit_f.after_optimizations.hlo"
     hlo.write_text(g.lower(*args).compile().as_text())
     return hlo, d
@@ -129,6 +133,7 @@ def test_a_trace_made_by_a_user_joins_without_the_lab_running_it(user_trace):
     module = parse(hlo.read_text())
     j = profiles.join(module, read_trace(d), devices.host())
     assert j.runs == 3 and j.joined_share >= 0.995
+    assert [m for m, _ in j.others] == ["jit__lambda"]  # the other program of the trace: named, not joined
     looped = [k for k in j.kernels if k.predicted_s is not None and k.executions == 4]
     assert looped, "the loop body's kernels run 4 times a run"
     # the prediction counts the loop's trips as the trace does
@@ -156,3 +161,73 @@ def test_a_file_that_is_not_a_trace_is_named(tmp_path):
     bad.write_bytes(b"\x00not a proto")
     with pytest.raises(TraceUnavailable, match="x.xplane.pb"):
         read_trace(bad)
+
+
+# -- PGLE: XLA's profile-guided latency estimator input ----------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _encode(data: bytes, fields: dict, replace) -> bytes:
+    out = bytearray()
+    for number, items in fields.items():
+        for wire, start, end in items:
+            payload = replace(number, data[start:end]) if wire == 2 else data[start:end]
+            out += _varint(number << 3 | wire) + (_varint(len(payload)) if wire == 2 else b"") + payload
+    return bytes(out)
+
+
+def _as_device_plane(xspace: bytes, old: str, new: str) -> bytes:
+    """The XSpace with plane ``old`` (XPlane field 2, its name) renamed ``new``."""
+    def plane(number: int, blob: bytes) -> bytes:
+        if number != 1:  # XSpace field 1: the planes
+            return blob
+        return _encode(blob, wire_fields(blob), lambda n, b: new.encode() if n == 2 and b == old.encode() else b)
+    return _encode(xspace, wire_fields(xspace), plane)
+
+
+def test_pgle_costs_are_xlas_own(user_trace, tmp_path):
+    """XLA's converter (jaxlib's get_profiled_instructions_proto) reads device planes
+    only: on this XLA:CPU trace it returns nothing. Given the same events on a device
+    plane, it and ours agree on every key and value."""
+    hlo, d = user_trace
+    assert xla_pgle_costs(d) == {}
+    (src,) = trace_files(d)
+    dst = tmp_path / "plugins" / "profile" / "run" / src.name
+    dst.parent.mkdir(parents=True)
+    dst.write_bytes(_as_device_plane(src.read_bytes(), "/host:CPU", "/device:GPU:0"))
+    theirs = xla_pgle_costs(tmp_path)
+    events = read_trace(tmp_path)
+    ours = profiles.pgle_costs(parse(hlo.read_text()), events)
+    # XLA's covers every program of the trace, ours the module's; without a fingerprint
+    # XLA keys by name alone, so a name both programs use is one entry there, mixed
+    other = {e.hlo_op for e in events if e.hlo_module != "jit_f"}
+    assert ours and other and set(theirs) == set(ours) | other
+    assert all(ours[k] == pytest.approx(theirs[k], rel=1e-9) for k in set(ours) - other)
+
+
+@pytest.mark.skipif(not cuda_plugin_available(), reason="XLA:GPU without a GPU needs the CUDA plugin (make venv)")
+def test_xla_reads_the_pgle_file_hlo_profile_writes(user_trace, tmp_path):
+    hlo, d = user_trace
+    out = tmp_path / "profile.pbtxt"
+    r = run_hlo("profile", hlo, "--trace", d, "--pgle", out)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().startswith("costs { name: ")
+    bad = tmp_path / "bad.pbtxt"
+    bad.write_text(out.read_text().replace("cost_us", "cost", 1))
+    target = next(corpus.load("llama3-tiny-decode-f32")).path("before_optimizations")
+    said = {}
+    for f in (out, bad):
+        r = run_hlo("compile", target, "--target", "h100", "--xla-flag=--xla_gpu_enable_latency_hiding_scheduler=true",
+                    f"--xla-flag=--xla_gpu_pgle_profile_file_or_directory_path={f}")
+        assert r.returncode == 0, r.stderr
+        said[f] = r.stderr
+    assert "failed to parse PGLE proto" not in said[out]
+    assert "failed to parse PGLE proto" in said[bad]  # XLA does read the file: a broken one is said so

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from hlo_tools.formats import wire_fields
 
 from . import jax_internals
 from .bench import _Runner
@@ -220,6 +223,8 @@ class KernelEvent:
     start_ns: float
     own_end_ns: float
     end_ns: float
+    #: XLA:GPU's id shared by the fragments of one kernel launch (XLA's PGLE converter merges them)
+    scope_range_id: int | None = None
 
 
 def _int(x) -> int | None:
@@ -255,7 +260,8 @@ def kernel_events(data) -> list[KernelEvent]:
                     for (t0, t1, stats), end in zip(st, paired):
                         out.append(KernelEvent(str(stats["hlo_op"]), str(stats.get("hlo_module", "")),
                                                _int(stats.get("program_id")), _int(stats.get("run_id")),
-                                               plane.name, line.name, t0, t1, end))
+                                               plane.name, line.name, t0, t1, end,
+                                               _int(stats.get("scope_range_id"))))
     return out
 
 
@@ -291,6 +297,33 @@ def read_trace(path: str | os.PathLike) -> list[KernelEvent]:
         raise TraceUnavailable(f"{path}: the trace holds no instruction events (none carries XLA's hlo_op stat); "
                                "was a jitted computation run while it was recorded?")
     return out
+
+
+def xla_pgle_costs(path: str | os.PathLike) -> dict[str, float]:
+    """XLA's own profile-guided latency estimator input from a trace (jaxlib's
+    ``get_profiled_instructions_proto``, XLA's ``xplane_to_profile_instructions``):
+    ``{key: cost_us}``. XLA reads device planes only (GPU, TPU, custom): empty for a
+    trace of XLA:CPU."""
+    profiler, _ = _profiler()
+    if not hasattr(profiler, "get_profiled_instructions_proto"):
+        raise TraceUnavailable("this jaxlib has no get_profiled_instructions_proto (XLA's PGLE converter)")
+    folder = trace_files(path)[0].parent
+    data = profiler.get_profiled_instructions_proto(str(folder))
+    return dict(_costs(bytes(data)))
+
+
+def _costs(data: bytes):
+    """The ``costs`` (field 1: name 1, cost_us 2 as a double) of a serialized
+    ``ProfiledInstructionsProto``."""
+    top = wire_fields(data) if data else {}
+    if top is None:
+        raise TraceUnavailable("XLA's PGLE converter returned a malformed ProfiledInstructionsProto")
+    for _, start, end in top.get(1, ()):
+        blob = data[start:end]
+        f = wire_fields(blob) or {}
+        name = blob[f[1][0][1]:f[1][0][2]].decode() if 1 in f else ""
+        cost = struct.unpack("<d", blob[f[2][0][1]:f[2][0][2]])[0] if 2 in f else 0.0
+        yield name, cost
 
 
 def _profile_in_worker(text: str, backend: str, reps: int, warmup: int, seed: int) -> tuple[str, list[KernelEvent]]:

@@ -8,6 +8,7 @@ import json
 import sys
 
 from hlo_tools.errors import HloError, HloParseError
+from hlo_tools.fileio import check_writable, write_output
 from hlo_tools.parser import parse
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.trace import TraceUnavailable, profile_module, read_trace
@@ -39,6 +40,8 @@ def _rate(x: float, unit: str) -> str:
 def _cmd_profile(args) -> int:
     from hlo_analysis import devices, profiles  # lazy: start-up (cli.analysis' docstring)
 
+    if args.pgle:
+        check_writable(args.pgle)  # before any run: a bad path fails at once
     try:
         module = load_verified(args.file)
         if args.trace:
@@ -52,6 +55,8 @@ def _cmd_profile(args) -> int:
             how = f"{args.reps} runs on XLA:CPU (stock pipeline)"
         device, why = _device_for(events, args.device)
         joined = profiles.join(module, events, devices.load(device), program_id=args.program_id)
+        if args.pgle:
+            write_output(args.pgle, profiles.pgle_text(profiles.pgle_costs(module, events, program_id=joined.program_id)))
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 1
@@ -75,6 +80,8 @@ def _cmd_profile(args) -> int:
               f"rank correlation measured vs model {d['rho_measured_vs_model'] or float('nan'):.3f}")
     if joined.unjoined:
         con.print("not in the module: " + ", ".join(f"{n} ({fmt_seconds(s)})" for n, s in list(d["unjoined"].items())[:5]))
+    if args.pgle:
+        con.print(f"wrote {args.pgle}: XLA's profile-guided latency estimator input (mean event time per instruction)")
     if joined.others:
         con.print(f"the trace also holds {len(joined.others)} other program(s): "
                   + ", ".join(f"{m} ({p})" for m, p in list(joined.others)[:5]))
@@ -108,6 +115,9 @@ def register(subparsers) -> None:
                                                   "events, h100 for a GPU trace)")
     p.add_argument("--program-id", type=int, default=None, help="which program of the module, when the trace "
                                                                 "holds several (default: the one with most events)")
+    p.add_argument("--pgle", default=None, metavar="OUT.pbtxt",
+                   help="also write the profile as XLA's PGLE input (ProfiledInstructionsProto text, keyed as XLA "
+                        "keys it), for --xla_gpu_pgle_profile_file_or_directory_path")
     p.add_argument("--top", type=int, default=15, help="instructions to show (--json has all)")
     p.add_argument("--json", action="store_true", help="print the join as JSON")
     p.add_argument("--seed", type=seed, default=0, help="input seed (default 0)")
