@@ -42,6 +42,8 @@ def _cmd_profile(args) -> int:
 
     if args.pgle:
         check_writable(args.pgle)  # before any run: a bad path fails at once
+    if args.model_explorer:
+        check_writable(args.model_explorer, directory=True)
     try:
         module = load_verified(args.file)
         if args.trace:
@@ -57,6 +59,11 @@ def _cmd_profile(args) -> int:
         joined = profiles.join(module, events, devices.load(device), program_id=args.program_id)
         if args.pgle:
             write_output(args.pgle, profiles.pgle_text(profiles.pgle_costs(module, events, program_id=joined.program_id)))
+        explorer = None
+        if args.model_explorer:
+            from visualize.model_explorer.graphs import command_line, write_files  # lazy: start-up
+
+            explorer = command_line(write_files(args.model_explorer, module, devices.load(device), joined))
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 1
@@ -68,7 +75,8 @@ def _cmd_profile(args) -> int:
         return 2
     d = joined.as_dict(top=None if args.json else args.top)
     if args.json:
-        print(json.dumps(finite({**d, "source": how, "device_why": why}), indent=1))
+        print(json.dumps(finite({**d, "source": how, "device_why": why,
+                                 **({"model_explorer": explorer} if explorer else {})}), indent=1))
         return 0
     from rich.table import Table
 
@@ -80,6 +88,9 @@ def _cmd_profile(args) -> int:
               f"rank correlation measured vs model {d['rho_measured_vs_model'] or float('nan'):.3f}")
     if joined.unjoined:
         con.print("not in the module: " + ", ".join(f"{n} ({fmt_seconds(s)})" for n, s in list(d["unjoined"].items())[:5]))
+    if explorer:
+        con.print(f"Model Explorer, with measured time, predicted time, roofline and bytes per node: {explorer}",
+                  soft_wrap=True)
     if args.pgle:
         con.print(f"wrote {args.pgle}: XLA's profile-guided latency estimator input (mean event time per instruction)")
     if joined.others:
@@ -118,6 +129,9 @@ def register(subparsers) -> None:
     p.add_argument("--pgle", default=None, metavar="OUT.pbtxt",
                    help="also write the profile as XLA's PGLE input (ProfiledInstructionsProto text, keyed as XLA "
                         "keys it), for --xla_gpu_pgle_profile_file_or_directory_path")
+    p.add_argument("--model-explorer", default=None, metavar="DIR",
+                   help="write the module and per-node data (measured, predicted, roofline %%, bytes) for Model "
+                        "Explorer into DIR, and print the command that opens them")
     p.add_argument("--top", type=int, default=15, help="instructions to show (--json has all)")
     p.add_argument("--json", action="store_true", help="print the join as JSON")
     p.add_argument("--seed", type=seed, default=0, help="input seed (default 0)")
