@@ -10,11 +10,13 @@ over every runnable corpus module."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 import corpus
 from hlo_analysis import devices, profiles, roofline
+from hlo_analysis.units import finite, fmt_seconds
 from hlo_tools.parser import parse
 from hlo_tools.formats import wire_fields
 from xla_bridge.jax_internals import cuda_plugin_available
@@ -231,3 +233,29 @@ def test_xla_reads_the_pgle_file_hlo_profile_writes(user_trace, tmp_path):
         said[f] = r.stderr
     assert "failed to parse PGLE proto" not in said[out]
     assert "failed to parse PGLE proto" in said[bad]  # XLA does read the file: a broken one is said so
+
+
+# -- the profile on the graph: hlo viz --profile -----------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's `dot` is missing (apt-get install -y graphviz)")
+def test_hlo_viz_shows_a_profile_on_its_nodes(decode_profile, tmp_path):
+    module, events = decode_profile
+    hlo = tmp_path / "decode.hlo"
+    hlo.write_text(module.to_text())
+    prof = tmp_path / "profile.json"  # what `hlo profile --json` prints
+    prof.write_text(json.dumps(finite(profiles.join(module, events, devices.host()).as_dict())))
+    top = json.loads(prof.read_text())["kernels"][0]
+    page = tmp_path / "page.html"
+    r = run_hlo("viz", hlo, "--profile", prof, "-o", page, "-q", "--around", top["name"], "--radius", "1")
+    assert r.returncode == 0, r.stderr
+    text = page.read_text()
+    assert f"measured {fmt_seconds(top['measured_s'])}" in text and "— hlo profile" in text
+    r = run_hlo("viz", hlo, "--after", hlo, "--profile", prof, "--after-profile", prof, "-o", tmp_path / "ba.html",
+                "-q", "--around", top["name"], "--radius", "1")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "ba.html").read_text().count("— hlo profile") == 2  # a table per side
+    other = tmp_path / "other.hlo"
+    other.write_text(module.to_text().replace(f"HloModule {module.name}", "HloModule jit_other", 1))
+    r = run_hlo("viz", other, "--profile", prof, "-o", tmp_path / "o.html")
+    assert r.returncode == 1 and f"a profile of module '{module.name}', not of 'jit_other'" in r.stderr

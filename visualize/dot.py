@@ -20,8 +20,9 @@ NSLIMIT = 2
 MAX_LITERAL_CHARS = 24
 
 
-def instruction_label(instr: Instruction, view: View) -> str:
-    """Opcode, shape and name, one per line, plus what is hidden around it."""
+def instruction_label(instr: Instruction, view: View, note: str | None = None) -> str:
+    """Opcode, shape and name, one per line, plus what is hidden around it and a
+    ``note`` (a profile's measured time)."""
     op = instr.opcode_text
     if instr.opcode is HloOpcode.FUSION:
         op = f"fusion {instr.fusion_kind or ''}".strip()
@@ -46,6 +47,8 @@ def instruction_label(instr: Instruction, view: View) -> str:
         hidden_out = sum(1 for u in instr.users if u.name not in names)
         if hidden_in or hidden_out:
             lines.append(f"(+{hidden_in} operands, +{hidden_out} users not shown)")
+    if note:
+        lines.append(note)
     return "\\n".join(lines)
 
 
@@ -54,11 +57,14 @@ def _edge_bytes(operand: Instruction, user: Instruction) -> str:
     return fmt_bytes(shape.byte_size)
 
 
-def to_graph(view: View, *, id_prefix: str = "", classes: Mapping[str, str] | None = None) -> graphviz.Digraph:
+def to_graph(view: View, *, id_prefix: str = "", classes: Mapping[str, str] | None = None,
+             notes: Mapping[str, str] | None = None) -> graphviz.Digraph:
     """The view as a ``graphviz.Digraph``. SVG element ids are ``id_prefix`` +
     instruction name; ``classes`` adds CSS classes per instruction name (the
-    before/after page uses them to highlight changes)."""
+    before/after page uses them to highlight changes); ``notes`` a last label line
+    per instruction name (``hlo viz --profile``: measured time)."""
     classes = classes or {}
+    notes = notes or {}
     g = graphviz.Digraph(name=view.module.name, strict=False)
     # Edge byte counts are xlabels: placed after layout, so dot stays fast (a real
     # label is a virtual node in the layout: 25x slower on a 441-node module).
@@ -81,7 +87,7 @@ def to_graph(view: View, *, id_prefix: str = "", classes: Mapping[str, str] | No
             attrs.update(penwidth="3", color="#1f78b4")
         if cat in (Category.PARAMETER, Category.CONSTANT):
             attrs["shape"] = "ellipse" if cat is Category.PARAMETER else "box"
-        sub.node(instr.name, instruction_label(instr, view), **attrs)
+        sub.node(instr.name, instruction_label(instr, view, notes.get(instr.name)), **attrs)
 
     def source(instr: Instruction) -> str:
         return instr.fused_computation.root.name if instr.name in view.expanded else instr.name
@@ -95,8 +101,9 @@ def to_graph(view: View, *, id_prefix: str = "", classes: Mapping[str, str] | No
         body = fusion.fused_computation
         with sub.subgraph(name="cluster_" + fusion.name) as c:
             cls = "fusion-cluster " + classes.get(fusion.name, "")
+            note = notes.get(fusion.name)
             c.attr(id=id_prefix + fusion.name, label=f"%{fusion.name}  fusion {fusion.fusion_kind or ''}  "
-                   f"{shorten(fusion.shape.to_text(print_layout=False), 48)}",
+                   f"{shorten(fusion.shape.to_text(print_layout=False), 48)}" + (f"  {note}" if note else ""),
                    style="rounded,filled", fillcolor="#f3eef8", color="#6a3d9a", fontsize="9",
                    **{"class": cls.strip()})
             for instr in body:

@@ -8,7 +8,7 @@ import concurrent.futures
 import dataclasses
 import html
 import json
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from hlo_analysis import devices
 from hlo_analysis.cost import analyze
@@ -165,20 +165,47 @@ def _document(heading: str, panes: str, tables: Sequence[str], data: dict, legen
 """
 
 
-def single_html(module: Module, options: FocusOptions = FocusOptions()) -> str:
-    """A page with one graph (pan, zoom, search), for ``hlo viz FILE -o out.html``."""
+def profile_notes(profile: Mapping[str, Any]) -> dict[str, str]:
+    """Per instruction of a profile (``hlo profile --json``), the label line the
+    graph shows: measured time per run and percent of roofline."""
+    out = {}
+    for k in profile.get("kernels", ()):
+        pct = k.get("roofline_pct")
+        out[k["name"]] = f"measured {fmt_seconds(k['measured_s'])}" + (f" · {pct:.0f}% of roofline" if pct else "")
+    return out
+
+
+def profile_table(profile: Mapping[str, Any], side: str = "", top: int = 15) -> str:
+    """The profile's totals and its ``top`` instructions by measured time."""
+    ks = sorted(profile.get("kernels", ()), key=lambda k: -k["measured_s"])[:top]
+    caption = (f"{side + ': ' if side else ''}measured {fmt_seconds(profile['measured_s'])} per run "
+               f"({100 * profile['joined_share']:.2f}% joined), predicted {fmt_seconds(profile['predicted_s'])} "
+               f"on {profile['device']} — hlo profile")
+    rows = [[k["name"], k.get("label") or "", fmt_seconds(k["measured_s"]), fmt_seconds(k.get("predicted_s")),
+             f"{k['roofline_pct']:.0f}%" if k.get("roofline_pct") else "-"] for k in ks]
+    return _table(caption, ["instruction", "pattern", "measured", "predicted", "roofline"], rows)
+
+
+def single_html(module: Module, options: FocusOptions = FocusOptions(), *,
+                profile: Mapping[str, Any] | None = None) -> str:
+    """A page with one graph (pan, zoom, search), for ``hlo viz FILE -o out.html``;
+    with a ``profile`` (``hlo profile --json``), each profiled node's measured time
+    and a table of the slowest."""
     view = select(module, options)
-    svg = svg_text(to_graph(view, id_prefix="b-").source)
-    return _document(module.name, _pane("module", module, view, svg, pane_id="before"), [],
+    svg = svg_text(to_graph(view, id_prefix="b-", notes=profile_notes(profile) if profile else None).source)
+    return _document(module.name, _pane("module", module, view, svg, pane_id="before"),
+                     [profile_table(profile)] if profile else [],
                      {"before_counterparts": {}, "after_counterparts": {}, "focus": _focus(view)}, False)
 
 
 def before_after_html(before: Module, after: Module, options: FocusOptions = FocusOptions(), *,
                       summary: Sequence[dict[str, Any]] | None = None, title: str | None = None,
-                      device: str | devices.Device = "h100") -> str:
+                      device: str | devices.Device = "h100",
+                      profiles: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None)) -> str:
     """The page, as text: the totals (kernels, flops, bytes, predicted time on
     ``device``) at the top, both graphs, the tables. ``summary`` is the pass
-    summary (e.g. one dict per pass with its name, whether it changed the module, its time)."""
+    summary (e.g. one dict per pass with its name, whether it changed the module, its time);
+    ``profiles``: ``hlo profile --json`` of either side (measured time on the nodes, a table each)."""
     d = diff_modules(before, after)
     before_view = select(before, options)
     try:
@@ -187,8 +214,9 @@ def before_after_html(before: Module, after: Module, options: FocusOptions = Foc
         after_view = select(after, dataclasses.replace(options, around=None, computation=None))
     b_classes = {n: s for n, s in d.before_status.items() if s != "kept"}
     a_classes = {n: s for n, s in d.after_status.items() if s != "kept"}
-    sources = [to_graph(before_view, id_prefix="b-", classes=b_classes).source,
-               to_graph(after_view, id_prefix="a-", classes=a_classes).source]
+    notes = [profile_notes(p) if p else None for p in profiles]
+    sources = [to_graph(before_view, id_prefix="b-", classes=b_classes, notes=notes[0]).source,
+               to_graph(after_view, id_prefix="a-", classes=a_classes, notes=notes[1]).source]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two `dot` processes at once
         b_svg, a_svg = pool.map(svg_text, sources)
     counts = d.counts()
@@ -197,6 +225,7 @@ def before_after_html(before: Module, after: Module, options: FocusOptions = Foc
                      [[o, b, a, f"{a - b:+d}"] for o, b, a in d.opcode_counts])]
     if summary:
         tables.insert(0, pass_table(summary))
+    tables[:0] = [profile_table(p, side) for p, side in zip(profiles, ("before", "after")) if p]
     heading = title or f"{before.name}: before / after"
     panes = _pane("before", before, before_view, b_svg) + _pane("after", after, after_view, a_svg)
     top = totals_table(before_after_totals(before, after, device))

@@ -67,6 +67,29 @@ def _cmd_viz(args: argparse.Namespace) -> int:
         return 1
 
 
+def _read_profile(path: str, module: Module) -> dict:
+    """A ``--profile`` file: ``hlo profile --json`` of ``module`` (the module the
+    instruction names belong to)."""
+    from visualize import VisualizeError  # lazy: start-up (module docstring)
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            profile = json.load(f)
+    except OSError as e:
+        raise VisualizeError(f"--profile {path}: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise VisualizeError(f"--profile {path}: not JSON ({e})") from None
+    kernels = profile.get("kernels") if isinstance(profile, dict) else None
+    if not isinstance(kernels, list) or not all(isinstance(k, dict) and "name" in k and "measured_s" in k
+                                                for k in kernels):
+        raise VisualizeError(f"--profile {path}: expected what `hlo profile --json` prints (an object whose "
+                             f"\"kernels\" list names instructions and their measured_s)")
+    if profile.get("module") != module.name:
+        raise VisualizeError(f"--profile {path}: a profile of module {profile.get('module')!r}, not of "
+                             f"{module.name!r}: profile the module drawn (its optimized form, as XLA ran it)")
+    return profile
+
+
 def _read_summary(path: str) -> list[dict]:
     """The ``--summary`` file: a JSON list of objects, one per pass (what the
     page's pass table shows); anything else is a VisualizeError saying so."""
@@ -95,10 +118,14 @@ def _write(args: argparse.Namespace, before, after) -> int:
     if after is not None and suffix != "html":
         raise VisualizeError("--after makes a before/after page: write it to a .html file")
     summary = _read_summary(args.summary) if args.summary else None
+    if args.after_profile and after is None:
+        raise VisualizeError("--after-profile is the profile of the --after module: give --after too")
+    profiles = (_read_profile(args.profile, before) if args.profile else None,
+                _read_profile(args.after_profile, after) if args.after_profile else None)
     view = _select(before, options)
     _say_what_was_cut(view, options)
     try:
-        data = _draw(args, before, after, options, view, summary)
+        data = _draw(args, before, after, options, view, summary, profiles)
     except LayoutTimeout:
         smaller = dataclasses.replace(options, max_nodes=max(1, min(options.max_nodes, view.node_count) // 2),
                                       max_edges=max(1, min(options.edge_budget, view.edge_count) // 2))
@@ -107,7 +134,7 @@ def _write(args: argparse.Namespace, before, after) -> int:
               f"--max-edges {smaller.max_edges}", file=sys.stderr)
         view = _select(before, smaller)
         _say_what_was_cut(view, smaller)
-        data = _draw(args, before, after, smaller, view, summary)  # a second LayoutTimeout is the error
+        data = _draw(args, before, after, smaller, view, summary, profiles)  # a second LayoutTimeout is the error
     write_output(out, data)
     print(f"wrote {out}")
     return 0
@@ -141,25 +168,27 @@ def _say_what_was_cut(view: View, options: FocusOptions) -> None:
 
 
 def _draw(args: argparse.Namespace, before: Module, after: Module | None, options: FocusOptions, view: View,
-          summary: list[dict] | None) -> bytes | str:
+          summary: list[dict] | None, profiles: tuple[dict | None, dict | None]) -> bytes | str:
     """The output file's content; the Graphviz layout runs under the timeout, with progress."""
     from visualize import VisualizeError, before_after_html, single_html, to_dot  # lazy: start-up (module docstring)
+    from visualize.page import profile_notes  # lazy: start-up (module docstring)
     from visualize.render import RENDERED, render, time_limit  # lazy: start-up (module docstring)
 
     out: str = args.output
     suffix = out.rsplit(".", 1)[-1].lower() if "." in out else ""
+    notes = profile_notes(profiles[0]) if profiles[0] else None
     if suffix in ("dot", "gv"):
-        return to_dot(view)  # text: no layout
+        return to_dot(view, notes=notes)  # text: no layout
     if suffix != "html" and suffix not in RENDERED:
         raise VisualizeError(f"{out}: unknown output suffix {'.' + suffix if suffix else '(none)'!r}; "
                                         "use .dot, .svg, .png, .pdf or .html")
     what = f"laying out {view.node_count:,} nodes, {view.edge_count:,} edges with Graphviz (limit {args.timeout:g} s)"
     with progress.line(what, progress.wanted(args)), time_limit(args.timeout):
         if suffix != "html":
-            return render(to_dot(view), suffix, timeout=args.timeout)
+            return render(to_dot(view, notes=notes), suffix, timeout=args.timeout)
         if after is not None:
-            return before_after_html(before, after, options, summary=summary)
-        return single_html(before, options)
+            return before_after_html(before, after, options, summary=summary, profiles=profiles)
+        return single_html(before, options, profile=profiles[0])
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -186,6 +215,9 @@ def register(subparsers) -> None:
     v.add_argument("-o", "--output", required=True, help="output file; its suffix picks the format")
     v.add_argument("--after", metavar="FILE", help="the module after a pass: makes a before/after page (.html)")
     v.add_argument("--summary", metavar="JSON", help="pass summary for the page: a JSON list of objects, one per pass")
+    v.add_argument("--profile", metavar="JSON", help="`hlo profile FILE --json` output: each node's measured time "
+                                                     "and percent of roofline on the graph, a table of the slowest")
+    v.add_argument("--after-profile", metavar="JSON", help="the same for the --after module (before/after page)")
     v.add_argument("-q", "--quiet", action="store_true", help="no progress while Graphviz lays out")
     _add_focus_arguments(v)
     v.set_defaults(func=_cmd_viz)
