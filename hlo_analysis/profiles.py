@@ -40,6 +40,7 @@ class TraceEvent(Protocol):
     own_end_ns: float
     end_ns: float
     scope_range_id: int | None
+    device_ordinal: int | None
 
 
 class ProfileJoinError(ValueError):
@@ -80,12 +81,14 @@ class KernelProfile:
 
 @dataclass(frozen=True)
 class ProfileJoin:
-    """Every instruction event of one module's program in a trace, joined."""
+    """Every instruction event of one module's program in a trace, joined. Times
+    are per run and per device: an SPMD program runs on each of its ``devices``."""
 
     module: str
     device: str
     program_id: int | None
     runs: int
+    devices: int
     kernels: tuple[KernelProfile, ...] = field(repr=False)
     #: own time per run of events whose ``hlo_op`` names no instruction of the module
     unjoined: dict[str, float] = field(default_factory=dict)
@@ -118,6 +121,7 @@ class ProfileJoin:
         ks = sorted(self.kernels, key=lambda k: -k.measured_s)
         return {
             "module": self.module, "device": self.device, "program_id": self.program_id, "runs": self.runs,
+            "devices": self.devices,
             "measured_s": self.device_s, "joined_s": self.joined_s, "joined_share": self.joined_share,
             "predicted_s": self.predicted_s, "rho_measured_vs_model": _finite(self.rank_correlation()),
             "unjoined": dict(sorted(self.unjoined.items(), key=lambda kv: -kv[1])),
@@ -173,10 +177,13 @@ def join(module: Module, events: Iterable[TraceEvent], device: Device, cost: Mod
          program_id: int | None = None, runs: int | None = None) -> ProfileJoin:
     """Joins the trace's events of ``module`` (the module as it ran: XLA's optimized
     one) to its instructions, with the roofline of ``device`` beside each.
-    ``runs``: module runs in the trace, when its events carry no ``run_id``."""
+    ``runs``: module runs in the trace, when its events carry no ``run_id``.
+    Times are per run and per device (``device_ordinal``): each device of an SPMD
+    program runs every instruction once a run, the prediction is one device's."""
     pid, mine, others = _program(module, events, program_id)
     run_ids = {e.run_id for e in mine if e.run_id is not None}
     n_runs = runs or len(run_ids) or 1
+    n_devices = len({e.device_ordinal for e in mine if e.device_ordinal is not None}) or 1
     own = _own_times(mine)
     per_op: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     for e, t in zip(mine, own):
@@ -190,7 +197,7 @@ def join(module: Module, events: Iterable[TraceEvent], device: Device, cost: Mod
     kernels, unjoined = [], {}
     for name, (count, ns) in per_op.items():
         instr = instrs.get(name)
-        seconds = ns / 1e9 / n_runs
+        seconds = ns / 1e9 / n_runs / n_devices
         if instr is None:
             unjoined[name] = seconds
             continue
@@ -198,10 +205,10 @@ def join(module: Module, events: Iterable[TraceEvent], device: Device, cost: Mod
         labels = patterns.labels(instr)
         execs = est.executions if est is not None else 1
         kernels.append(KernelProfile(
-            name, instr.parent.name, instr.opcode.value, labels[0] if labels else "", count / n_runs, seconds,
+            name, instr.parent.name, instr.opcode.value, labels[0] if labels else "", count / n_runs / n_devices, seconds,
             est.time_s * execs if est is not None else None, est.flops * execs if est is not None else 0.0,
             est.bytes_accessed * execs if est is not None else 0.0, est.bound if est is not None else ""))
-    return ProfileJoin(module.name, device.name, pid, n_runs, tuple(kernels), unjoined, others)
+    return ProfileJoin(module.name, device.name, pid, n_runs, n_devices, tuple(kernels), unjoined, others)
 
 
 # -- profile-guided latency estimation (PGLE) ------------------------------------------------

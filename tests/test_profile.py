@@ -10,12 +10,15 @@ over every runnable corpus module."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 import corpus
-from hlo_analysis import devices, profiles, roofline
+from hlo_analysis import cost, devices, profiles, roofline
 from hlo_analysis.units import finite, fmt_seconds
 from hlo_tools.parser import parse
 from hlo_tools.formats import wire_fields
@@ -259,3 +262,39 @@ def test_hlo_viz_shows_a_profile_on_its_nodes(decode_profile, tmp_path):
     other.write_text(module.to_text().replace(f"HloModule {module.name}", "HloModule jit_other", 1))
     r = run_hlo("viz", other, "--profile", prof, "-o", tmp_path / "o.html")
     assert r.returncode == 1 and f"a profile of module '{module.name}', not of 'jit_other'" in r.stderr
+
+
+_SHARDED = '''
+import sys, jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
+def f(w, x):
+    h = jnp.tanh(x @ w)
+    return (h * h).sum()
+w = jax.device_put(jnp.full((64, 128), 0.01), NamedSharding(mesh, P(None, "model")))
+x = jax.device_put(jnp.ones((16, 64)), NamedSharding(mesh, P("data", None)))
+g = jax.jit(jax.grad(f))
+jax.block_until_ready(g(w, x))
+with jax.profiler.trace(sys.argv[1]):
+    for _ in range(2):
+        jax.block_until_ready(g(w, x))
+open(sys.argv[2], "w").write(g.lower(w, x).compile().as_text())
+'''
+
+
+def test_a_sharded_programs_trace_joins_per_device(tmp_path):
+    """A user's SPMD program on 8 host devices (a 2x4 mesh, an all-reduce in its
+    gradient): each device runs every instruction once a run; times are per device."""
+    hlo = tmp_path / "grad.hlo"
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", _SHARDED, str(tmp_path / "trace"), str(hlo)], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    module = parse(hlo.read_text())
+    j = profiles.join(module, read_trace(tmp_path / "trace"), devices.host())
+    assert j.devices == 8 and j.runs == 2 and j.joined_share >= 0.995
+    by_name = {k.name: k for k in j.kernels}
+    assert all(k.executions == 1 for k in j.kernels)
+    (reduce,) = [k for k in j.kernels if k.opcode == "all-reduce"]
+    assert reduce.measured_s > 0 and reduce.predicted_s is not None and set(by_name) >= {
+        i.name for i in cost.kernel_instructions(module)}

@@ -225,6 +225,8 @@ class KernelEvent:
     end_ns: float
     #: XLA:GPU's id shared by the fragments of one kernel launch (XLA's PGLE converter merges them)
     scope_range_id: int | None = None
+    #: the device that ran it: an SPMD program runs on each of its devices every run
+    device_ordinal: int | None = None
 
 
 def _int(x) -> int | None:
@@ -261,7 +263,7 @@ def kernel_events(data) -> list[KernelEvent]:
                         out.append(KernelEvent(str(stats["hlo_op"]), str(stats.get("hlo_module", "")),
                                                _int(stats.get("program_id")), _int(stats.get("run_id")),
                                                plane.name, line.name, t0, t1, end,
-                                               _int(stats.get("scope_range_id"))))
+                                               _int(stats.get("scope_range_id")), _int(stats.get("device_ordinal"))))
     return out
 
 

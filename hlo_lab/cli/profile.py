@@ -81,7 +81,8 @@ def _cmd_profile(args) -> int:
     from rich.table import Table
 
     con = stdout_console()
-    con.print(f"[bold]{joined.module}[/] (program {joined.program_id}): {how}, {joined.runs} runs in the trace")
+    on = f" on {joined.devices} devices (times per device)" if joined.devices > 1 else ""
+    con.print(f"[bold]{joined.module}[/] (program {joined.program_id}): {how}, {joined.runs} runs in the trace{on}")
     con.print(f"device model {device} ({why})")
     con.print(f"measured {fmt_seconds(joined.device_s)} per run, {100 * joined.joined_share:.2f}% of it joined to "
               f"{len(joined.kernels)} instructions; predicted {fmt_seconds(joined.predicted_s)}; "
@@ -97,7 +98,7 @@ def _cmd_profile(args) -> int:
         con.print(f"the trace also holds {len(joined.others)} other program(s): "
                   + ", ".join(f"{m} ({p})" for m, p in list(joined.others)[:5]))
     t = Table(title=f"top {args.top} instructions by measured time (per run)")
-    for col in ("instruction", "pattern", "runs", "measured", "predicted", "roofline", "bandwidth", "flop rate", "bound"):
+    for col in ("instruction", "pattern", "calls", "measured", "predicted", "roofline", "bandwidth", "flop rate", "bound"):
         t.add_column(col, no_wrap=True, overflow="ellipsis", justify="left" if col in ("instruction", "pattern", "bound")
                      else "right", max_width=40 if col == "instruction" else None)
     for k in d["kernels"]:
