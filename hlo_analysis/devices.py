@@ -130,13 +130,14 @@ HOPPER_INTERCONNECT = dict(nvlink_bandwidth=450e9, nvlink_latency_s=1.9e-6, gpus
 # architecture whitepaper: 132 SMs, 1.98 GHz boost (also XLA's target config
 # ../shared/gpu_specs/h100_sxm.txtpb: core_count 132, clock_rate_ghz 1.98,
 # memory_bandwidth 3.35e12, l2_cache_size 52428800, shared_memory_per_core 233472),
-# dense BF16/FP16 989.4 TFLOPS, FP8 1978.9, TF32 494.7, FP32 66.9, FP64 tensor 66.9;
+# dense BF16/FP16 989.4 TFLOPS, FP8 1978.9, INT8 1978.9 TOPS, TF32 494.7, FP32 66.9, FP64 tensor 66.9;
 # HBM3 3.35 TB/s; NVLink 4 900 GB/s bidirectional (450 GB/s each way).
 # Transcendentals: 16 SFU results / clock / SM (CUDA C Programming Guide,
 # arithmetic-instruction throughput table, cc 9.0) = 132 * 16 * 1.98e9.
 H100_SXM = Device(
     name="h100", kind="gpu",
-    peak_flops={"bf16": 989.4e12, "f16": 989.4e12, "f8": 1978.9e12, "tf32": 494.7e12, "f64": 66.9e12},
+    peak_flops={"bf16": 989.4e12, "f16": 989.4e12, "f8": 1978.9e12, "s8": 1978.9e12, "tf32": 494.7e12,
+                "f64": 66.9e12},
     vector_flops=66.9e12, transcendentals_per_s=132 * 16 * 1.98e9,
     memory_bandwidth=3.35e12, launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
     collective_bandwidth=450e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,
@@ -158,12 +159,12 @@ H200_SXM = replace(
     source="NVIDIA H200 datasheet; gpu_specs/h200_sxm.txtpb",
 )
 # A100 SXM4 80GB: NVIDIA A100 Tensor Core GPU datasheet (2021) and the Ampere (GA100)
-# whitepaper: 108 SMs, 1.41 GHz boost, dense BF16/FP16 312 TFLOPS, TF32 156, FP32 19.5,
+# whitepaper: 108 SMs, 1.41 GHz boost, dense BF16/FP16 312 TFLOPS, INT8 624 TOPS, TF32 156, FP32 19.5,
 # FP64 tensor 19.5; no FP8 (f8 falls back to the BF16 rate); HBM2e 2,039 GB/s; L2 40 MB;
 # 164 KB shared memory per SM; NVLink 3 600 GB/s bidirectional.
 A100_SXM_80GB = Device(
     name="a100", kind="gpu",
-    peak_flops={"bf16": 312e12, "f16": 312e12, "tf32": 156e12, "f64": 19.5e12},
+    peak_flops={"bf16": 312e12, "f16": 312e12, "s8": 624e12, "tf32": 156e12, "f64": 19.5e12},
     vector_flops=19.5e12, transcendentals_per_s=108 * 16 * 1.41e9,
     memory_bandwidth=2.039e12, launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
     collective_bandwidth=300e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,
@@ -175,13 +176,13 @@ A100_SXM_80GB = Device(
            "l1_bytes_per_sm": 2048},
 )
 # B200 (HGX B200, per GPU): NVIDIA HGX B200 / DGX B200 datasheets (2024): dense FP8
-# 4.5 PFLOPS, BF16/FP16 2.25 PFLOPS, TF32 1.1 PFLOPS, FP64 40 TFLOPS (FP32 vector
+# 4.5 PFLOPS (INT8 4.5 POPS), BF16/FP16 2.25 PFLOPS, TF32 1.1 PFLOPS, FP64 40 TFLOPS (FP32 vector
 # taken as 80 TFLOPS); HBM3e 8 TB/s, 180 GB; NVLink 5 1.8 TB/s bidirectional.
 # SM count 148, ~1.965 GHz boost and 126 MB L2 are from public Blackwell
 # analyses, not the datasheet: treat them as approximate.
 B200 = Device(
     name="b200", kind="gpu",
-    peak_flops={"bf16": 2.25e15, "f16": 2.25e15, "f8": 4.5e15, "tf32": 1.1e15, "f64": 40e12},
+    peak_flops={"bf16": 2.25e15, "f16": 2.25e15, "f8": 4.5e15, "s8": 4.5e15, "tf32": 1.1e15, "f64": 40e12},
     vector_flops=80e12, transcendentals_per_s=148 * 16 * 1.965e9,
     memory_bandwidth=8.0e12, launch_overhead_s=GPU_LAUNCH_OVERHEAD_S,
     collective_bandwidth=900e9, collective_overhead_s=NCCL_LAUNCH_OVERHEAD_S,

@@ -56,6 +56,7 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
     "analyze": {"input": [["analyze", "{IN}"], ["analyze", "--json", "{IN}"]]},
     "collectives": {"input": [["collectives", "{IN}"], ["collectives", "--json", "{IN}"]]},
     "profile": {"input": [["profile", "{IN}", "--reps", "1"], ["profile", "{GOOD}", "--trace", "{IN}"]]},
+    "quantize": {"input": [["quantize", "{IN}", "-q"]], "output": [["quantize", "{GOOD}", "-q", "-o", "{BAD}/q.hlo"]]},
     "scan": {"input": [["scan", "{IN}", "-o", "{OUT}/scan", "-q", "-j", "1"]],
              "output": [["scan", "{GOOD}", "-o", "{BAD}/scan", "-q", "-j", "1"]]},
     "viz": {"input": [["viz", "{IN}", "-o", "{OUT}/g.dot"], ["viz", "{GOOD}", "--after", "{IN}", "-o", "{OUT}/p.html"]],
@@ -300,7 +301,7 @@ ENTRY main {
     ["divergence", "{f}", "{f}"], ["reduce", "{f}", "--until", "true", "--max-tests", "2"],
     ["upstream", "{f}", "--passes", "best", "-o", "{tmp}/u"], ["tune", "{f}", "--budget", "2", "--no-baseline"],
     ["bisect", "{f}", "--passes", "best"], ["opt", "{f}", "--passes", "best"], ["stats", "{f}"], ["check", "{f}"],
-    ["profile", "{f}", "--reps", "1"],
+    ["profile", "{f}", "--reps", "1"], ["quantize", "{f}"],
 ], ids=lambda a: a[0])
 def test_every_command_verifies_its_input_first(argv, tmp_path, capsys):
     """hostile2's concatenate_no_dimensions: XLA's parser rejects it; every command

@@ -1,0 +1,118 @@
+"""What XLA:GPU made of quantized dots: the GEMM kernels of an optimized module,
+the element types each multiplies, and the predicted GEMM and module times.
+
+XLA:GPU lowers a dot to a Triton GEMM (a ``kCustom`` fusion around the dot), a
+cuBLAS call (``__cublas$gemm``, ``__cublas$lt$matmul``, ``...$f8`` for fp8) or
+leaves it a plain dot. A GEMM is 8-bit when what it multiplies is (f8 types,
+s8/u8); a quantized dot whose GEMM multiplies bf16 or f16 fell back silently (the
+scaling went before it: XLA's QDQ pattern on a deviceless compile, or weight-only
+int8 by design). XLA renames dots on its way but keeps their metadata:
+``passes.quantize`` tags each new dot's ``op_name`` and ``lowered`` looks for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hlo_tools.attributes import parse_metadata
+from hlo_tools.ir import Instruction, Module
+from hlo_tools.opcode import HloOpcode
+
+from .cost import ModuleCost, analyze, kernel_instructions
+from .devices import Device
+from .roofline import roofline
+
+_H = HloOpcode
+_EIGHT_BIT = ("f8", "s8", "u8")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM kernel of an optimized module."""
+
+    name: str
+    kind: str  # "triton" | "cublas" | "dot"
+    #: what identifies it: the kernel's and its dot's names and metadata op_names
+    names: tuple[str, ...]
+    operand_types: tuple[str, ...]
+    flops: float
+    #: the element types the kernel reads from memory (its operands)
+    read_types: tuple[str, ...] = ()
+
+    @property
+    def eight_bit(self) -> bool:
+        """It multiplies 8-bit operands."""
+        return bool(self.operand_types) and all(t.startswith(_EIGHT_BIT) for t in self.operand_types)
+
+    @property
+    def reads_8bit(self) -> bool:
+        """It reads an 8-bit operand (weight-only int8: dequantized inside the GEMM)."""
+        return any(t.startswith(_EIGHT_BIT) for t in self.read_types)
+
+
+def _gemm(kernel: Instruction, flops: float) -> Gemm | None:
+    if kernel.opcode is _H.DOT:
+        return Gemm(kernel.name, "dot", (kernel.name, _op_name(kernel)), tuple(o.shape.element_type.value for o in kernel.operands),
+                    flops)
+    if kernel.opcode is _H.CUSTOM_CALL and (kernel.custom_call_target or "").startswith("__cublas$"):
+        ops = [o for o in kernel.operands[:2] if o.shape.is_array]
+        return Gemm(kernel.name, "cublas", (kernel.name, _op_name(kernel)), tuple(o.shape.element_type.value for o in ops), flops)
+    if kernel.opcode is _H.FUSION and kernel.fused_computation is not None:
+        dots = [i for i in kernel.fused_computation if i.opcode is _H.DOT]
+        if dots:
+            return Gemm(kernel.name, "triton", (kernel.name, dots[0].name, _op_name(kernel), _op_name(dots[0])),
+                        tuple(_source_type(o) for o in dots[0].operands), flops)
+    return None
+
+
+def _op_name(instr: Instruction) -> str:
+    raw = instr.attributes.get("metadata")
+    return str(parse_metadata(raw).get("op_name", "")) if isinstance(raw, str) else ""
+
+
+def _source_type(operand: Instruction) -> str:
+    """The element type a Triton GEMM reads for a dot operand: through the converts
+    and bitcasts inside the fusion back to what the fusion was given (a GEMM that
+    converts f8 to bf16 inside its tile still reads f8 from memory, but multiplies
+    bf16: the type of the dot's operand is what counts, so only layout ops are seen through)."""
+    x = operand
+    while x.opcode in (_H.BITCAST, _H.RESHAPE, _H.TRANSPOSE, _H.COPY) and x.operands:
+        x = x.operands[0]
+    return x.shape.element_type.value
+
+
+def gemms(module: Module, cost: ModuleCost | None = None) -> list[Gemm]:
+    """Every GEMM kernel of an optimized module, with its flops (``cost``)."""
+    cost = cost or analyze(module)
+    flops = {(c.computation, c.name): c.flops for c in cost.instructions}
+    out = []
+    for instr in kernel_instructions(module, cost):
+        g = _gemm(instr, flops.get((instr.parent.name, instr.name), 0.0))
+        if g is not None:
+            out.append(dataclasses.replace(g, read_types=tuple(o.shape.element_type.value for o in instr.operands
+                                                               if o.shape.is_array)))
+    return out
+
+
+def lowered(tag: str, kernels: list[Gemm]) -> Gemm | None:
+    """The GEMM whose kernel or dot carries ``tag`` (a name or metadata op_name), else None."""
+    for g in kernels:
+        if tag in g.names:
+            return g
+    return None
+
+
+@dataclass(frozen=True)
+class PredictedTimes:
+    """Predicted time per run on one device: the GEMM kernels and the whole module."""
+
+    gemm_s: float
+    module_s: float
+
+
+def predicted_times(module: Module, device: Device) -> PredictedTimes:
+    cost = analyze(module)
+    r = roofline(module, device, cost)
+    names = {g.name for g in gemms(module, cost)}
+    return PredictedTimes(sum(k.time_s * k.executions for k in r.kernels if k.name in names), r.time_s)

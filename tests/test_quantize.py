@@ -1,0 +1,148 @@
+"""Quantization what-ifs (issue 33): ``passes.quantize`` rewrites as HLO text
+(FileCheck), a known answer on XLA:CPU (inputs exact in fp8: error 0), dot roles
+on corpus modules, and what XLA:GPU makes of each form on a deviceless H100
+compile (``hlo_analysis.quantization``, ``hlo quantize``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import corpus
+from hlo_tools import parse
+from hlo_tools.testing import assert_rewrite
+from hlo_analysis.patterns import Patterns
+from hlo_lab.quantize import quantize
+from passes.quantize import QuantizeDots, _columns, dot_role
+from xla_bridge.jax_internals import cuda_plugin_available, xla_module_from_text
+from xla_bridge.runner import compare
+
+from conftest import run_hlo
+
+MATMUL = """HloModule m
+
+ENTRY %main (x: bf16[16,64], w: bf16[64,32]) -> bf16[16,32] {
+  %x = bf16[16,64]{1,0} parameter(0)
+  %w = bf16[64,32]{1,0} parameter(1)
+  ROOT %dot = bf16[16,32]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+needs_plugin = pytest.mark.skipif(not cuda_plugin_available(),
+                                  reason="XLA:GPU without a GPU needs the CUDA plugin (make venv)")
+
+
+def test_fp8_is_a_dot_on_e4m3_operands_with_the_scales_after_it():
+    assert_rewrite(MATMUL, QuantizeDots(form="fp8"), """
+CHECK: %quantize_max_f32
+CHECK: ENTRY
+CHECK: %[[AMAX:.*]] = f32[] reduce({{.*}}), dimensions={0,1}, to_apply=%quantize_max_f32
+CHECK: %[[QA:.*]] = f8e4m3fn[16,64]{1,0} convert(
+CHECK: %[[QB:.*]] = f8e4m3fn[64,32]{1,0} convert(
+CHECK: %dot.fp8 = f32[16,32]{1,0} dot(%[[QA]], %[[QB]]), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="hlo-quantize/dot"}
+CHECK: multiply(%dot.fp8,
+CHECK: ROOT {{.*}} = bf16[16,32]{1,0} convert(
+""", accepted_by=xla_module_from_text)
+
+
+def test_int8_accumulates_in_s32_and_int8w_keeps_a_scale_per_output_column():
+    assert_rewrite(MATMUL, QuantizeDots(form="int8"), """
+CHECK: round-nearest-even
+CHECK: s8[16,64]{1,0} convert(
+CHECK: s8[64,32]{1,0} convert(
+CHECK: %dot.int8 = s32[16,32]{1,0} dot(
+CHECK: f32[16,32]{1,0} convert(%dot.int8)
+""", accepted_by=xla_module_from_text)
+    assert_rewrite(MATMUL, QuantizeDots(form="int8w"), """
+CHECK: %[[AMAX:.*]] = f32[32] reduce({{.*}}), dimensions={0}
+CHECK: s8[64,32]{1,0} convert(
+CHECK: bf16[64,32]{1,0} broadcast({{.*}}), dimensions={1}
+CHECK: ROOT %dot.int8w = bf16[16,32]{1,0} dot(%x, {{.*}}), lhs_contracting_dims={1}
+""", accepted_by=xla_module_from_text)
+
+
+def test_qdq_dequantizes_before_a_dot_in_the_original_type():
+    assert_rewrite(MATMUL, QuantizeDots(form="fp8-qdq"), """
+CHECK: f8e4m3fn[16,64]{1,0} convert(
+CHECK: %[[DA:.*]] = bf16[16,64]{1,0} multiply(
+CHECK: %[[DB:.*]] = bf16[64,32]{1,0} multiply(
+CHECK: ROOT %dot.qdq = bf16[16,32]{1,0} dot(%[[DA]], %[[DB]])
+""", accepted_by=xla_module_from_text)
+
+
+def test_what_is_not_chosen_is_left_alone():
+    assert_rewrite(MATMUL, QuantizeDots(form="fp8", skip=("dot",)), None)
+    assert_rewrite(MATMUL, QuantizeDots(form="fp8", min_flops=2 * 16 * 64 * 32 + 1), None)
+    s32 = MATMUL.replace("bf16", "s32")
+    assert_rewrite(s32, QuantizeDots(form="fp8"), None)  # integer dots are not quantized
+    with pytest.raises(ValueError, match="unknown form"):
+        QuantizeDots(form="fp4")
+    with pytest.raises(ValueError, match="unknown scope mlpp"):
+        QuantizeDots(scope=("mlpp",))
+
+
+def test_inputs_exact_in_fp8_give_error_zero():
+    """A known answer: both operands hold small integers and their absolute maximum
+    is 448, E4M3's largest value: each scale is 1, the quantized operands are the
+    originals, and the f32 products and sums of small integers are exact."""
+    text = MATMUL.replace("bf16", "f32")
+    rng = np.random.default_rng(0)
+    vals = np.array([0, 1, -1, 2, -2, 3, 4, -8, 16], dtype=np.float32)
+    x = rng.choice(vals, (16, 64)).astype(np.float32)
+    w = rng.choice(vals, (64, 32)).astype(np.float32)
+    x[0, 0], w[0, 0] = 448, -448
+    q = parse(text)
+    assert QuantizeDots(form="fp8").run(q)
+    c = compare(parse(text), q, backend="cpu", inputs=[x, w])
+    assert c.verdict == "exact", str(c)
+    x[1, 1] = 3.3  # not an E4M3 value at scale 1: now it differs
+    assert compare(parse(text), q, backend="cpu", inputs=[x, w]).verdict != "exact"
+
+
+def test_dot_roles_on_a_corpus_module():
+    m = parse(next(corpus.load("llama3-tiny-prefill-f32")).text("before_optimizations"))
+    p = Patterns(m)
+    dots = [i for c in m.computations for i in c if i.opcode.value == "dot"]
+    widest = max(_columns(d) for d in dots if "GQA attention" not in p.labels(d))
+    roles = [dot_role(p, d, widest) for d in dots]
+    # 2 layers: QK and PV attention dots, gate/up/down MLP dots, one vocabulary projection
+    assert roles.count("attn") == 4 and roles.count("mlp") == 6 and roles.count("logits") == 1
+    assert len(QuantizeDots(scope=("mlp", "logits")).chosen(m)) == 7
+
+
+@needs_plugin
+def test_direct_fp8_and_int8_lower_to_8bit_gemms_and_qdq_falls_back():
+    m = parse(next(corpus.load("llama3-tiny-prefill-f32")).text("before_optimizations"))
+    _, fp8 = quantize(m, form="fp8", measure_error=False)
+    _, int8 = quantize(m, form="int8", measure_error=False)
+    _, qdq = quantize(m, form="fp8-qdq", measure_error=False)
+    assert fp8.gemm_dots and fp8.lowered_share == 1.0 and not fp8.fallbacks
+    assert all(set(d["types"]) == {"f8e4m3fn"} for d in fp8.gemm_dots)
+    assert int8.lowered_share == 1.0 and all(set(d["types"]) == {"s8"} for d in int8.gemm_dots)
+    # the documented QDQ pattern does not reach an fp8 kernel on a deviceless compile: named, not hidden
+    assert qdq.lowered_share == 0.0 and len(qdq.fallbacks) == len(qdq.gemm_dots) > 0
+    assert fp8.speed["gemm_before_s"] > 0 and fp8.speed["gemm_after_s"] > 0
+
+
+@needs_plugin
+def test_hlo_quantize_reports_lowering_error_and_speed(tmp_path):
+    src = next(corpus.load("llama3-tiny-decode-f32")).path("before_optimizations")
+    out = tmp_path / "q.hlo"
+    r = run_hlo("quantize", src, "--dtype", "int8w", "--scope", "mlp", "--json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["form"] == "int8w" and d["dots"]
+    # weight-only int8 counts as 8-bit where the GEMM reads the s8 weight; where XLA
+    # dequantizes it in a kernel of its own first, each such dot is a warning
+    gemm = [x for x in d["dots"] if x["gemm_at_stock"]]
+    eight = [x for x in gemm if "s8" in x["reads"]]
+    assert d["lowered_8bit_share"] == pytest.approx(sum(x["flops"] for x in eight) / sum(x["flops"] for x in gemm))
+    assert r.stderr.count("does not run on 8 bits") == len(gemm) - len(eight) == len(d["fallbacks"])
+    assert 0 < d["error"]["within_tolerance"] <= 1 and d["error"]["max_abs"] > 0
+    assert d["speed"]["module_before_s"] > 0 and parse(out.read_text()).name == d["module"]
+    r = run_hlo("quantize", src, "--dtype", "fp8-qdq", "--scope", "mlp", "--no-error")
+    assert r.returncode == 0 and "warning: " in r.stderr and "does not run on 8 bits" in r.stderr
+    r = run_hlo("quantize", src, "--scope", "nothing")
+    assert r.returncode == 2 and "--scope is all or a list of" in r.stderr
