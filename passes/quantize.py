@@ -193,18 +193,19 @@ class QuantizeDots(Pass):
                              if d not in _dims(dims.get("rhs_contracting_dims")))
             qb, sb = self._quantize(b, "s8", rhs_free, dot, rw, maxc)
             deq = self._dequantize(qb, sb, rhs_free, _etype(b.shape), dot, rw)
-            new = rw.insert_before(dot, Instruction.create(_H.DOT, dot.shape, [a, deq], dot.name + ".int8w", **dims))
+            new = qdot = rw.insert_before(dot, Instruction.create(_H.DOT, dot.shape, [a, deq], dot.name + ".int8w",
+                                                                  **dims))
         elif self.form == "fp8-qdq":
             qa, sa = self._quantize(a, "f8e4m3fn", (), dot, rw, maxc)
             qb, sb = self._quantize(b, "f8e4m3fn", (), dot, rw, maxc)
             da = self._dequantize(qa, sa, (), _etype(a.shape), dot, rw)
             db = self._dequantize(qb, sb, (), _etype(b.shape), dot, rw)
-            new = rw.insert_before(dot, Instruction.create(_H.DOT, dot.shape, [da, db], dot.name + ".qdq", **dims))
+            new = qdot = rw.insert_before(dot, Instruction.create(_H.DOT, dot.shape, [da, db], dot.name + ".qdq", **dims))
         else:
             etype, acc = ("f8e4m3fn", "f32") if self.form == "fp8" else ("s8", "s32")
             qa, sa = self._quantize(a, etype, (), dot, rw, maxc)
             qb, sb = self._quantize(b, etype, (), dot, rw, maxc)
-            low = rw.insert_before(dot, Instruction.create(_H.DOT, _like(dot.shape, acc), [qa, qb],
+            low = qdot = rw.insert_before(dot, Instruction.create(_H.DOT, _like(dot.shape, acc), [qa, qb],
                                                            dot.name + "." + self.form, **dims))
             ins = lambda i: rw.insert_before(dot, i)  # noqa: E731 - local shorthand
             y = low if acc == "f32" else ins(Instruction.create(_H.CONVERT, _like(dot.shape, "f32"), [low], "quant.f32"))
@@ -214,10 +215,7 @@ class QuantizeDots(Pass):
             new = y if out_t == "f32" else ins(Instruction.create(_H.CONVERT, dot.shape, [y], "quant.out"))
         # XLA renames dots on its way (dot_general.26 -> dot.52) but keeps their
         # metadata: the tag is how hlo_analysis.quantization finds the GEMM it became
-        for i in (new, *new.operands, *(o for op in new.operands for o in op.operands)):
-            if i.opcode is _H.DOT:
-                rw.set_attribute(i, "metadata", f'{{op_name="{quantized_tag(dot.name)}"}}')
-                break
+        rw.set_attribute(qdot, "metadata", f'{{op_name="{quantized_tag(dot.name)}"}}')
         rw.replace_all_uses_with(dot, new)
         rw.erase(dot)
 
