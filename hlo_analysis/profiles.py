@@ -25,6 +25,7 @@ from .devices import Device
 from .patterns import Patterns
 from .rank_stats import spearman
 from .roofline import roofline
+from .units import finite
 
 
 class TraceEvent(Protocol):
@@ -123,7 +124,7 @@ class ProfileJoin:
             "module": self.module, "device": self.device, "program_id": self.program_id, "runs": self.runs,
             "devices": self.devices,
             "measured_s": self.device_s, "joined_s": self.joined_s, "joined_share": self.joined_share,
-            "predicted_s": self.predicted_s, "rho_measured_vs_model": _finite(self.rank_correlation()),
+            "predicted_s": self.predicted_s, "rho_measured_vs_model": finite(self.rank_correlation()),
             "unjoined": dict(sorted(self.unjoined.items(), key=lambda kv: -kv[1])),
             "other_programs": [{"module": m, "program_id": p, "events": n} for (m, p), n in self.others.items()],
             "kernels": [{"name": k.name, "computation": k.computation, "opcode": k.opcode, "label": k.label,
@@ -131,10 +132,6 @@ class ProfileJoin:
                          "roofline_pct": k.roofline_pct, "bytes_per_s": k.bytes_per_s,
                          "flops_per_s": k.flops_per_s, "bound": k.bound} for k in ks[:top]],
         }
-
-
-def _finite(x: float) -> float | None:
-    return x if x == x else None
 
 
 def _own_times(events: list[TraceEvent]) -> list[float]:

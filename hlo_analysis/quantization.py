@@ -12,7 +12,6 @@ int8 by design). XLA renames dots on its way but keeps their metadata:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from hlo_tools.attributes import parse_metadata
@@ -38,7 +37,7 @@ class Gemm:
     operand_types: tuple[str, ...]
     flops: float
     #: the element types the kernel reads from memory (its operands)
-    read_types: tuple[str, ...] = ()
+    read_types: tuple[str, ...]
 
     @property
     def eight_bit(self) -> bool:
@@ -51,18 +50,21 @@ class Gemm:
         return any(t.startswith(_EIGHT_BIT) for t in self.read_types)
 
 
+def _types(instrs) -> tuple[str, ...]:
+    return tuple(i.shape.element_type.value for i in instrs if i.shape.is_array)
+
+
 def _gemm(kernel: Instruction, flops: float) -> Gemm | None:
+    reads = _types(kernel.operands)
     if kernel.opcode is _H.DOT:
-        return Gemm(kernel.name, "dot", (kernel.name, _op_name(kernel)), tuple(o.shape.element_type.value for o in kernel.operands),
-                    flops)
+        return Gemm(kernel.name, "dot", (kernel.name, _op_name(kernel)), _types(kernel.operands), flops, reads)
     if kernel.opcode is _H.CUSTOM_CALL and (kernel.custom_call_target or "").startswith("__cublas$"):
-        ops = [o for o in kernel.operands[:2] if o.shape.is_array]
-        return Gemm(kernel.name, "cublas", (kernel.name, _op_name(kernel)), tuple(o.shape.element_type.value for o in ops), flops)
+        return Gemm(kernel.name, "cublas", (kernel.name, _op_name(kernel)), _types(kernel.operands[:2]), flops, reads)
     if kernel.opcode is _H.FUSION and kernel.fused_computation is not None:
         dots = [i for i in kernel.fused_computation if i.opcode is _H.DOT]
         if dots:
             return Gemm(kernel.name, "triton", (kernel.name, dots[0].name, _op_name(kernel), _op_name(dots[0])),
-                        tuple(_source_type(o) for o in dots[0].operands), flops)
+                        tuple(_source_type(o) for o in dots[0].operands), flops, reads)
     return None
 
 
@@ -90,8 +92,7 @@ def gemms(module: Module, cost: ModuleCost | None = None) -> list[Gemm]:
     for instr in kernel_instructions(module, cost):
         g = _gemm(instr, flops.get((instr.parent.name, instr.name), 0.0))
         if g is not None:
-            out.append(dataclasses.replace(g, read_types=tuple(o.shape.element_type.value for o in instr.operands
-                                                               if o.shape.is_array)))
+            out.append(g)
     return out
 
 
@@ -111,8 +112,10 @@ class PredictedTimes:
     module_s: float
 
 
-def predicted_times(module: Module, device: Device) -> PredictedTimes:
-    cost = analyze(module)
+def predicted_times(module: Module, device: Device, cost: ModuleCost | None = None,
+                    kernels: list[Gemm] | None = None) -> PredictedTimes:
+    """``cost`` and ``kernels`` (``gemms``) when the caller has them already."""
+    cost = cost or analyze(module)
     r = roofline(module, device, cost)
-    names = {g.name for g in gemms(module, cost)}
+    names = {g.name for g in (kernels if kernels is not None else gemms(module, cost))}
     return PredictedTimes(sum(k.time_s * k.executions for k in r.kernels if k.name in names), r.time_s)

@@ -21,7 +21,7 @@ from hlo_tools.rewriter import Rewriter
 from xla_bridge.compiler import compile as xla_compile
 from xla_bridge.runner import compare
 from hlo_analysis import devices
-from hlo_analysis.cost import dot_flops
+from hlo_analysis.cost import analyze, dot_flops
 from hlo_analysis.quantization import gemms, lowered, predicted_times
 from passes.quantize import QuantizeDots, quantized_tag
 
@@ -81,7 +81,8 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
                          f'{{op_name="{quantized_tag(d.name)}"}}')
     before = xla_compile(tagged, "gpu", "stock", target=target, contained=True).optimized_module
     after = xla_compile(quantized, "gpu", "stock", target=target, contained=True).optimized_module
-    stock, kernels = gemms(before), gemms(after)
+    cost_before, cost_after = analyze(before), analyze(after)  # one cost analysis a side, for both uses below
+    stock, kernels = gemms(before, cost_before), gemms(after, cost_after)
     for d in chosen:
         tag = quantized_tag(d.name)
         g, was = lowered(tag, kernels), lowered(tag, stock)
@@ -92,7 +93,7 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
                             # weight-only int8 multiplies in the original type by design: it is 8-bit when the GEMM reads s8
                             "eight_bit": bool(g and (g.reads_8bit if form == "int8w" else g.eight_bit))})
     dev = devices.load(target)
-    b, a = predicted_times(before, dev), predicted_times(after, dev)
+    b, a = predicted_times(before, dev, cost_before, stock), predicted_times(after, dev, cost_after, kernels)
     report.speed = {"gemm_before_s": b.gemm_s, "gemm_after_s": a.gemm_s, "module_before_s": b.module_s,
                     "module_after_s": a.module_s,
                     "gemm_speedup": b.gemm_s / a.gemm_s if a.gemm_s else 0.0,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlo_tools import Computation, Instruction, Module
+from hlo_tools.attributes import format_int_list, parse_int_list
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.rewriter import Rewriter
 from hlo_tools.shape import Shape
@@ -39,15 +40,6 @@ ROLES = ("attn", "mlp", "logits", "proj")
 #: the largest finite magnitude of each 8-bit type
 _QMAX = {"f8e4m3fn": 448.0, "s8": 127.0}
 _FLOATS = ("bf16", "f16", "f32")
-
-
-def _dims(text: str | None) -> tuple[int, ...]:
-    body = (text or "").strip().strip("{}").strip()
-    return tuple(int(x) for x in body.split(",")) if body else ()
-
-
-def _dims_text(dims) -> str:
-    return "{" + ",".join(str(d) for d in dims) + "}"
 
 
 def _like(shape: Shape, element_type: str) -> Shape:
@@ -76,7 +68,8 @@ def dot_role(patterns: Patterns, dot: Instruction, widest: int) -> str:
 def _columns(dot: Instruction) -> int:
     """The size of the rhs's free (non-contracting, non-batch) dimensions."""
     rhs = dot.operands[1].shape.dims
-    used = set(_dims(dot.attributes.get("rhs_contracting_dims"))) | set(_dims(dot.attributes.get("rhs_batch_dims")))
+    used = set(parse_int_list(dot.attributes.get("rhs_contracting_dims") or "")) | set(
+        parse_int_list(dot.attributes.get("rhs_batch_dims") or ""))
     n = 1
     for d, size in enumerate(rhs):
         if d not in used:
@@ -144,7 +137,7 @@ class QuantizeDots(Pass):
         zero = ins(Instruction.create(_H.CONSTANT, "f32[]", [], "quant.zero", literal=0.0))
         reduced = [d for d in range(len(dims)) if d not in keep]
         amax = ins(Instruction.create(_H.REDUCE, out_shape, [absx, zero], "quant.amax",
-                                      dimensions=_dims_text(reduced)))
+                                      dimensions=format_int_list(reduced)))
         rw.set_called_computations(amax, "to_apply", [maxc])
         q = ins(Instruction.create(_H.CONSTANT, "f32[]", [], "quant.qmax", literal=qmax))
         tiny = ins(Instruction.create(_H.CONSTANT, "f32[]", [], "quant.tiny", literal=1e-30))
@@ -163,7 +156,7 @@ class QuantizeDots(Pass):
         x32 = x if _etype(x.shape) == "f32" else ins(Instruction.create(_H.CONVERT, _like(x.shape, "f32"), [x],
                                                                                "quant.f32"))
         scale = self._scale(x32, keep, qmax, anchor, rw, maxc)
-        sb = ins(Instruction.create(_H.BROADCAST, x32.shape, [scale], "quant.scale.b", dimensions=_dims_text(keep)))
+        sb = ins(Instruction.create(_H.BROADCAST, x32.shape, [scale], "quant.scale.b", dimensions=format_int_list(keep)))
         y = ins(Instruction.create(_H.DIVIDE, x32.shape, [x32, sb], "quant.scaled"))
         if etype == "s8":
             y = ins(Instruction.create(_H.ROUND_NEAREST_EVEN, x32.shape, [y], "quant.round"))
@@ -179,7 +172,7 @@ class QuantizeDots(Pass):
         y = ins(Instruction.create(_H.CONVERT, shape, [q], "quant.dq"))
         s = scale if etype == "f32" else ins(Instruction.create(_H.CONVERT, _like(scale.shape, etype), [scale],
                                                                 "quant.scale.t"))
-        sb = ins(Instruction.create(_H.BROADCAST, shape, [s], "quant.scale.b", dimensions=_dims_text(keep)))
+        sb = ins(Instruction.create(_H.BROADCAST, shape, [s], "quant.scale.b", dimensions=format_int_list(keep)))
         return ins(Instruction.create(_H.MULTIPLY, shape, [y, sb], "quant.dq"))
 
     # -- the rewrite ---------------------------------------------------------------------
@@ -190,7 +183,7 @@ class QuantizeDots(Pass):
                                                    "rhs_contracting_dims") if dot.attributes.get(k)}
         if self.form == "int8w":
             rhs_free = tuple(d for d in range(len(b.shape.dims))
-                             if d not in _dims(dims.get("rhs_contracting_dims")))
+                             if d not in parse_int_list(dims.get("rhs_contracting_dims") or ""))
             qb, sb = self._quantize(b, "s8", rhs_free, dot, rw, maxc)
             deq = self._dequantize(qb, sb, rhs_free, _etype(b.shape), dot, rw)
             new = qdot = rw.insert_before(dot, Instruction.create(_H.DOT, dot.shape, [a, deq], dot.name + ".int8w",

@@ -12,7 +12,7 @@ from hlo_tools.fileio import check_writable, write_output
 from hlo_tools.parser import parse
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.trace import TraceUnavailable, profile_module, read_trace
-from hlo_analysis.units import finite, fmt_bytes, fmt_seconds
+from hlo_analysis.units import finite, fmt_seconds
 
 from .. import progress
 from ..console import stdout_console
@@ -28,13 +28,6 @@ def _device_for(events, asked: str | None) -> tuple[str, str]:
     if any(e.plane.startswith("/device:GPU") for e in events):
         return "h100", "a GPU trace and no --device: the default GPU"
     return "host", "XLA:CPU events: the host CPU model"
-
-
-def _rate(x: float, unit: str) -> str:
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if x >= scale:
-            return f"{x / scale:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}" if x else "-"
 
 
 def _cmd_profile(args) -> int:
@@ -56,14 +49,15 @@ def _cmd_profile(args) -> int:
             module = parse(text, source=f"<{module.name} optimized by XLA:cpu stock>")
             how = f"{args.reps} runs on XLA:CPU (stock pipeline)"
         device, why = _device_for(events, args.device)
-        joined = profiles.join(module, events, devices.load(device), program_id=args.program_id)
+        model = devices.load(device)
+        joined = profiles.join(module, events, model, program_id=args.program_id)
         if args.pgle:
             write_output(args.pgle, profiles.pgle_text(profiles.pgle_costs(module, events, program_id=joined.program_id)))
         explorer = None
         if args.model_explorer:
             from visualize.model_explorer.graphs import command_line, write_files  # lazy: start-up
 
-            explorer = command_line(write_files(args.model_explorer, module, devices.load(device), joined))
+            explorer = command_line(write_files(args.model_explorer, module, model, joined))
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 1
@@ -79,6 +73,8 @@ def _cmd_profile(args) -> int:
                                  **({"model_explorer": explorer} if explorer else {})}), indent=1))
         return 0
     from rich.table import Table
+
+    from ..scan_report import fmt_rate  # lazy: start-up (cli.analysis' docstring)
 
     con = stdout_console()
     on = f" on {joined.devices} devices (times per device)" if joined.devices > 1 else ""
@@ -105,7 +101,8 @@ def _cmd_profile(args) -> int:
         pct = k["roofline_pct"]
         t.add_row(k["name"], k["label"], f"{k['executions']:g}", fmt_seconds(k["measured_s"]),
                   fmt_seconds(k["predicted_s"]), "-" if pct is None else f"{pct:.0f}%",
-                  _rate(k["bytes_per_s"], "B/s"), _rate(k["flops_per_s"], "FLOP/s"), k["bound"])
+                  fmt_rate(k["bytes_per_s"], "B/s") if k["bytes_per_s"] else "-",
+                  fmt_rate(k["flops_per_s"], "FLOP/s") if k["flops_per_s"] else "-", k["bound"])
     con.print(t)
     return 0
 
