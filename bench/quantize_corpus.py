@@ -43,7 +43,7 @@ def main() -> int:
             continue
         t0 = time.perf_counter()
         _, r = quantize(parse(e.text("before_optimizations")), form=args.dtype, target=args.target,
-                        measure_error=args.error)
+                        error="auto" if args.error else "none")
         flops = sum(d["flops"] for d in r.gemm_dots)
         eight += r.lowered_share * flops
         total += flops

@@ -6,27 +6,39 @@ and for each the three answers a quantization what-if needs:
   read from the optimized module (``hlo_analysis.quantization``);
 - error: the quantized module's outputs against the original's on XLA:CPU, same
   inputs: max abs/rel error and the share of elements within XLA's own fp8 test
-  tolerance (1e-2 absolute and relative);
+  tolerance (1e-2 absolute and relative); on the whole module where it fits in
+  memory, else on each distinct dot extracted with its contraction and types;
 - speed: predicted time before/after on ``target`` by the one cost model, the GEMM
   kernels alone and the whole module, each side as XLA:GPU optimized it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hlo_tools.ir import Module
+from hlo_tools.attributes import parse_int_list
+from hlo_tools.ir import Computation, Instruction, Module
+from hlo_tools.opcode import HloOpcode
 from hlo_tools.rewriter import Rewriter
+from hlo_tools.shape import Shape
 from xla_bridge.compiler import compile as xla_compile
-from xla_bridge.runner import compare
+from xla_bridge.runner import Comparison, compare
 from hlo_analysis import devices
-from hlo_analysis.cost import analyze, dot_flops
-from hlo_analysis.quantization import gemms, lowered, predicted_times
-from passes.quantize import QuantizeDots, quantized_tag
+from hlo_analysis.cost import analyze, dot_flops, shape_size
+from hlo_analysis.quantization import Gemm, gemms, lowered, predicted_times
+from passes.quantize import Choice, QuantizeDots, quantized_tag
 
 #: XLA's fp8 GEMM tests compare with this absolute and relative tolerance
 FP8_TOLERANCE = 1e-2
+ERROR_MODES = ("auto", "module", "dots", "none")
+#: ``auto`` runs the whole module on XLA:CPU when its buffers (every value of every
+#: unfused computation, both sides) stay under this; else the extracted dots
+WHOLE_MODULE_BYTES = 2 << 30
+#: an extracted dot keeps its contraction; its other dimensions are cut to this many
+#: rows and as many columns (an element's error depends on its contraction, not on
+#: how many elements there are)
+EXTRACTED_ROWS = 128
 
 
 @dataclass
@@ -34,6 +46,7 @@ class QuantizeReport:
     module: str
     form: str
     target: str
+    options: dict[str, str] = field(default_factory=dict)
     dots: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] = field(default_factory=dict)
     speed: dict[str, float] = field(default_factory=dict)
@@ -55,20 +68,132 @@ class QuantizeReport:
         return [d for d in self.gemm_dots if not d["eight_bit"]]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"module": self.module, "form": self.form, "target": self.target, "lowered_8bit_share": self.lowered_share,
-                "fallbacks": [d["dot"] for d in self.fallbacks],
+        return {"module": self.module, "form": self.form, "target": self.target, "options": self.options,
+                "lowered_8bit_share": self.lowered_share, "fallbacks": [d["dot"] for d in self.fallbacks],
                 "dots": self.dots, "error": self.error, "speed": self.speed}
 
 
+def _find(dot: Instruction, chosen: list[Instruction], kernels: list[Gemm]) -> tuple[Gemm | None, str | None]:
+    """The GEMM ``dot`` became, and the dot it was merged with: XLA's DotMerger joins
+    dots that share an operand (gate and up projections) into one GEMM that keeps
+    one's metadata; such a GEMM does the flops of both."""
+    g = lowered(quantized_tag(dot.name), kernels)
+    if g is not None:
+        return g, None
+    mine = {id(o) for o in dot.operands}
+    for peer in chosen:
+        if peer is dot or not mine & {id(o) for o in peer.operands}:
+            continue
+        g = lowered(quantized_tag(peer.name), kernels)
+        if g is not None and g.flops >= 0.99 * (dot_flops(peer) + dot_flops(dot)):
+            return g, peer.name
+    return None, None
+
+
+def footprint(module: Module) -> int:
+    """Bytes of every value of every unfused computation: what running it may hold."""
+    fused = {id(c) for c in module.fusion_computations()}
+    return sum(shape_size(i.shape) for c in module.computations if id(c) not in fused for i in c)
+
+
+def _summary(comparisons: list[tuple[Comparison, float]]) -> dict[str, Any]:
+    """Max errors over ``comparisons`` and the share of elements within tolerance,
+    each comparison's share weighted by its weight (the elements it stands for)."""
+    outs = [(o, w) for c, w in comparisons for o in c.outputs]
+    weight = sum(w for _, w in outs)
+    inside = sum(w * (1 - o.mismatches / o.size) for o, w in outs if o.size)
+    verdicts = {c.verdict for c, _ in comparisons}
+    return {"max_abs": max((o.max_abs for o, _ in outs), default=0.0),
+            "max_rel": max((o.max_rel for o, _ in outs), default=0.0),
+            "within_tolerance": inside / weight if weight else 1.0,
+            "verdict": "mismatch" if "mismatch" in verdicts else "close" if "close" in verdicts else "exact",
+            "message": "; ".join(sorted({c.message for c, _ in comparisons if c.message}))[:500]}
+
+
+def _cut(dims: tuple[int, ...], keep: set[int], cap: dict[int, int], budget: int) -> tuple[int, ...]:
+    out = []
+    for d, size in enumerate(dims):
+        if d in keep:
+            out.append(size)
+        elif d in cap:
+            out.append(cap[d])
+        else:
+            out.append(max(1, min(size, budget)))
+            budget = max(1, budget // out[-1])
+    return tuple(out)
+
+
+def extracted(choice: Choice) -> tuple[Module, Choice]:
+    """A module of ``choice``'s dot alone: its contraction and types kept, batch
+    dimensions cut to 2 and the other free ones to ``EXTRACTED_ROWS`` rows and columns."""
+    dot = choice.dot
+    ints = {k: parse_int_list(dot.attributes.get(k) or "") for k in
+            ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims", "rhs_contracting_dims")}
+    lhs, rhs = (o.shape for o in dot.operands)
+    lb = {d: min(lhs.dims[d], 2) for d in ints["lhs_batch_dims"]}
+    rb = {r: lb[l] for l, r in zip(ints["lhs_batch_dims"], ints["rhs_batch_dims"])}
+    ld = _cut(lhs.dims, set(ints["lhs_contracting_dims"]), lb, EXTRACTED_ROWS)
+    rd = _cut(rhs.dims, set(ints["rhs_contracting_dims"]), rb, EXTRACTED_ROWS)
+    out = [ld[d] for d in ints["lhs_batch_dims"]]
+    out += [s for d, s in enumerate(ld) if d not in ints["lhs_batch_dims"] and d not in ints["lhs_contracting_dims"]]
+    out += [s for d, s in enumerate(rd) if d not in ints["rhs_batch_dims"] and d not in ints["rhs_contracting_dims"]]
+    comp = Computation("main")
+    a = comp.add_instruction(Instruction("lhs", HloOpcode.PARAMETER, Shape.array(lhs.element_type.value, ld),
+                                         parameter_number=0))
+    b = comp.add_instruction(Instruction("rhs", HloOpcode.PARAMETER, Shape.array(rhs.element_type.value, rd),
+                                         parameter_number=1))
+    attrs = {k: dot.attributes[k] for k in ints if dot.attributes.get(k)}
+    d = comp.add_instruction(Instruction.create(HloOpcode.DOT, Shape.array(dot.shape.element_type.value, tuple(out)),
+                                                [a, b], dot.name, **attrs))
+    comp.set_root(d)
+    module = Module(f"extracted_{dot.name}")
+    module.add_computation(comp, entry=True)
+    return module, replace(choice, dot=d)
+
+
+def _signature(choice: Choice) -> tuple:
+    dot = choice.dot
+    return (tuple(o.shape.to_text() for o in dot.operands), dot.shape.element_type.value, choice.lhs, choice.rhs,
+            tuple(dot.attributes.get(k) for k in ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims",
+                                                  "rhs_contracting_dims")))
+
+
+def dot_errors(plan: list[Choice], qpass: QuantizeDots, seed: int = 0) -> tuple[dict[str, Any], dict[str, dict]]:
+    """The error of each distinct dot of ``plan`` extracted (``extracted``), the
+    original against the same dot quantized by ``qpass``, same inputs; the summary
+    weighs each by the output elements of the dots it stands for."""
+    groups: dict[tuple, list[Choice]] = {}
+    for c in plan:
+        groups.setdefault(_signature(c), []).append(c)
+    per_dot: dict[str, dict] = {}
+    runs = []
+    for members in groups.values():
+        original, choice = extracted(members[0])
+        quantized = original.clone()
+        qpass.apply(quantized, [replace(choice, dot=quantized.entry.root)])
+        c = compare(original, quantized, backend="cpu", seed=seed, rtol=FP8_TOLERANCE, atol=FP8_TOLERANCE,
+                    contained=True)
+        runs.append((c, float(sum(m.dot.shape.num_elements for m in members))))
+        s = _summary([(c, 1.0)])
+        for m in members:
+            per_dot[m.dot.name] = {k: s[k] for k in ("max_abs", "max_rel", "within_tolerance")}
+    return {**_summary(runs), "on": f"{len(groups)} distinct dots extracted"}, per_dot
+
+
 def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("all",), min_flops: int = 0,
-             skip: tuple[str, ...] = (), target: str = "h100", seed: int = 0,
-             measure_error: bool = True) -> tuple[Module, QuantizeReport]:
+             skip: tuple[str, ...] = (), granularity: str = "", scales: str = "amax", gradients: str = "e4m3",
+             target: str = "h100", seed: int = 0, error: str = "auto") -> tuple[Module, QuantizeReport]:
     """The quantized module and its report (module docstring). XLA runs in the worker."""
-    qpass = QuantizeDots(form=form, scope=scope, min_flops=min_flops, skip=skip)
-    chosen = qpass.chosen(module)
+    if error not in ERROR_MODES:
+        raise ValueError(f"error is one of {', '.join(ERROR_MODES)}, not {error!r}")
+    qpass = QuantizeDots(form=form, scope=scope, min_flops=min_flops, skip=skip, granularity=granularity,
+                         scales=scales, gradients=gradients)
+    plan = qpass.plan(module)
+    chosen = [c.dot for c in plan]
     quantized = module.clone()
     qpass.run(quantized)
-    report = QuantizeReport(module.name, form, target)
+    report = QuantizeReport(module.name, form, target, {"granularity": "channel" if qpass.per_channel else "tensor",
+                                                        "scales": scales, "gradients": gradients})
     if not chosen:
         return quantized, report
     # the original with the same tags (metadata does not change what XLA does): which
@@ -83,12 +208,13 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
     after = xla_compile(quantized, "gpu", "stock", target=target, contained=True).optimized_module
     cost_before, cost_after = analyze(before), analyze(after)  # one cost analysis a side, for both uses below
     stock, kernels = gemms(before, cost_before), gemms(after, cost_after)
-    for d in chosen:
-        tag = quantized_tag(d.name)
-        g, was = lowered(tag, kernels), lowered(tag, stock)
-        report.dots.append({"dot": d.name, "computation": d.parent.name, "flops": dot_flops(d),
+    for c in plan:
+        d = c.dot
+        (g, merged), (was, _) = _find(d, chosen, kernels), _find(d, chosen, stock)
+        report.dots.append({"dot": d.name, "computation": d.parent.name, "role": c.role, "flops": dot_flops(d),
+                            "quantized_types": [c.lhs, c.rhs],
                             "gemm_at_stock": was.name if was else None, "stock_types": list(was.operand_types) if was else [],
-                            "gemm": g.name if g else None, "kind": g.kind if g else None,
+                            "gemm": g.name if g else None, "kind": g.kind if g else None, "merged_with": merged,
                             "types": list(g.operand_types) if g else [], "reads": list(g.read_types) if g else [],
                             # weight-only int8 multiplies in the original type by design: it is 8-bit when the GEMM reads s8
                             "eight_bit": bool(g and (g.reads_8bit if form == "int8w" else g.eight_bit))})
@@ -98,12 +224,22 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
                     "module_after_s": a.module_s,
                     "gemm_speedup": b.gemm_s / a.gemm_s if a.gemm_s else 0.0,
                     "module_speedup": b.module_s / a.module_s if a.module_s else 0.0}
-    if measure_error:
-        c = compare(module, quantized, backend="cpu", seed=seed, rtol=FP8_TOLERANCE, atol=FP8_TOLERANCE,
+    if error == "auto":
+        error = "module" if 2 * footprint(module) <= WHOLE_MODULE_BYTES else "dots"
+    # delayed scaling whose scales equal the current amax computes what in-module
+    # scales do; the error is measured that way (the scale parameters have no values)
+    twin = qpass if scales == "amax" else replace(qpass, scales="amax")
+    if error == "module":
+        measured = quantized if twin is qpass else module.clone()
+        if twin is not qpass:
+            twin.run(measured)
+        c = compare(module, measured, backend="cpu", seed=seed, rtol=FP8_TOLERANCE, atol=FP8_TOLERANCE,
                     contained=True)
-        size = sum(o.size for o in c.outputs)
-        report.error = {"max_abs": max((o.max_abs for o in c.outputs), default=0.0),
-                        "max_rel": max((o.max_rel for o in c.outputs), default=0.0),
-                        "within_tolerance": 1 - sum(o.mismatches for o in c.outputs) / size if size else 1.0,
-                        "verdict": c.verdict, "message": c.message}
+        report.error = {**_summary([(c, 1.0)]), "on": "the whole module"}
+    elif error == "dots":
+        report.error, per_dot = dot_errors(twin.plan(module), twin, seed)
+        for d in report.dots:
+            d["error"] = per_dot.get(d["dot"], {})
+    if report.error and scales != "amax":
+        report.error["on"] += " (scales equal to the current amax)"
     return quantized, report

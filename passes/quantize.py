@@ -4,19 +4,25 @@ quantize cost (amax reductions, scaling, converts) part of the module.
 Forms (``QuantizeDots.form``), after XLA's own patterns (openxla/xla
 ``gemm_rewriter.cc`` and its fp8 tests; NVIDIA JAX-Toolbox ``NATIVE_FP8.md``):
 
-- ``fp8``: a dot written directly on E4M3 operands, accumulating in f32, the two
-  per-tensor scales applied after it (epilogue scaling): what keeps fp8 inside
-  XLA:GPU's GEMM on a deviceless H100 compile.
+- ``fp8``: a dot written directly on fp8 operands (E4M3; E5M2 for gradients with
+  ``gradients="e5m2"``), accumulating in f32, the scales applied after it
+  (epilogue scaling): what keeps fp8 inside XLA:GPU's GEMM on a deviceless H100.
 - ``fp8-qdq``: quantize then dequantize each operand in the original type, the
   dot in that type: the documented pattern XLA's GEMM rewriter looks for.
 - ``int8``: s8 x s8 operands accumulating in s32, scales after it.
-- ``int8w``: weight-only: the right-hand operand stored as s8 with per-channel
-  scales (one per output column), dequantized before a dot in the original type.
+- ``int8w``: weight-only: the right-hand operand stored as s8, dequantized before
+  a dot in the original type.
 
-Scales are computed in the module from each operand's absolute maximum (per
-tensor; per output channel for ``int8w``), so the quantize cost is priced with
-everything else. Which dots: ``scope`` (pattern labels, or ``all``), a size floor
-(``min_flops``) and a skip list of names.
+Scales (``granularity``): one per tensor, or one per channel (every
+non-contracting row of the left operand, every column of the right one; the
+default of ``int8w``). Where they come from (``scales``): ``amax``, computed in the
+module from each operand's absolute maximum, so the quantize cost is priced with
+everything else; or ``parameter``, delayed scaling: each scale is a new parameter
+of the entry computation (the amax history kept by the caller, as
+TransformerEngine does), and only the divide, clamp and convert stay in the
+module. An operand read by several chosen dots (the input of Q, K and V) is
+quantized once. Which dots: ``scope`` (roles), a size floor (``min_flops``) and a
+skip list of names.
 """
 
 from __future__ import annotations
@@ -37,8 +43,12 @@ _H = HloOpcode
 FORMS = ("fp8", "fp8-qdq", "int8", "int8w")
 #: What ``scope`` names: a dot's role in the model (``dot_role``).
 ROLES = ("attn", "mlp", "logits", "proj")
+GRANULARITIES = ("tensor", "channel")
+SCALES = ("amax", "parameter")
+#: ``gradients``: the fp8 type of an operand that is a gradient
+GRADIENT_TYPES = {"e4m3": "f8e4m3fn", "e5m2": "f8e5m2"}
 #: the largest finite magnitude of each 8-bit type
-_QMAX = {"f8e4m3fn": 448.0, "s8": 127.0}
+_QMAX = {"f8e4m3fn": 448.0, "f8e5m2": 57344.0, "s8": 127.0}
 _FLOATS = ("bf16", "f16", "f32")
 
 
@@ -65,11 +75,14 @@ def dot_role(patterns: Patterns, dot: Instruction, widest: int) -> str:
     return "proj"
 
 
+def _dims(dot: Instruction, key: str) -> tuple[int, ...]:
+    return parse_int_list(dot.attributes.get(key) or "")
+
+
 def _columns(dot: Instruction) -> int:
     """The size of the rhs's free (non-contracting, non-batch) dimensions."""
     rhs = dot.operands[1].shape.dims
-    used = set(parse_int_list(dot.attributes.get("rhs_contracting_dims") or "")) | set(
-        parse_int_list(dot.attributes.get("rhs_batch_dims") or ""))
+    used = set(_dims(dot, "rhs_contracting_dims")) | set(_dims(dot, "rhs_batch_dims"))
     n = 1
     for d, size in enumerate(rhs):
         if d not in used:
@@ -77,9 +90,48 @@ def _columns(dot: Instruction) -> int:
     return n
 
 
+def _kept(dot: Instruction, side: str) -> tuple[int, ...]:
+    """A per-channel scale's dimensions: every non-contracting dimension of one operand."""
+    rank = len(dot.operands[0 if side == "lhs" else 1].shape.dims)
+    return tuple(d for d in range(rank) if d not in _dims(dot, f"{side}_contracting_dims"))
+
+
+def _output_dims(dot: Instruction, side: str, keep: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Where an operand's kept dimensions sit in the dot's output (batch, lhs free,
+    rhs free), for broadcasting its scales there; None when they do not sit in
+    order (a batch dimension list that is not ascending)."""
+    batch = _dims(dot, f"{side}_batch_dims")
+    free = [d for d in keep if d not in batch]
+    offset = len(batch) + (0 if side == "lhs" else len(_kept(dot, "lhs")) - len(batch))
+    out = tuple(batch.index(d) if d in batch else offset + free.index(d) for d in keep)
+    return out if list(out) == sorted(out) else None
+
+
 def quantized_tag(dot_name: str) -> str:
     """The ``op_name`` the quantized dot of ``dot_name`` carries in its metadata."""
     return f"hlo-quantize/{dot_name}"
+
+
+def _downstream(patterns: Patterns, start: Instruction) -> set[int]:
+    """Every instruction that reads ``start``'s value, directly or not (ids)."""
+    seen: set[int] = set()
+    stack = [start]
+    while stack:
+        for u in patterns.flow.users(stack.pop()):
+            if id(u) not in seen:
+                seen.add(id(u))
+                stack.append(u)
+    return seen
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One dot to rewrite and the 8-bit type of each operand ("" where it stays)."""
+
+    dot: Instruction
+    lhs: str
+    rhs: str
+    role: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,6 +144,13 @@ class QuantizeDots(Pass):
     scope: tuple[str, ...] = ("all",)
     min_flops: int = 0
     skip: tuple[str, ...] = ()
+    #: "tensor" or "channel"; "" is the form's own: channel for int8w, tensor otherwise
+    granularity: str = ""
+    #: "amax" (computed in the module) or "parameter" (delayed scaling)
+    scales: str = "amax"
+    #: the fp8 type of gradient operands (``GRADIENT_TYPES``): operands that read the
+    #: logits dot's value, which in a train step are the backward pass's cotangents
+    gradients: str = "e4m3"
 
     def __post_init__(self):
         if self.form not in FORMS:
@@ -99,20 +158,55 @@ class QuantizeDots(Pass):
         bad = [s for s in self.scope if s != "all" and s not in ROLES]
         if bad:
             raise ValueError(f"quantize-dots: unknown scope {', '.join(bad)}; use all or {', '.join(ROLES)}")
+        if self.granularity and self.granularity not in GRANULARITIES:
+            raise ValueError(f"quantize-dots: granularity is one of {', '.join(GRANULARITIES)}, "
+                             f"not {self.granularity!r}")
+        if self.scales not in SCALES:
+            raise ValueError(f"quantize-dots: scales are one of {', '.join(SCALES)}, not {self.scales!r}")
+        if self.gradients not in GRADIENT_TYPES:
+            raise ValueError(f"quantize-dots: gradients are one of {', '.join(GRADIENT_TYPES)}, "
+                             f"not {self.gradients!r}")
+        if self.gradients != "e4m3" and not self.form.startswith("fp8"):
+            raise ValueError(f"quantize-dots: gradients={self.gradients} needs an fp8 form, not {self.form}")
+
+    @property
+    def per_channel(self) -> bool:
+        return (self.granularity or ("channel" if self.form == "int8w" else "tensor")) == "channel"
 
     # -- which dots ------------------------------------------------------------------
-    def chosen(self, module: Module) -> list[Instruction]:
-        """The dots this pass rewrites: two floating operands, outside fusion bodies,
-        in scope, at least ``min_flops``, not skipped."""
+    def plan(self, module: Module) -> list[Choice]:
+        """The dots this pass rewrites (two floating operands, outside fusion bodies,
+        in scope, at least ``min_flops``, not skipped) and each operand's type."""
         fused = {id(c) for c in module.fusion_computations()}
         dots = [i for c in module.computations if id(c) not in fused for i in c
                 if i.opcode is _H.DOT and len(i.operands) == 2
                 and not any(o.shape.is_tuple or _etype(o.shape) not in _FLOATS for o in i.operands)]
+        patterns = Patterns(module)
+        widest = max((_columns(d) for d in dots if GQA not in patterns.labels(d)), default=0)
+        roles = {id(d): dot_role(patterns, d, widest) for d in dots}
         if "all" not in self.scope:
-            patterns = Patterns(module)
-            widest = max((_columns(d) for d in dots if GQA not in patterns.labels(d)), default=0)
-            dots = [d for d in dots if dot_role(patterns, d, widest) in self.scope]
-        return [d for d in dots if d.name not in self.skip and dot_flops(d) >= self.min_flops]
+            dots = [d for d in dots if roles[id(d)] in self.scope]
+        dots = [d for d in dots if d.name not in self.skip and dot_flops(d) >= self.min_flops]
+        if self.form == "int8w":
+            return [Choice(d, "", "s8", roles[id(d)]) for d in dots]
+        base = "s8" if self.form == "int8" else "f8e4m3fn"
+        grads: set[int] = set()
+        if self.gradients != "e4m3":
+            logits = [d for d in module.instructions() if id(d) in roles and roles[id(d)] == "logits"]
+            for d in logits:
+                grads |= _downstream(patterns, d)
+        out = []
+        for d in dots:
+            g = [id(patterns.flow.value(o)) in grads or id(o) in grads for o in d.operands]
+            grad_t = GRADIENT_TYPES[self.gradients]
+            # XLA's fp8 GEMMs take E4M3 x E5M2 in either order, never E5M2 x E5M2
+            lhs = grad_t if g[0] else base
+            rhs = grad_t if g[1] and not g[0] else base
+            out.append(Choice(d, lhs, rhs, roles[id(d)]))
+        return out
+
+    def chosen(self, module: Module) -> list[Instruction]:
+        return [c.dot for c in self.plan(module)]
 
     # -- building blocks ---------------------------------------------------------------
     def _max_computation(self, module: Module, rw: Rewriter) -> Computation:
@@ -126,11 +220,10 @@ class QuantizeDots(Pass):
         comp.set_root(comp.add_instruction(Instruction.create(_H.MAXIMUM, "f32[]", [a, b], "max")))
         return rw.add_computation(module, comp)
 
-    def _scale(self, x32: Instruction, keep: tuple[int, ...], qmax: float, anchor: Instruction, rw: Rewriter,
-               maxc: Computation) -> Instruction:
+    def _amax_scale(self, x32: Instruction, keep: tuple[int, ...], qmax: float, ins, rw: Rewriter,
+                    maxc: Computation) -> Instruction:
         """``amax(|x|) / qmax`` over all dimensions but ``keep`` (f32), at least a tiny
         positive number so an all-zero tensor divides cleanly."""
-        ins = lambda i: rw.insert_before(anchor, i)  # noqa: E731 - local shorthand
         dims = x32.shape.dims
         out_shape = Shape.array("f32", tuple(dims[d] for d in keep))
         absx = ins(Instruction.create(_H.ABS, x32.shape, [x32], "quant.abs"))
@@ -147,15 +240,29 @@ class QuantizeDots(Pass):
         s = ins(Instruction.create(_H.DIVIDE, out_shape, [amax, q], "quant.scale"))
         return ins(Instruction.create(_H.MAXIMUM, out_shape, [s, tiny], "quant.scale"))
 
-    def _quantize(self, x: Instruction, etype: str, keep: tuple[int, ...], anchor: Instruction, rw: Rewriter,
-                  maxc: Computation) -> tuple[Instruction, Instruction]:
+    def _scale_parameter(self, module: Module, x: Instruction, keep: tuple[int, ...], rw: Rewriter) -> Instruction:
+        """A new entry parameter holding ``x``'s scale (delayed scaling)."""
+        entry = module.entry
+        number = len(entry.parameters)
+        shape = Shape.array("f32", tuple(x.shape.dims[d] for d in keep))
+        p = rw.append(entry, Instruction(f"quant.scale.{x.name}", _H.PARAMETER, shape, parameter_number=number))
+        # the header's layout lists the old parameters: XLA derives it again
+        for key in ("entry_computation_layout", "input_output_alias"):
+            rw.set_module_attribute(module, key, None)
+        return p
+
+    def _quantize(self, module: Module, x: Instruction, etype: str, keep: tuple[int, ...], anchor: Instruction,
+                  rw: Rewriter, maxc: Computation) -> tuple[Instruction, Instruction]:
         """``x`` as ``etype`` (scaled into its range, rounded, clamped) and its f32
         scale (a scalar, or one per ``keep`` dimension)."""
         ins = lambda i: rw.insert_before(anchor, i)  # noqa: E731 - local shorthand
         qmax = _QMAX[etype]
         x32 = x if _etype(x.shape) == "f32" else ins(Instruction.create(_H.CONVERT, _like(x.shape, "f32"), [x],
                                                                                "quant.f32"))
-        scale = self._scale(x32, keep, qmax, anchor, rw, maxc)
+        if self.scales == "parameter" and anchor.parent is module.entry:
+            scale = self._scale_parameter(module, x, keep, rw)
+        else:
+            scale = self._amax_scale(x32, keep, qmax, ins, rw, maxc)
         sb = ins(Instruction.create(_H.BROADCAST, x32.shape, [scale], "quant.scale.b", dimensions=format_int_list(keep)))
         y = ins(Instruction.create(_H.DIVIDE, x32.shape, [x32, sb], "quant.scaled"))
         if etype == "s8":
@@ -176,35 +283,54 @@ class QuantizeDots(Pass):
         return ins(Instruction.create(_H.MULTIPLY, shape, [y, sb], "quant.dq"))
 
     # -- the rewrite ---------------------------------------------------------------------
-    def _rewrite(self, dot: Instruction, module: Module, rw: Rewriter, maxc: Computation) -> None:
+    def _keep(self, dot: Instruction, side: str) -> tuple[int, ...]:
+        """The dimensions an operand's scale keeps: none (per tensor), or its
+        non-contracting ones where they sit in order in the output."""
+        if not self.per_channel:
+            return ()
+        keep = _kept(dot, side)
+        return keep if self.form in ("fp8-qdq", "int8w") or _output_dims(dot, side, keep) is not None else ()
+
+    def _rewrite(self, choice: Choice, module: Module, rw: Rewriter, maxc: Computation, done: dict) -> None:
+        dot = choice.dot
         a, b = dot.operands
         out_t = _etype(dot.shape)
         dims = {k: dot.attributes.get(k) for k in ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims",
                                                    "rhs_contracting_dims") if dot.attributes.get(k)}
+        ka, kb = self._keep(dot, "lhs"), self._keep(dot, "rhs")
+
+        def quantized(x: Instruction, etype: str, keep: tuple[int, ...]) -> tuple[Instruction, Instruction]:
+            key = (id(x), etype, keep)  # an operand several chosen dots read is quantized once
+            if key not in done:
+                done[key] = self._quantize(module, x, etype, keep, dot, rw, maxc)
+            return done[key]
+
+        ins = lambda i: rw.insert_before(dot, i)  # noqa: E731 - local shorthand
         if self.form == "int8w":
-            rhs_free = tuple(d for d in range(len(b.shape.dims))
-                             if d not in parse_int_list(dims.get("rhs_contracting_dims") or ""))
-            qb, sb = self._quantize(b, "s8", rhs_free, dot, rw, maxc)
-            deq = self._dequantize(qb, sb, rhs_free, _etype(b.shape), dot, rw)
-            new = qdot = rw.insert_before(dot, Instruction.create(_H.DOT, dot.shape, [a, deq], dot.name + ".int8w",
-                                                                  **dims))
+            qb, sb = quantized(b, "s8", kb)
+            deq = self._dequantize(qb, sb, kb, _etype(b.shape), dot, rw)
+            new = qdot = ins(Instruction.create(_H.DOT, dot.shape, [a, deq], dot.name + ".int8w", **dims))
         elif self.form == "fp8-qdq":
-            qa, sa = self._quantize(a, "f8e4m3fn", (), dot, rw, maxc)
-            qb, sb = self._quantize(b, "f8e4m3fn", (), dot, rw, maxc)
-            da = self._dequantize(qa, sa, (), _etype(a.shape), dot, rw)
-            db = self._dequantize(qb, sb, (), _etype(b.shape), dot, rw)
-            new = qdot = rw.insert_before(dot, Instruction.create(_H.DOT, dot.shape, [da, db], dot.name + ".qdq", **dims))
+            (qa, sa), (qb, sb) = quantized(a, choice.lhs, ka), quantized(b, choice.rhs, kb)
+            da = self._dequantize(qa, sa, ka, _etype(a.shape), dot, rw)
+            db = self._dequantize(qb, sb, kb, _etype(b.shape), dot, rw)
+            new = qdot = ins(Instruction.create(_H.DOT, dot.shape, [da, db], dot.name + ".qdq", **dims))
         else:
-            etype, acc = ("f8e4m3fn", "f32") if self.form == "fp8" else ("s8", "s32")
-            qa, sa = self._quantize(a, etype, (), dot, rw, maxc)
-            qb, sb = self._quantize(b, etype, (), dot, rw, maxc)
-            low = qdot = rw.insert_before(dot, Instruction.create(_H.DOT, _like(dot.shape, acc), [qa, qb],
-                                                           dot.name + "." + self.form, **dims))
-            ins = lambda i: rw.insert_before(dot, i)  # noqa: E731 - local shorthand
+            acc = "f32" if self.form == "fp8" else "s32"
+            (qa, sa), (qb, sb) = quantized(a, choice.lhs, ka), quantized(b, choice.rhs, kb)
+            low = qdot = ins(Instruction.create(_H.DOT, _like(dot.shape, acc), [qa, qb], dot.name + "." + self.form,
+                                                **dims))
             y = low if acc == "f32" else ins(Instruction.create(_H.CONVERT, _like(dot.shape, "f32"), [low], "quant.f32"))
-            s = ins(Instruction.create(_H.MULTIPLY, "f32[]", [sa, sb], "quant.scale.ab"))
-            s = ins(Instruction.create(_H.BROADCAST, y.shape, [s], "quant.scale.b", dimensions="{}"))
-            y = ins(Instruction.create(_H.MULTIPLY, y.shape, [y, s], "quant.out"))
+            if not ka and not kb:
+                s = ins(Instruction.create(_H.MULTIPLY, "f32[]", [sa, sb], "quant.scale.ab"))
+                y = ins(Instruction.create(_H.MULTIPLY, y.shape, [y, ins(Instruction.create(
+                    _H.BROADCAST, y.shape, [s], "quant.scale.b", dimensions="{}"))], "quant.out"))
+            else:  # each side's scales broadcast to where its dimensions sit in the output
+                for s, side, keep in ((sa, "lhs", ka), (sb, "rhs", kb)):
+                    at = _output_dims(dot, side, keep) or ()
+                    sbc = ins(Instruction.create(_H.BROADCAST, y.shape, [s], "quant.scale.b",
+                                                 dimensions=format_int_list(at)))
+                    y = ins(Instruction.create(_H.MULTIPLY, y.shape, [y, sbc], "quant.out"))
             new = y if out_t == "f32" else ins(Instruction.create(_H.CONVERT, dot.shape, [y], "quant.out"))
         # XLA renames dots on its way (dot_general.26 -> dot.52) but keeps their
         # metadata: the tag is how hlo_analysis.quantization finds the GEMM it became
@@ -212,12 +338,16 @@ class QuantizeDots(Pass):
         rw.replace_all_uses_with(dot, new)
         rw.erase(dot)
 
-    def run(self, module: Module) -> bool:
-        dots = self.chosen(module)
-        if not dots:
+    def apply(self, module: Module, plan: list[Choice]) -> bool:
+        """Rewrites the dots of ``plan`` (``plan(module)`` or a caller's choice)."""
+        if not plan:
             return False
         rw = Rewriter()
         maxc = self._max_computation(module, rw)
-        for dot in dots:
-            self._rewrite(dot, module, rw, maxc)
+        done: dict = {}
+        for choice in plan:
+            self._rewrite(choice, module, rw, maxc, done)
         return True
+
+    def run(self, module: Module) -> bool:
+        return self.apply(module, self.plan(module))

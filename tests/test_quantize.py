@@ -115,9 +115,9 @@ def test_dot_roles_on_a_corpus_module():
 @needs_plugin
 def test_direct_fp8_and_int8_lower_to_8bit_gemms_and_qdq_falls_back():
     m = parse(next(corpus.load("llama3-tiny-prefill-f32")).text("before_optimizations"))
-    _, fp8 = quantize(m, form="fp8", measure_error=False)
-    _, int8 = quantize(m, form="int8", measure_error=False)
-    _, qdq = quantize(m, form="fp8-qdq", measure_error=False)
+    _, fp8 = quantize(m, form="fp8", error="none")
+    _, int8 = quantize(m, form="int8", error="none")
+    _, qdq = quantize(m, form="fp8-qdq", error="none")
     assert fp8.gemm_dots and fp8.lowered_share == 1.0 and not fp8.fallbacks
     assert all(set(d["types"]) == {"f8e4m3fn"} for d in fp8.gemm_dots)
     assert int8.lowered_share == 1.0 and all(set(d["types"]) == {"s8"} for d in int8.gemm_dots)
