@@ -145,4 +145,91 @@ def test_hlo_quantize_reports_lowering_error_and_speed(tmp_path):
     r = run_hlo("quantize", src, "--dtype", "fp8-qdq", "--scope", "mlp", "--no-error")
     assert r.returncode == 0 and "warning: " in r.stderr and "does not run on 8 bits" in r.stderr
     r = run_hlo("quantize", src, "--scope", "nothing")
-    assert r.returncode == 2 and "--scope is all or a list of" in r.stderr
+    assert r.returncode == 2 and "unknown scope nothing; use all or attn" in r.stderr
+    r = run_hlo("quantize", src, "--dtype", "int8", "--gradients", "e5m2")
+    assert r.returncode == 2 and "gradients=e5m2 needs an fp8 form" in r.stderr
+
+
+SHARED = """HloModule m
+
+ENTRY %main (x: bf16[16,64], w: bf16[64,32], v: bf16[64,32]) -> (bf16[16,32], bf16[16,32]) {
+  %x = bf16[16,64]{1,0} parameter(0)
+  %w = bf16[64,32]{1,0} parameter(1)
+  %v = bf16[64,32]{1,0} parameter(2)
+  %a = bf16[16,32]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %b = bf16[16,32]{1,0} dot(%x, %v), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %t = (bf16[16,32]{1,0}, bf16[16,32]{1,0}) tuple(%a, %b)
+}
+"""
+
+
+def test_per_channel_scales_broadcast_to_where_each_side_sits_in_the_output():
+    assert_rewrite(MATMUL, QuantizeDots(form="fp8", granularity="channel"), """
+CHECK: %[[SA:.*]] = f32[16] maximum(
+CHECK: f8e4m3fn[16,64]{1,0} convert(
+CHECK: %[[SB:.*]] = f32[32] maximum(
+CHECK: f8e4m3fn[64,32]{1,0} convert(
+CHECK: %dot.fp8 = f32[16,32]{1,0} dot(
+CHECK: f32[16,32]{1,0} broadcast(%[[SA]]), dimensions={0}
+CHECK: f32[16,32]{1,0} broadcast(%[[SB]]), dimensions={1}
+""", accepted_by=xla_module_from_text)
+    # per tensor for weight-only int8 when asked
+    assert_rewrite(MATMUL, QuantizeDots(form="int8w", granularity="tensor"), """
+CHECK: f32[] reduce({{.*}}), dimensions={0,1}
+CHECK-NOT: f32[32] reduce
+""", accepted_by=xla_module_from_text)
+
+
+def test_delayed_scaling_takes_the_scales_as_entry_parameters():
+    assert_rewrite(MATMUL, QuantizeDots(form="fp8", scales="parameter"), """
+CHECK: ENTRY %main (x: bf16[16,64], w: bf16[64,32], quant.scale.x: f32[], quant.scale.w: f32[]) -> bf16[16,32]
+CHECK-NOT: reduce(
+CHECK: %quant.scale.x = f32[] parameter(2)
+CHECK: %quant.scale.w = f32[] parameter(3)
+CHECK: %dot.fp8 = f32[16,32]{1,0} dot(
+""", accepted_by=xla_module_from_text)
+
+
+def test_an_operand_two_dots_read_is_quantized_once():
+    assert_rewrite(SHARED, QuantizeDots(form="fp8"), """
+CHECK: f8e4m3fn[16,64]{1,0} convert(
+CHECK-NOT: f8e4m3fn[16,64]{1,0} convert(
+CHECK: %a.fp8 = f32[16,32]{1,0} dot(
+CHECK: %b.fp8 = f32[16,32]{1,0} dot(
+""", accepted_by=xla_module_from_text)
+
+
+def test_gradients_in_e5m2_are_the_operands_reading_the_logits():
+    m = parse(next(corpus.load("llama3-tiny-train-f32")).text("before_optimizations"))
+    plan = QuantizeDots(form="fp8", gradients="e5m2").plan(m)
+    logits = [c.dot for c in plan if c.role == "logits"]
+    assert len(logits) == 1
+    order = {id(i): n for n, i in enumerate(logits[0].parent)}
+    grads = [c for c in plan if "f8e5m2" in (c.lhs, c.rhs)]
+    forward = [c for c in plan if order[id(c.dot)] <= order[id(logits[0])]]
+    # the forward pass (up to the logits) stays E4M3; the backward's dots take one
+    # E5M2 operand each (XLA's fp8 GEMMs take no E5M2 x E5M2)
+    assert forward and all(c.lhs == c.rhs == "f8e4m3fn" for c in forward)
+    assert grads and all(order[id(c.dot)] > order[id(logits[0])] for c in grads)
+    assert all((c.lhs, c.rhs).count("f8e5m2") == 1 for c in grads)
+    assert len(grads) >= (len(plan) - len(forward)) // 2
+
+
+@needs_plugin
+def test_e5m2_gradients_lower_to_8bit_gemms_and_extracted_dots_give_errors():
+    m = parse(next(corpus.load("llama3-tiny-train-f32")).text("before_optimizations"))
+    _, r = quantize(m, form="fp8", gradients="e5m2", error="dots")
+    assert r.lowered_share == 1.0 and any("f8e5m2" in d["types"] for d in r.gemm_dots)
+    assert r.error["on"].endswith("distinct dots extracted") and 0 < r.error["within_tolerance"] < 1
+    assert all(0 <= d["error"]["within_tolerance"] <= 1 for d in r.dots)
+
+
+@needs_plugin
+def test_a_full_size_module_lowers_at_least_95_percent_to_8bit_and_names_each_fallback():
+    """llama3 decode: XLA's dot merger joins the gate and up projections (they share
+    their input) into one GEMM that keeps one's metadata; both count."""
+    m = parse(next(corpus.load("llama3-full-decode-bf16")).text("before_optimizations"))
+    _, r = quantize(m, form="fp8", error="none")
+    assert r.lowered_share >= 0.95, [d["dot"] for d in r.fallbacks]
+    merged = [d for d in r.dots if d["merged_with"]]
+    assert merged and all(d["eight_bit"] and d["gemm"] for d in merged)
