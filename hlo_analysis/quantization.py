@@ -20,7 +20,7 @@ from hlo_tools.opcode import HloOpcode
 
 from .cost import ModuleCost, analyze, kernel_instructions
 from .devices import Device
-from .roofline import roofline
+from .roofline import Roofline, roofline
 
 _H = HloOpcode
 _EIGHT_BIT = ("f8", "s8", "u8")
@@ -119,3 +119,31 @@ def predicted_times(module: Module, device: Device, cost: ModuleCost | None = No
     r = roofline(module, device, cost)
     names = {g.name for g in (kernels if kernels is not None else gemms(module, cost))}
     return PredictedTimes(sum(k.time_s * k.executions for k in r.kernels if k.name in names), r.time_s)
+
+
+_FLOATS = ("bf16", "f16", "f32")
+
+
+def headroom_s(module: Module, device: Device, rf: Roofline) -> float | None:
+    """Predicted seconds saved per run if every GEMM on floating operands ran at 8
+    bits: its compute at ``device``'s fp8 tensor-core peak and its operands read at
+    one byte an element, the rest of its time as it is. The quantize ops are not in
+    it (pre-quantized weights, scales from the previous step: the ceiling). None on
+    a device without an fp8 peak (XLA:CPU has no 8-bit GEMM)."""
+    if "f8" not in device.peak_flops:
+        return None
+    saved = 0.0
+    for k in rf.kernels:
+        if k.category not in ("matmul", "attention"):
+            continue
+        comp = module.get_computation(k.computation)
+        instr = comp.get_instruction(k.name) if comp is not None else None
+        g = _gemm(instr, k.flops) if instr is not None else None
+        if g is None or not g.operand_types or not all(t in _FLOATS for t in g.operand_types):
+            continue
+        compute = k.compute_s * device.matmul_peak(g.operand_types[0]) / device.matmul_peak("f8")
+        wide = sum(o.shape.byte_size - o.shape.num_elements for o in instr.operands
+                   if o.shape.is_array and o.shape.element_type.value in _FLOATS)
+        memory = k.memory_s * max(k.bytes_accessed - wide, 0.0) / k.bytes_accessed if k.bytes_accessed else k.memory_s
+        saved += max(0.0, k.time_s - (max(compute, memory) + k.launch_s)) * k.executions
+    return saved

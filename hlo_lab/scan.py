@@ -33,14 +33,14 @@ from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import describe_mode, make_dirs, write_output
 from xla_bridge import load
 
-from hlo_analysis import communication, cost, devices, opportunities, roofline
+from hlo_analysis import communication, cost, devices, opportunities, quantization, roofline
 from hlo_analysis.collectives import infer_mesh
 
 from .md import md_escape
 from .scan_report import html_page, markdown
 
 #: Bump when the analysis changes what it computes: old cache entries are ignored.
-ANALYSIS_VERSION = 4
+ANALYSIS_VERSION = 5
 SCATTER_POINTS_PER_MODULE = 150
 GROUPS_PER_MODULE = 40
 REPORT_FORMAT = "fusion_analysis.scan/3"
@@ -275,6 +275,8 @@ def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # mod
         "kernels": len(rf.kernels),
         "time_s": rf.time_s,
         "headroom_s": rf.headroom_s,
+        # the saving if every GEMM on floating operands ran at 8 bits (None: no fp8 peak)
+        "quantization_headroom_s": quantization.headroom_s(module, dev, rf),
         # per module run, loop bodies times their known trip counts ("cost" is XLA's: bodies once)
         "per_run": {"flops": rf.flops, "bytes accessed": rf.bytes_accessed},
         "loops": rf.loops_note,

@@ -54,12 +54,21 @@ def _module_row(m: dict[str, Any], slowest: float) -> list[str]:
     o = m["opportunities"]
     return [m.get("module", ""), m.get("module_key", m["label"]), m.get("stage", ""), _file(m), str(m["kernels"]), fmt_seconds(m["time_s"]), f"{100 * m['time_s'] / slowest:.0f}%" if slowest else "-",
             fmt_seconds(m["headroom_s"]), f"{100 * m['headroom_s'] / m['time_s']:.0f}%" if m["time_s"] else "-", top,
-            fmt_seconds(o.get("time_saved_s_legal", 0.0)), fmt_bytes(o["bytes_saved_legal"]), str(o["legal"])]
+            fmt_seconds(o.get("time_saved_s_legal", 0.0)), fmt_bytes(o["bytes_saved_legal"]), str(o["legal"]),
+            _quantization_headroom(m)]
+
+
+def _quantization_headroom(m: dict[str, Any]) -> str:
+    """``fmt_seconds (share of the module)``; "-" where the device has no fp8 peak."""
+    q = m.get("quantization_headroom_s")
+    if q is None:
+        return "-"
+    return f"{fmt_seconds(q)} ({100 * q / m['time_s']:.0f}%)" if m["time_s"] else fmt_seconds(q)
 
 
 MODULE_COLUMNS = ["module", "id", "stage", "file", "kernels", "predicted time", "of slowest", "headroom",
                   "headroom %", "most headroom in", "legal fusion time saved", "legal fusion bytes saved",
-                  "legal opportunities"]
+                  "legal opportunities", "quantization headroom"]
 OPP_COLUMNS = ["signature", "kind", "pattern", "count", "legal", "modules", "time saved", "bytes saved", "example"]
 PATTERN_COLUMNS = ["pattern", "edges", "modules", "time saved", "bytes saved"]
 COMM_COLUMNS = ["module", "stage", "mesh", "collectives (kind: n)", "bytes/device", "bytes per axis",

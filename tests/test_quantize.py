@@ -233,3 +233,22 @@ def test_a_full_size_module_lowers_at_least_95_percent_to_8bit_and_names_each_fa
     assert r.lowered_share >= 0.95, [d["dot"] for d in r.fallbacks]
     merged = [d for d in r.dots if d["merged_with"]]
     assert merged and all(d["eight_bit"] and d["gemm"] for d in merged)
+
+
+def test_quantization_headroom_in_the_scan_is_the_8bit_ceiling_of_the_gemms():
+    from hlo_analysis import cost, devices, roofline
+    from hlo_analysis.quantization import gemms, headroom_s
+    from hlo_lab import scan
+    entry = next(corpus.load("llama3-full-prefill-bf16"))
+    m = parse(entry.text("gpu_h100_after_optimizations"))
+    h100 = devices.load("h100")
+    mc = cost.analyze(m)
+    rf = roofline.roofline(m, h100, mc)
+    names = {g.name for g in gemms(m, mc)}
+    gemm_s = sum(k.time_s * k.executions for k in rf.kernels if k.name in names)
+    saved = headroom_s(m, h100, rf)
+    # compute-bound bf16 GEMMs at twice the rate save at most half their time, and some
+    assert 0.2 * gemm_s < saved <= 0.5 * gemm_s + 1e-12
+    assert headroom_s(m, devices.load("host"), roofline.roofline(m, devices.load("host"), mc)) is None
+    row = scan.analyze_module(m, label="prefill", device="h100")
+    assert row["quantization_headroom_s"] == pytest.approx(saved)
