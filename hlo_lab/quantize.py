@@ -182,18 +182,19 @@ def dot_errors(plan: list[Choice], qpass: QuantizeDots, seed: int = 0) -> tuple[
 
 def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("all",), min_flops: int = 0,
              skip: tuple[str, ...] = (), granularity: str = "", scales: str = "amax", gradients: str = "e4m3",
-             target: str = "h100", seed: int = 0, error: str = "auto") -> tuple[Module, QuantizeReport]:
+             weights: str = "module", target: str = "h100", seed: int = 0, error: str = "auto") -> tuple[Module, QuantizeReport]:
     """The quantized module and its report (module docstring). XLA runs in the worker."""
     if error not in ERROR_MODES:
         raise ValueError(f"error is one of {', '.join(ERROR_MODES)}, not {error!r}")
     qpass = QuantizeDots(form=form, scope=scope, min_flops=min_flops, skip=skip, granularity=granularity,
-                         scales=scales, gradients=gradients)
+                         scales=scales, gradients=gradients, weights=weights)
     plan = qpass.plan(module)
     chosen = [c.dot for c in plan]
     quantized = module.clone()
     qpass.run(quantized)
     report = QuantizeReport(module.name, form, target, {"granularity": "channel" if qpass.per_channel else "tensor",
-                                                        "scales": scales, "gradients": gradients})
+                                                        "scales": scales, "gradients": gradients,
+                                                        "weights": weights})
     if not chosen:
         return quantized, report
     # the original with the same tags (metadata does not change what XLA does): which
@@ -226,9 +227,10 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
                     "module_speedup": b.module_s / a.module_s if a.module_s else 0.0}
     if error == "auto":
         error = "module" if 2 * footprint(module) <= WHOLE_MODULE_BYTES else "dots"
-    # delayed scaling whose scales equal the current amax computes what in-module
-    # scales do; the error is measured that way (the scale parameters have no values)
-    twin = qpass if scales == "amax" else replace(qpass, scales="amax")
+    # delayed scaling whose scales equal the current amax, and weights quantized by
+    # the caller with them, compute what in-module scales do; the error is measured
+    # that way (the new parameters have no values)
+    twin = qpass if (scales, weights) == ("amax", "module") else replace(qpass, scales="amax", weights="module")
     if error == "module":
         measured = quantized if twin is qpass else module.clone()
         if twin is not qpass:
@@ -240,6 +242,6 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
         report.error, per_dot = dot_errors(twin.plan(module), twin, seed)
         for d in report.dots:
             d["error"] = per_dot.get(d["dot"], {})
-    if report.error and scales != "amax":
+    if report.error and twin is not qpass:
         report.error["on"] += " (scales equal to the current amax)"
     return quantized, report

@@ -20,7 +20,10 @@ module from each operand's absolute maximum, so the quantize cost is priced with
 everything else; or ``parameter``, delayed scaling: each scale is a new parameter
 of the entry computation (the amax history kept by the caller, as
 TransformerEngine does), and only the divide, clamp and convert stay in the
-module. An operand read by several chosen dots (the input of Q, K and V) is
+module. With ``weights="parameter"`` a weight (an entry parameter that chosen
+dots alone read, as their right-hand operand, as ``int8w`` has it) arrives already quantized: the parameter itself becomes 8-bit,
+its scale a parameter next to it, and nothing of its quantize stays in the
+module (inference with pre-quantized weights). An operand read by several chosen dots (the input of Q, K and V) is
 quantized once. Which dots: ``scope`` (roles), a size floor (``min_flops``) and a
 skip list of names.
 """
@@ -45,6 +48,7 @@ FORMS = ("fp8", "fp8-qdq", "int8", "int8w")
 ROLES = ("attn", "mlp", "logits", "proj")
 GRANULARITIES = ("tensor", "channel")
 SCALES = ("amax", "parameter")
+WEIGHTS = ("module", "parameter")
 #: ``gradients``: the fp8 type of an operand that is a gradient
 GRADIENT_TYPES = {"e4m3": "f8e4m3fn", "e5m2": "f8e5m2"}
 #: the largest finite magnitude of each 8-bit type
@@ -151,6 +155,8 @@ class QuantizeDots(Pass):
     #: the fp8 type of gradient operands (``GRADIENT_TYPES``): operands that read the
     #: logits dot's value, which in a train step are the backward pass's cotangents
     gradients: str = "e4m3"
+    #: "module" (weights quantized in the module) or "parameter" (they arrive 8-bit)
+    weights: str = "module"
 
     def __post_init__(self):
         if self.form not in FORMS:
@@ -163,6 +169,8 @@ class QuantizeDots(Pass):
                              f"not {self.granularity!r}")
         if self.scales not in SCALES:
             raise ValueError(f"quantize-dots: scales are one of {', '.join(SCALES)}, not {self.scales!r}")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"quantize-dots: weights are one of {', '.join(WEIGHTS)}, not {self.weights!r}")
         if self.gradients not in GRADIENT_TYPES:
             raise ValueError(f"quantize-dots: gradients are one of {', '.join(GRADIENT_TYPES)}, "
                              f"not {self.gradients!r}")
@@ -291,7 +299,26 @@ class QuantizeDots(Pass):
         keep = _kept(dot, side)
         return keep if self.form in ("fp8-qdq", "int8w") or _output_dims(dot, side, keep) is not None else ()
 
-    def _rewrite(self, choice: Choice, module: Module, rw: Rewriter, maxc: Computation, done: dict) -> None:
+    def _prequantized(self, module: Module, x: Instruction, etype: str, keep: tuple[int, ...],
+                      readers: dict[int, set]) -> bool:
+        """``weights="parameter"`` and ``x`` is an entry parameter that chosen dots
+        alone read, all as their right-hand operand, type and scale layout alike."""
+        return (self.weights == "parameter" and x.opcode is _H.PARAMETER and x.parent is module.entry
+                and readers.get(id(x)) == {("rhs", etype, keep)} and {id(u) for u in x.users} == readers[id(x), "dots"])
+
+    def _readers(self, plan: list[Choice]) -> dict:
+        """Per operand: how chosen dots read it (type, scale layout) and which dots do."""
+        out: dict = {}
+        for c in plan:
+            for side, x, etype in (("lhs", c.dot.operands[0], c.lhs), ("rhs", c.dot.operands[1], c.rhs)):
+                if not etype:
+                    continue
+                out.setdefault(id(x), set()).add((side, etype, self._keep(c.dot, side)))
+                out.setdefault((id(x), "dots"), set()).add(id(c.dot))
+        return out
+
+    def _rewrite(self, choice: Choice, module: Module, rw: Rewriter, maxc: Computation, done: dict,
+                 readers: dict) -> None:
         dot = choice.dot
         a, b = dot.operands
         out_t = _etype(dot.shape)
@@ -302,7 +329,11 @@ class QuantizeDots(Pass):
         def quantized(x: Instruction, etype: str, keep: tuple[int, ...]) -> tuple[Instruction, Instruction]:
             key = (id(x), etype, keep)  # an operand several chosen dots read is quantized once
             if key not in done:
-                done[key] = self._quantize(module, x, etype, keep, dot, rw, maxc)
+                if self._prequantized(module, x, etype, keep, readers):
+                    rw.set_shape(x, _like(x.shape, etype))
+                    done[key] = (x, self._scale_parameter(module, x, keep, rw))
+                else:
+                    done[key] = self._quantize(module, x, etype, keep, dot, rw, maxc)
             return done[key]
 
         ins = lambda i: rw.insert_before(dot, i)  # noqa: E731 - local shorthand
@@ -345,8 +376,9 @@ class QuantizeDots(Pass):
         rw = Rewriter()
         maxc = self._max_computation(module, rw)
         done: dict = {}
+        readers = self._readers(plan)
         for choice in plan:
-            self._rewrite(choice, module, rw, maxc, done)
+            self._rewrite(choice, module, rw, maxc, done, readers)
         return True
 
     def run(self, module: Module) -> bool:

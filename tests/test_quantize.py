@@ -252,3 +252,22 @@ def test_quantization_headroom_in_the_scan_is_the_8bit_ceiling_of_the_gemms():
     assert headroom_s(m, devices.load("host"), roofline.roofline(m, devices.load("host"), mc)) is None
     row = scan.analyze_module(m, label="prefill", device="h100")
     assert row["quantization_headroom_s"] == pytest.approx(saved)
+
+
+def test_prequantized_weights_arrive_8bit_with_their_scale():
+    """The weight only the dot reads becomes an E4M3 parameter; the activation is
+    still quantized in the module, its scale a parameter (delayed scaling)."""
+    assert_rewrite(MATMUL, QuantizeDots(form="fp8", scales="parameter", weights="parameter"), """
+CHECK: ENTRY %main (x: bf16[16,64], w: f8e4m3fn[64,32], quant.scale.x: f32[], quant.scale.w: f32[]) -> bf16[16,32]
+CHECK-DAG: %w = f8e4m3fn[64,32]{1,0} parameter(1)
+CHECK-DAG: f8e4m3fn[16,64]{1,0} convert(
+CHECK: %dot.fp8 = f32[16,32]{1,0} dot({{.*}}, %w)
+""", accepted_by=xla_module_from_text)
+    # a weight something else reads too (a train step's optimizer) stays as it is
+    assert_rewrite(SHARED.replace("tuple(%a, %b)", "tuple(%a, %b)").replace(
+        "(bf16[16,32]{1,0}, bf16[16,32]{1,0}) tuple(%a, %b)", "(bf16[16,32]{1,0}, bf16[16,32]{1,0}, bf16[64,32]{1,0}) "
+        "tuple(%a, %b, %w)").replace("-> (bf16[16,32], bf16[16,32])", "-> (bf16[16,32], bf16[16,32], bf16[64,32])"),
+        QuantizeDots(form="fp8", weights="parameter"), """
+CHECK: %w = bf16[64,32]{1,0} parameter(1)
+CHECK: %v = f8e4m3fn[64,32]{1,0} parameter(2)
+""", accepted_by=xla_module_from_text)

@@ -29,7 +29,7 @@ def _cmd_quantize(args) -> int:
                              progress.wanted(args)):
             quantized, report = quantize(module, form=args.dtype, scope=scope, min_flops=args.min_flops,
                                          skip=tuple(args.skip or ()), granularity=args.granularity or "",
-                                         scales=args.scales, gradients=args.gradients, target=args.target,
+                                         scales=args.scales, gradients=args.gradients, weights=args.weights, target=args.target,
                                          seed=args.seed, error="none" if args.no_error else args.error)
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
@@ -49,6 +49,7 @@ def _cmd_quantize(args) -> int:
     o = report.options
     print(f"{report.module}: {len(report.dots)} dots rewritten to {report.form} ({o['granularity']} scales from "
           f"{'the amax in the module' if o['scales'] == 'amax' else 'parameters'}"
+          + (", weights arriving quantized" if o['weights'] == 'parameter' else "")
           + (f", gradients {o['gradients']}" if o['gradients'] != 'e4m3' else "")
           + f"; {len(report.gemm_dots)} GEMMs at stock, the rest XLA turns into elementwise code)")
     merged = [d for d in report.dots if d.get("merged_with")]
@@ -86,6 +87,9 @@ def register(subparsers) -> None:
     p.add_argument("--scales", default="amax",
                    help="amax: computed in the module (default); parameter: delayed scaling, each scale a new "
                         "entry parameter")
+    p.add_argument("--weights", default="module",
+                   help="module: weights quantized in the module (default); parameter: a weight that only chosen dots "
+                        "read arrives 8-bit, its scale a parameter (pre-quantized weights)")
     p.add_argument("--gradients", default="e4m3",
                    help="fp8 type of gradient operands (those reading the logits dot's value; default e4m3)")
     p.add_argument("--target", default="h100", help="the GPU compiled for without a GPU (default h100)")
