@@ -3,11 +3,13 @@ side compiled by XLA:GPU for a deviceless H100, and what XLA made of the dots an
 what the cost model predicts (``hlo_lab.quantize``).
 
     JAX_PLATFORMS=cpu .venv/bin/python bench/quantize_corpus.py [--size full] [--dtype fp8] [--error]
+        [--granularity channel] [--scales parameter] [--weights parameter] [--gradients e5m2]
 
 Per module: dots rewritten, those that are GEMMs at stock, the share of their flops
 that run in an 8-bit GEMM, the predicted GEMM-only and whole-module speedups (the
 quantize ops included in the latter), and with ``--error`` the share of output
-elements within 1e-2 on XLA:CPU. The last line is ``fp8_lowered_share=<over all
+elements within 1e-2 on XLA:CPU (the whole module where it fits in memory, else
+its distinct dots extracted: ``hlo_lab.quantize``). The last line is ``fp8_lowered_share=<over all
 modules' GEMM flops> predicted_speedup_geomean=<GEMM-only, geometric mean>``.
 """
 
@@ -33,7 +35,11 @@ def main() -> int:
     ap.add_argument("--dtype", default="fp8")
     ap.add_argument("--target", default="h100")
     ap.add_argument("--only", default=None, help="modules whose name contains this")
-    ap.add_argument("--error", action="store_true", help="also run both sides on XLA:CPU (memory: tiny modules)")
+    ap.add_argument("--error", action="store_true", help="also run both sides on XLA:CPU")
+    ap.add_argument("--granularity", default="")
+    ap.add_argument("--scales", default="amax")
+    ap.add_argument("--weights", default="module")
+    ap.add_argument("--gradients", default="e4m3")
     args = ap.parse_args()
     eight = total = 0.0
     speedups = []
@@ -43,6 +49,7 @@ def main() -> int:
             continue
         t0 = time.perf_counter()
         _, r = quantize(parse(e.text("before_optimizations")), form=args.dtype, target=args.target,
+                        granularity=args.granularity, scales=args.scales, weights=args.weights, gradients=args.gradients,
                         error="auto" if args.error else "none")
         flops = sum(d["flops"] for d in r.gemm_dots)
         eight += r.lowered_share * flops
