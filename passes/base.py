@@ -19,6 +19,8 @@ class Pass:
 
     name = "pass"
     decides_fusion: ClassVar[bool] = False
+    #: the module levels ``run`` takes: "hlo" (our IR), "stablehlo" (``xla_bridge.mlir_rewrite.StableHloModule``)
+    levels: ClassVar[tuple[str, ...]] = ("hlo",)
 
     def run(self, module: Module) -> bool:
         raise NotImplementedError

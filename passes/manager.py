@@ -74,6 +74,18 @@ def _fingerprint(module: Module) -> str:
     return hashlib.sha256(module.to_text().encode()).hexdigest()
 
 
+def level(module) -> str:
+    """"hlo" for our IR, else the module's own (``StableHloModule.level``)."""
+    return "hlo" if isinstance(module, Module) else getattr(module, "level", "hlo")
+
+
+def _verify(module) -> None:
+    if isinstance(module, Module):
+        verify(module)
+    else:
+        module.verify()  # MLIR's verifier, raising VerificationError
+
+
 @dataclass(frozen=True)
 class PassManager(Pass):
     """Runs ``passes`` over a module; a ``Pass`` itself, so it can be one of
@@ -119,9 +131,10 @@ class PassManager(Pass):
         result = PipelineResult(changed=False, iterations=0)
         dump = Path(self.dump_dir) if self.dump_dir else None
         step = 0
+        suffix = ".hlo" if level(module) == "hlo" else ".mlir"
         if dump is not None:
             make_dirs(dump)  # an OutputError naming the folder if it cannot be made
-            self._dump(dump / "00.input.hlo", module)
+            self._dump(dump / f"00.input{suffix}", module)
         for iteration in range(1, (self.max_iterations if self.fixed_point else 1) + 1):
             result.iterations = iteration
             any_changed = False
@@ -129,6 +142,9 @@ class PassManager(Pass):
                 before = module.instruction_count
                 fp = _fingerprint(module) if self.check_changed else None
                 where = prefix + p.name
+                if not isinstance(p, PassManager) and level(module) not in getattr(p, "levels", ("hlo",)):
+                    raise PassError(f"pass {where} runs on {' and '.join(getattr(p, 'levels', ('hlo',)))} modules, "
+                                    f"not {level(module)}", where, tuple(ran))
                 t0 = time.perf_counter()
                 if isinstance(p, PassManager):
                     inner = p._run(module, ran, where + "/")
@@ -142,14 +158,14 @@ class PassManager(Pass):
                     raise PassError(f"pass {where} reported changed={changed} but the module text says otherwise", where, tuple(ran))
                 if changed and self.verify:
                     try:
-                        verify(module)
+                        _verify(module)
                     except VerificationError as e:
                         raise PassError(f"pass {where} left an invalid module: {e}", where, tuple(ran)) from e
                 result.records.append(PassRecord(p.name, iteration, changed, seconds, before, module.instruction_count, nested))
                 any_changed |= changed
                 step += 1
                 if dump is not None:
-                    self._dump(dump / f"{step:02d}.{file_stem(p.name)}.hlo", module)  # a user pass names the file
+                    self._dump(dump / f"{step:02d}.{file_stem(p.name)}{suffix}", module)  # a user pass names the file
             result.changed |= any_changed
             if not any_changed:
                 return result

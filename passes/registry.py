@@ -24,15 +24,19 @@ from .fusion.outline import InlineFusions
 from .fusion.priority import PriorityFusion
 from .fusion.producer_consumer import GpuProducerConsumerFusion, ProducerConsumerFusion
 from .fusion.reduction_epilogue import ReductionEpilogueFusion
+from .portable import BroadcastsOfReshapes, ConvertsAfterTransposes, FoldReshapePairs
 from .layout import EntryLayoutAssignment, LayoutNormalization, TransposeFolding
 from .scheduling import LatencyHidingScheduler, MemoryScheduler
 from .simplify import AlgebraicSimplifier
 
 #: Every built-in pass, by its ``name``.
 PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
+    BroadcastsOfReshapes,
     CallInliner,
     CommonSubexpressionElimination,
+    ConvertsAfterTransposes,
     DeadCodeElimination,
+    FoldReshapePairs,
     EntryLayoutAssignment,
     GpuMultiOutputFusion,
     GpuProducerConsumerFusion,

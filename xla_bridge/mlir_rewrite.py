@@ -1,0 +1,276 @@
+"""StableHLO modules rewritten through MLIR's own Python bindings (jaxlib's
+``RewritePatternSet``, ``PatternRewriter``, ``walk_and_apply_patterns``).
+
+    m = StableHloModule.load("f.mlir")          # text or bytecode, optionally .gz
+    for op in m.ops(): ...                       # every op of every function
+    n = apply_patterns(m, patterns)              # portable patterns (passes.portable)
+    m.verify(); m.to_text(); m.to_hlo()          # MLIR's verifier; text; our IR for XLA
+
+A portable pattern is any object with ``root`` (an HLO opcode name: ``reshape``)
+and ``rewrite(op, builder) -> bool``; it sees ops through ``MlirOp`` (the same
+questions ``passes.portable.HloOp`` answers for our IR) and builds through
+``MlirBuilder``, so one pattern runs at both levels. The module path of MLIR's
+rewrite API is private and may move between jaxlib releases: ``rewrite_api`` is
+the one place that looks for it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import re
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator
+
+from hlo_tools.errors import HloError, HloParseError, VerificationError
+from hlo_tools.ir import Module
+
+from . import jax_internals
+
+#: where jaxlib releases have kept MLIR's Python rewrite API, newest first
+_REWRITE_MODULES = ("jaxlib.mlir.rewrite", "jaxlib.mlir._mlir_libs._mlir.rewrite")
+#: HLO element types as MLIR spells them (the rest, f32/bf16/f16/f64, alike)
+_TO_MLIR = {"pred": "i1", "s4": "i4", "s8": "i8", "s16": "i16", "s32": "i32", "s64": "i64", "u8": "ui8",
+            "u16": "ui16", "u32": "ui32", "u64": "ui64", "f8e4m3fn": "f8E4M3FN", "f8e5m2": "f8E5M2"}
+_FROM_MLIR = {v: k for k, v in _TO_MLIR.items()}
+#: HLO opcodes whose StableHLO op has another name
+_STABLEHLO_OP = {"broadcast": "broadcast_in_dim"}
+_HLO_OPCODE = {v: k for k, v in _STABLEHLO_OP.items()}
+
+
+class StableHloError(HloError):
+    """MLIR's rewrite API is missing from this jaxlib, or MLIR refused a module."""
+
+
+@lru_cache(maxsize=1)
+def rewrite_api() -> ModuleType:
+    """MLIR's Python rewrite module in this jaxlib (its path is private)."""
+    jax_internals._xc()
+    for name in _REWRITE_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(mod, "RewritePatternSet") and hasattr(mod, "walk_and_apply_patterns"):
+            return mod
+    import jaxlib
+
+    raise StableHloError(f"jaxlib {getattr(jaxlib, '__version__', '?')} has no MLIR rewrite API "
+                         f"(looked for {', '.join(_REWRITE_MODULES)}): StableHLO rewrites need jax 0.12 or newer")
+
+
+def _context():
+    jax_internals._xc()
+    from jax._src.interpreters import mlir as jax_mlir
+
+    return jax_mlir.make_ir_context()
+
+
+_LOC = re.compile(r'loc\("[^"]*":(\d+):(\d+)\)|:(\d+):(\d+)')
+
+
+class StableHloModule:
+    """A StableHLO module held by MLIR, with the few questions a pass manager asks
+    (``instruction_count``, ``verify``, ``to_text``) answered as for our IR."""
+
+    level = "stablehlo"
+
+    def __init__(self, data: str | bytes, source: str = "<stablehlo>"):
+        from jaxlib.mlir import ir
+
+        self.source = source
+        self.context = _context()
+        with self.context:
+            try:
+                self.module = ir.Module.parse(data)
+            except Exception as e:  # noqa: BLE001 - MLIR raises MLIRError or ValueError with its diagnostics
+                msg = str(e)
+                m = _LOC.search(msg)
+                line, col = (int(m.group(1) or m.group(3)), int(m.group(2) or m.group(4))) if m else (1, 1)
+                raise HloParseError(f"not a StableHLO module MLIR can read: {msg.splitlines()[-1].strip()}",
+                                    source, line, col) from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "StableHloModule":
+        data = Path(path).read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        return cls(data if data[:4] == b"ML\xefR" else data.decode(), str(path))
+
+    @property
+    def name(self) -> str:
+        attr = self.module.operation.attributes
+        return str(attr["sym_name"]).strip('"') if "sym_name" in attr else "module"
+
+    def ops(self) -> Iterator[Any]:
+        """Every op inside the module's functions, in order (nested regions too)."""
+        def walk(block):
+            for op in block.operations:
+                yield op
+                for region in op.operation.regions:
+                    for b in region.blocks:
+                        yield from walk(b)
+        for top in self.module.body.operations:
+            for region in top.operation.regions:
+                for b in region.blocks:
+                    yield from walk(b)
+
+    @property
+    def instruction_count(self) -> int:
+        return sum(1 for _ in self.ops())
+
+    def verify(self) -> None:
+        """MLIR's verifier; a failure is a ``VerificationError`` with its diagnostics."""
+        with self.context:
+            try:
+                ok = self.module.operation.verify()
+            except Exception as e:  # noqa: BLE001 - newer bindings raise MLIRError with the diagnostics
+                raise VerificationError(f"{self.source}: MLIR's verifier: {e}") from None
+        if not ok:
+            raise VerificationError(f"{self.source}: MLIR's verifier rejected the module")
+
+    def to_text(self) -> str:
+        return str(self.module)
+
+    def to_bytecode(self) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        self.module.operation.write_bytecode(buf)
+        return buf.getvalue()
+
+    def clone(self) -> "StableHloModule":
+        return StableHloModule(self.to_text(), self.source)
+
+    def to_hlo(self) -> Module:
+        """Our IR of it (XLA converts), for compile, run, compare and bench."""
+        from .stablehlo import to_module
+
+        return to_module(self.to_text(), source=self.source)
+
+
+# -- the view portable patterns see ---------------------------------------------------------
+def _hlo_type(t) -> tuple[str, tuple[int, ...]]:
+    from jaxlib.mlir import ir
+
+    shaped = ir.RankedTensorType(t)
+    et = str(shaped.element_type)
+    return _FROM_MLIR.get(et, et), tuple(shaped.shape)
+
+
+class MlirOp:
+    """A value of a StableHLO module as a portable pattern sees it (the answers
+    ``passes.portable.HloOp`` gives for an HLO instruction)."""
+
+    def __init__(self, value):
+        self.value = value
+        owner = value.owner
+        self.op = getattr(owner, "operation", None) if not hasattr(owner, "arguments") else None
+
+    @property
+    def opcode(self) -> str:
+        if self.op is None:
+            return "parameter"
+        name = self.op.name
+        name = name.split(".", 1)[1] if name.startswith("stablehlo.") else name
+        return _HLO_OPCODE.get(name, name)
+
+    @property
+    def operands(self) -> list["MlirOp"]:
+        return [MlirOp(v) for v in self.op.operands] if self.op is not None else []
+
+    @property
+    def element_type(self) -> str:
+        return _hlo_type(self.value.type)[0]
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return _hlo_type(self.value.type)[1]
+
+    @property
+    def user_count(self) -> int:
+        return len({id(u.owner) for u in self.value.uses}) if hasattr(self.value, "uses") else 0
+
+    @property
+    def dimensions(self) -> tuple[int, ...]:
+        """HLO's ``dimensions``: a transpose's permutation, a broadcast's operand-to-output map."""
+        attrs = self.op.attributes
+        key = "permutation" if "permutation" in attrs else "broadcast_dimensions"
+        return tuple(int(x) for x in attrs[key])
+
+    @property
+    def name(self) -> str:
+        return self.value.get_name() if hasattr(self.value, "get_name") else self.opcode
+
+
+def _tensor_type(etype: str, dims: tuple[int, ...]):
+    from jaxlib.mlir import ir
+
+    return ir.RankedTensorType.get(list(dims), ir.Type.parse(_TO_MLIR.get(etype, etype)))
+
+
+class MlirBuilder:
+    """Builds ops before the matched root and replaces it (``passes.portable.HloBuilder``'s twin)."""
+
+    def __init__(self, rewriter, root):
+        self.rewriter = rewriter
+        self.root = root
+
+    def _build(self, make) -> MlirOp:
+        with self.rewriter.ip, self.root.location:
+            return MlirOp(make().result)
+
+    def reshape(self, x: MlirOp, dims: tuple[int, ...]) -> MlirOp:
+        from jaxlib.mlir.dialects import stablehlo
+
+        return self._build(lambda: stablehlo.ReshapeOp(_tensor_type(x.element_type, dims), x.value))
+
+    def convert(self, x: MlirOp, etype: str) -> MlirOp:
+        from jaxlib.mlir.dialects import stablehlo
+
+        return self._build(lambda: stablehlo.ConvertOp(_tensor_type(etype, x.dims), x.value))
+
+    def transpose(self, x: MlirOp, permutation: tuple[int, ...]) -> MlirOp:
+        from jaxlib.mlir.dialects import stablehlo
+
+        dims = tuple(x.dims[p] for p in permutation)
+        return self._build(lambda: stablehlo.TransposeOp(_tensor_type(x.element_type, dims), x.value,
+                                                         list(permutation)))
+
+    def broadcast(self, x: MlirOp, dims: tuple[int, ...], dimensions: tuple[int, ...]) -> MlirOp:
+        from jaxlib.mlir.dialects import stablehlo
+
+        return self._build(lambda: stablehlo.BroadcastInDimOp(_tensor_type(x.element_type, dims), x.value,
+                                                              list(dimensions)))
+
+    def replace(self, root: MlirOp, new: MlirOp) -> None:
+        """``root``'s uses read ``new``; ``root`` and the operands it alone read go."""
+        producers = [o for o in root.operands if o.op is not None]
+        self.rewriter.replace_op(root.op, [new.value])
+        for p in producers:
+            if p.user_count == 0:
+                self.rewriter.erase_op(p.op)
+
+
+def apply_patterns(module: StableHloModule, patterns) -> int:
+    """Runs portable ``patterns`` over ``module`` with MLIR's walk driver (each op
+    visited once, a pattern per op at most); the number of rewrites."""
+    api = rewrite_api()
+    count = [0]
+
+    def wrap(pattern):
+        def fn(op, rewriter):  # MLIR's convention: a falsy return is a match
+            if pattern.rewrite(MlirOp(op.result), MlirBuilder(rewriter, op)):
+                count[0] += 1
+                return False
+            return True
+        return fn
+
+    with module.context:
+        ps = api.RewritePatternSet(module.context)
+        for p in patterns:
+            ps.add(f"stablehlo.{_STABLEHLO_OP.get(p.root, p.root)}", wrap(p))
+        api.walk_and_apply_patterns(module.module.operation, ps.freeze())
+    return count[0]
