@@ -60,6 +60,11 @@ def _split_suffix(name: str) -> tuple[str, str, bool]:
     return name, "", gz
 
 
+def is_stablehlo_file(path: str | os.PathLike) -> bool:
+    """Named as StableHLO (``.mlir``, ``.mlirbc``, optionally ``.gz``)."""
+    return _split_suffix(Path(path).name)[1] in (".mlir", ".mlirbc")
+
+
 def is_module_file(path: str | os.PathLike) -> bool:
     """True when a file's name says it holds a module: a module suffix
     (``.hlo .txt .pb .mlir .mlirbc``, optionally ``.gz``) and not one of the side

@@ -16,7 +16,6 @@ the one place that looks for it.
 
 from __future__ import annotations
 
-import gzip
 import importlib
 import re
 from functools import lru_cache
@@ -25,6 +24,7 @@ from types import ModuleType
 from typing import Any, Iterator
 
 from hlo_tools.errors import HloError, HloParseError, VerificationError
+from hlo_tools.formats import read_module_bytes
 from hlo_tools.ir import Module
 
 from . import jax_internals
@@ -68,6 +68,7 @@ def _context():
     return jax_mlir.make_ir_context()
 
 
+_BYTECODE_MAGIC = b"ML\xefR"
 _LOC = re.compile(r'loc\("[^"]*":(\d+):(\d+)\)|:(\d+):(\d+)')
 
 
@@ -94,10 +95,14 @@ class StableHloModule:
 
     @classmethod
     def load(cls, path: str | Path) -> "StableHloModule":
-        data = Path(path).read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        return cls(data if data[:4] == b"ML\xefR" else data.decode(), str(path))
+        """A ``.mlir`` file: text or bytecode, optionally gzip'd."""
+        data = read_module_bytes(path)
+        if data[:4] == _BYTECODE_MAGIC:
+            return cls(data, str(path))
+        try:
+            return cls(data.decode(), str(path))
+        except UnicodeDecodeError as e:
+            raise HloParseError("neither MLIR text (UTF-8) nor MLIR bytecode", str(path), 1, 1) from e
 
     @property
     def name(self) -> str:
@@ -191,7 +196,8 @@ class MlirOp:
 
     @property
     def user_count(self) -> int:
-        return len({id(u.owner) for u in self.value.uses}) if hasattr(self.value, "uses") else 0
+        # distinct readers, as HLO counts users (MLIR's Operation hashes by the op it wraps)
+        return len({u.owner.operation for u in self.value.uses})
 
     @property
     def dimensions(self) -> tuple[int, ...]:

@@ -7,6 +7,8 @@ import json
 import sys
 
 from hlo_tools import HloParseError, VerificationError, load, verify
+from hlo_tools.errors import HloError
+from hlo_tools.formats import is_stablehlo_file
 from hlo_tools.fileio import check_writable, write_output
 
 from .args import add_load
@@ -36,15 +38,31 @@ def _cmd_opt(args) -> int:
         check_writable(args.output)
     if args.dump_dir:
         check_writable(args.dump_dir, directory=True)
+    # a StableHLO file stays StableHLO when every pass can run there (passes.portable)
+    stablehlo = is_stablehlo_file(args.file) and all("stablehlo" in getattr(p, "levels", ("hlo",)) for p in pipeline)
     try:
-        module = load(args.file)
-        verify(module)  # passes assume a valid module: the verifier's located message, not a crash inside one
+        if stablehlo:
+            from xla_bridge.mlir_rewrite import StableHloModule  # lazy: jax
+
+            module = StableHloModule.load(args.file)
+            module.verify()
+        else:
+            if is_stablehlo_file(args.file):  # converted by XLA, passes run on our IR
+                from xla_bridge import load as bridge_load  # lazy: jax
+
+                module = bridge_load(args.file)
+            else:
+                module = load(args.file)
+            verify(module)  # passes assume a valid module: the verifier's located message, not a crash inside one
     except HloParseError as e:
         print(e.format(), file=sys.stderr)
         return 1
     except VerificationError as e:
         print(f"{args.file}: {e}", file=sys.stderr)
         return 1
+    except HloError as e:  # no MLIR rewrite API in this jaxlib
+        print(f"hlo opt: {e}", file=sys.stderr)
+        return 2
     manager = PassManager(pipeline, fixed_point=args.fixed_point, dump_dir=args.dump_dir)
     try:
         report = manager.run_with_report(module)
@@ -52,10 +70,15 @@ def _cmd_opt(args) -> int:
         print(f"hlo opt: {e}", file=sys.stderr)
         return 1
     text = module.to_text()
+    if not stablehlo and args.output and is_stablehlo_file(args.output):  # OUT.mlir asked of an HLO-level run
+        from xla_bridge.stablehlo import from_module  # lazy: jax
+
+        text = from_module(module, debug_info=False)
     if args.json:  # the module goes to -o, or into the JSON when there is none
         if args.output:
             write_output(args.output, text)
-        print(json.dumps({"module": module.name, "passes": args.passes, "changed": report.changed,
+        print(json.dumps({"module": module.name, "level": "stablehlo" if stablehlo else "hlo",
+                          "passes": args.passes, "changed": report.changed,
                           "iterations": report.iterations, "instructions": module.instruction_count,
                           "records": [dataclasses.asdict(r) for r in report.records], "output": args.output,
                           **({} if args.output else {"text": text})}, indent=1))
