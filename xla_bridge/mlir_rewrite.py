@@ -242,8 +242,8 @@ class MlirBuilder:
         from jaxlib.mlir.dialects import stablehlo
 
         dims = tuple(x.dims[p] for p in permutation)
-        return self._build(lambda: stablehlo.TransposeOp(_tensor_type(x.element_type, dims), x.value,
-                                                         list(permutation)))
+        return self._build(lambda: stablehlo.TransposeOp(x.value, list(permutation),
+                                                         results=[_tensor_type(x.element_type, dims)]))
 
     def broadcast(self, x: MlirOp, dims: tuple[int, ...], dimensions: tuple[int, ...]) -> MlirOp:
         from jaxlib.mlir.dialects import stablehlo

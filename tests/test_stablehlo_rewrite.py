@@ -1,0 +1,108 @@
+"""StableHLO rewrites (issue 35): MLIR's rewrite API found in this jaxlib, one
+portable pattern library giving equal rewrite counts and equal outputs at the HLO
+and StableHLO levels on the corpus, ``hlo opt`` on ``.mlir`` files, the pass
+manager at the StableHLO level, and the docs' StableHLO pass run as written."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import corpus
+from hlo_tools import parse
+from hlo_tools.errors import HloParseError
+from passes import PassError, PassManager
+from passes.dce import DeadCodeElimination
+from passes.portable import BroadcastsOfReshapes, ConvertsAfterTransposes, FoldReshapePairs
+from xla_bridge.mlir_rewrite import StableHloModule, rewrite_api
+from xla_bridge.runner import compare
+from xla_bridge.stablehlo import from_module
+
+from conftest import ROOT, run_hlo
+
+TINY = sorted((e for e in corpus.load() if e.size == "tiny" and not e.sharded), key=lambda e: e.name)
+
+SMALL = """module @m {
+  func.func public @main(%arg0: tensor<2x16xf32>, %arg1: tensor<8x4xbf16>) -> (tensor<4x8xf32>, tensor<32xf32>) {
+    %0 = stablehlo.reshape %arg0 : (tensor<2x16xf32>) -> tensor<4x8xf32>
+    %1 = stablehlo.reshape %0 : (tensor<4x8xf32>) -> tensor<32xf32>
+    %2 = stablehlo.convert %arg1 : (tensor<8x4xbf16>) -> tensor<8x4xf32>
+    %3 = stablehlo.transpose %2, dims = [1, 0] : (tensor<8x4xf32>) -> tensor<4x8xf32>
+    %4 = stablehlo.negate %3 : tensor<4x8xf32>
+    %5 = stablehlo.negate %4 : tensor<4x8xf32>
+    return %5, %1 : tensor<4x8xf32>, tensor<32xf32>
+  }
+}
+"""
+
+
+def test_the_rewrite_api_is_found_in_this_jaxlib():
+    api = rewrite_api()
+    assert hasattr(api, "RewritePatternSet") and hasattr(api, "walk_and_apply_patterns")
+
+
+@pytest.mark.parametrize("entry", TINY, ids=lambda e: e.name)
+def test_a_portable_pattern_rewrites_as_often_at_both_levels_and_outputs_stay_equal(entry):
+    hlo = parse(entry.text("before_optimizations"))
+    stable = StableHloModule(from_module(hlo, debug_info=False), entry.name)
+    rewritten = hlo.clone()
+    p = BroadcastsOfReshapes()
+    n_hlo, n_mlir = p.apply(rewritten), p.apply(stable)
+    assert n_hlo == n_mlir > 0
+    stable.verify()
+    assert compare(hlo, rewritten).verdict == "exact"
+    assert compare(hlo, stable.to_hlo()).verdict == "exact"
+
+
+def test_each_pattern_at_the_stablehlo_level():
+    m = StableHloModule(SMALL)
+    assert FoldReshapePairs().apply(m) == 1 and ConvertsAfterTransposes().apply(m) == 1
+    m.verify()
+    text = m.to_text()
+    assert "stablehlo.reshape %arg0 : (tensor<2x16xf32>) -> tensor<32xf32>" in text
+    assert "tensor<4x8xf32>) -> tensor<4x8xf32>" not in text.split("transpose")[1].split("\n")[0]
+    assert re.search(r"stablehlo.transpose %arg1, dims = \[1, 0\] : \(tensor<8x4xbf16>\) -> tensor<4x8xbf16>", text)
+    assert compare(StableHloModule(SMALL).to_hlo(), m.to_hlo()).verdict == "exact"
+
+
+def test_the_pass_manager_runs_stablehlo_passes_dumps_mlir_and_refuses_hlo_only_ones(tmp_path):
+    m = StableHloModule(SMALL)
+    report = PassManager([FoldReshapePairs(), ConvertsAfterTransposes()], dump_dir=tmp_path).run_with_report(m)
+    assert [r.changed for r in report.records] == [True, True]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00.input.mlir", "01.fold_reshape_pair.mlir",
+                                                          "02.convert_after_transpose.mlir"]
+    with pytest.raises(PassError, match="dce runs on hlo modules, not stablehlo"):
+        PassManager([DeadCodeElimination()]).run(m)
+    with pytest.raises(HloParseError) as e:
+        StableHloModule("module {\n  func.func @main( {\n}", "bad.mlir")
+    assert e.value.line == 2 if hasattr(e.value, "line") else True
+
+
+def test_hlo_opt_on_mlir_then_compare_is_exact(tmp_path):
+    for entry in TINY[:2]:
+        src, out = tmp_path / f"{entry.name}.mlir", tmp_path / f"{entry.name}.out.mlir"
+        src.write_text(from_module(parse(entry.text("before_optimizations")), debug_info=False))
+        r = run_hlo("opt", src, "--passes", "broadcast-of-reshape", "-o", out)
+        assert r.returncode == 0, r.stderr
+        assert out.read_text().startswith("module @") and "broadcast-of-reshape" in r.stdout
+        r = run_hlo("compare", src, out)
+        assert r.returncode == 0 and ": exact" in r.stdout, r.stdout + r.stderr
+    # an HLO-only pass in the pipeline: converted to HLO, written back as StableHLO
+    r = run_hlo("opt", src, "--passes", "broadcast-of-reshape,dce", "-o", out, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["level"] == "hlo" and out.read_text().startswith("module @")
+
+
+def test_the_docs_stablehlo_pass_runs_as_written(tmp_path):
+    doc = (ROOT / "docs" / "stablehlo.md").read_text()
+    code = doc.split("## A StableHLO pass in under 25 lines")[1].split("```python\n")[1].split("```")[0]
+    assert len([line for line in code.splitlines() if line.strip()]) < 25  # lines of code
+    (tmp_path / "mypass.py").write_text(code)
+    (tmp_path / "m.mlir").write_text(SMALL)
+    r = run_hlo("opt", tmp_path / "m.mlir", "--load", tmp_path / "mypass.py", "--passes", "drop-double-negate",
+                "-o", tmp_path / "out.mlir")
+    assert r.returncode == 0, r.stderr
+    out = (tmp_path / "out.mlir").read_text()
+    assert "stablehlo.negate" not in out
+    assert compare(StableHloModule(SMALL).to_hlo(), StableHloModule(out).to_hlo()).verdict == "exact"
