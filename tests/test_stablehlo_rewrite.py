@@ -17,6 +17,7 @@ from passes import PassError, PassManager
 from passes.dce import DeadCodeElimination
 from passes.portable import BroadcastsOfReshapes, ConvertsAfterTransposes, FoldReshapePairs
 from xla_bridge.mlir_rewrite import StableHloModule, rewrite_api
+from xla_bridge.bench import benchmark
 from xla_bridge.runner import compare
 from xla_bridge.stablehlo import from_module
 
@@ -64,7 +65,9 @@ def test_each_pattern_at_the_stablehlo_level():
     assert "stablehlo.reshape %arg0 : (tensor<2x16xf32>) -> tensor<32xf32>" in text
     assert "tensor<4x8xf32>) -> tensor<4x8xf32>" not in text.split("transpose")[1].split("\n")[0]
     assert re.search(r"stablehlo.transpose %arg1, dims = \[1, 0\] : \(tensor<8x4xbf16>\) -> tensor<4x8xbf16>", text)
-    assert compare(StableHloModule(SMALL).to_hlo(), m.to_hlo()).verdict == "exact"
+    # compile, compare and bench take StableHLO modules as they take HLO ones
+    assert compare(StableHloModule(SMALL), m).verdict == "exact"
+    assert benchmark(StableHloModule(SMALL), m, reps=3, warmup=1, input_sets=1).verdict == "exact"
 
 
 def test_the_pass_manager_runs_stablehlo_passes_dumps_mlir_and_refuses_hlo_only_ones(tmp_path):

@@ -22,6 +22,7 @@ from hlo_analysis.units import finite, html_table
 from .errors import XlaCompileError
 from .compiler import CompileResult, Hook, adopt_hook_state, compile, parse_flags
 from .inputs import make_inputs
+from .mlir_rewrite import hlo_of
 from .runner import (_compiled, _module_of, _name_of, _not_runnable, compare_outputs, labels, output_precisions,
                       require_device, run)
 
@@ -176,7 +177,8 @@ def benchmark(a, b=None, *, backend: str = "cpu", pipeline_a: str = "stock", pip
     ``contained``: compile, run and time in the XLA worker (Modules and texts
     only), where an abort raises ``XlaAbortError`` instead of ending this process;
     the timings are as good there (both sides run in that one process).  What
-    ``hook_b`` saw comes back onto it."""
+    ``hook_b`` saw comes back onto it. ``StableHloModule``s are converted to our IR first."""
+    a, b = hlo_of(a), hlo_of(b)
     if reps < 1:
         raise ValueError("reps must be >= 1")
     if isinstance(hook_b, tuple):

@@ -27,6 +27,7 @@ from hlo_tools.shape import parse_shape
 from . import jax_internals, worker
 from .errors import XlaCompileError
 from .hook_stage import HookStage
+from .mlir_rewrite import hlo_of
 from .targets import device_description, target_config
 
 PIPELINES = ("stock", "replace", "as-written")
@@ -341,9 +342,10 @@ def compile(  # noqa: A001 - the name users expect
     dump) cannot go through XLA's pipeline again; on CPU it is handed to XLA as
     written at the pre-scheduler hook, after XLA compiled a stand-in with its
     signature (``stand_in``), so only scheduling and code generation run on it
-    (``CompileResult.handed_over``; needs jax >= 0.12).
+    (``CompileResult.handed_over``; needs jax >= 0.12). A ``StableHloModule`` is
+    converted to our IR first.
     """
-    text, name = _text_and_name(module)
+    text, name = _text_and_name(hlo_of(module))
     if target is not None:
         backend = "gpu"
     bkey = _backend_key(backend)

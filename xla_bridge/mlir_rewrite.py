@@ -156,6 +156,12 @@ class StableHloModule:
         return to_module(self.to_text(), source=self.source)
 
 
+def hlo_of(module):
+    """A ``StableHloModule`` as our IR (XLA converts); anything else as it is: what
+    lets compile, compare and bench take StableHLO modules as they take HLO ones."""
+    return module.to_hlo() if isinstance(module, StableHloModule) else module
+
+
 # -- the view portable patterns see ---------------------------------------------------------
 def _hlo_type(t) -> tuple[str, tuple[int, ...]]:
     from jaxlib.mlir import ir

@@ -21,6 +21,7 @@ from hlo_analysis.units import finite, html_table
 from .errors import NoDeviceError, XlaCompileError
 from .compiler import CompileResult, compile, parse_flags
 from .inputs import make_inputs, numpy_dtype
+from .mlir_rewrite import hlo_of
 
 #: (rtol, atol) per element type: |a - b| <= atol * max(1, max|b|) + rtol * |b|.
 #: Loose enough for a different fusion/accumulation order, tight enough that a
@@ -324,7 +325,9 @@ def compare(a, b, *, backend: str = "cpu", pipeline_a: str = "stock", pipeline_b
     Compile and run errors raise ``XlaCompileError``; differing outputs, output
     counts or parameter lists are a ``mismatch`` verdict, not an exception.
     ``contained``: all of it in the XLA worker (Modules and texts only), where an
-    abort raises ``XlaAbortError`` naming A or B instead of ending this process."""
+    abort raises ``XlaAbortError`` naming A or B instead of ending this process.
+    ``StableHloModule``s are converted to our IR first."""
+    a, b = hlo_of(a), hlo_of(b)
     if contained and not worker.in_worker():
         if isinstance(a, CompileResult) or isinstance(b, CompileResult):
             raise TypeError("compare(contained=True) compiles in the XLA worker: give Modules or HLO texts, "
