@@ -80,7 +80,7 @@ def test_the_pass_manager_runs_stablehlo_passes_dumps_mlir_and_refuses_hlo_only_
         PassManager([DeadCodeElimination()]).run(m)
     with pytest.raises(HloParseError) as e:
         StableHloModule("module {\n  func.func @main( {\n}", "bad.mlir")
-    assert e.value.line == 2 if hasattr(e.value, "line") else True
+    assert (e.value.line, e.value.column) == (2, 19) and "expected non-function type" in e.value.format()
 
 
 def test_hlo_opt_on_mlir_then_compare_is_exact(tmp_path):
@@ -109,3 +109,28 @@ def test_the_docs_stablehlo_pass_runs_as_written(tmp_path):
     out = (tmp_path / "out.mlir").read_text()
     assert "stablehlo.negate" not in out
     assert compare(StableHloModule(SMALL).to_hlo(), StableHloModule(out).to_hlo()).verdict == "exact"
+
+
+def test_fuel_stops_a_portable_pattern_at_both_levels():
+    from passes.fuel import fuel
+
+    entry = next(corpus.load("llama3-tiny-prefill-f32"))
+    hlo = parse(entry.text("before_optimizations"))
+    stable = StableHloModule(from_module(hlo, debug_info=False))
+    with fuel(3) as f:
+        assert BroadcastsOfReshapes().apply(stable) == 3
+    with fuel(3) as g:
+        assert BroadcastsOfReshapes().apply(hlo) == 3
+    assert len(f.decisions) == len(g.decisions) == 3 and f.refused == g.refused > 0
+
+
+def test_a_jaxlib_without_the_rewrite_api_is_told_so(monkeypatch):
+    from xla_bridge import mlir_rewrite
+
+    monkeypatch.setattr(mlir_rewrite, "_REWRITE_MODULES", ("jaxlib.mlir.no_such_rewrite",))
+    mlir_rewrite.rewrite_api.cache_clear()
+    try:
+        with pytest.raises(mlir_rewrite.StableHloError, match="has no MLIR rewrite API .*jax 0.12 or newer"):
+            mlir_rewrite.rewrite_api()
+    finally:
+        mlir_rewrite.rewrite_api.cache_clear()

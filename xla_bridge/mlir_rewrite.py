@@ -87,11 +87,13 @@ class StableHloModule:
             try:
                 self.module = ir.Module.parse(data)
             except Exception as e:  # noqa: BLE001 - MLIR raises MLIRError or ValueError with its diagnostics
-                msg = str(e)
-                m = _LOC.search(msg)
+                last = str(e).strip().splitlines()[-1].strip()
+                m = _LOC.search(last)
                 line, col = (int(m.group(1) or m.group(3)), int(m.group(2) or m.group(4))) if m else (1, 1)
-                raise HloParseError(f"not a StableHLO module MLIR can read: {msg.splitlines()[-1].strip()}",
-                                    source, line, col) from None
+                what = last[m.end():].lstrip(": ") if m else last
+                lines = data.splitlines() if isinstance(data, str) else []
+                raise HloParseError(f"not a StableHLO module MLIR can read: {what}", source, line, col,
+                                    lines[line - 1] if 0 < line <= len(lines) else "") from None
 
     @classmethod
     def load(cls, path: str | Path) -> "StableHloModule":
