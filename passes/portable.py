@@ -124,6 +124,12 @@ def _bits(etype: str) -> int:
     return PrimitiveType(etype).bit_width
 
 
+def _sole_operand(op, opcode: str):
+    """``op``'s first operand when it is an ``opcode`` that only ``op`` reads, else None."""
+    o = op.operands[0]
+    return o if o.opcode == opcode and o.user_count == 1 else None
+
+
 @dataclass(frozen=True)
 class ConvertAfterTranspose:
     """transpose(convert(x)) -> convert(transpose(x)) when the convert widens and
@@ -132,14 +138,11 @@ class ConvertAfterTranspose:
     root: ClassVar[str] = "transpose"
 
     def rewrite(self, op, b) -> bool:
-        cvt = op.operands[0]
-        if cvt.opcode != "convert" or cvt.user_count != 1:
-            return False
-        x = cvt.operands[0]
-        if _bits(x.element_type) >= _bits(cvt.element_type) or not consume_fuel(
+        cvt = _sole_operand(op, "convert")
+        if cvt is None or _bits(cvt.operands[0].element_type) >= _bits(cvt.element_type) or not consume_fuel(
                 lambda: f"move convert after transpose at {op.name}"):
             return False
-        b.replace(op, b.convert(b.transpose(x, op.dimensions), op.element_type))
+        b.replace(op, b.convert(b.transpose(cvt.operands[0], op.dimensions), op.element_type))
         return True
 
 
@@ -152,8 +155,8 @@ class BroadcastOfReshape:
     root: ClassVar[str] = "broadcast"
 
     def rewrite(self, op, b) -> bool:
-        r = op.operands[0]
-        if r.opcode != "reshape" or r.user_count != 1:
+        r = _sole_operand(op, "reshape")
+        if r is None:
             return False
         x = r.operands[0]
         kept = [j for j, d in enumerate(r.dims) if d != 1]
@@ -187,22 +190,17 @@ class PortablePass(Pass):
         return self.apply(module) > 0
 
 
-@dataclass(frozen=True)
-class FoldReshapePairs(PortablePass):
-    name = "fold-reshape-pair"
-    patterns: tuple = (FoldReshapePair(),)
+def _single(cls_name: str, name: str, pattern) -> type[PortablePass]:
+    """The pass that runs one pattern, named for ``--passes`` (a module-level class: picklable)."""
+    doc = f"``{name}``: {type(pattern).__doc__.strip()}"
+    return dataclass(frozen=True)(type(cls_name, (PortablePass,), {
+        "name": name, "__doc__": doc, "__module__": __name__, "__qualname__": cls_name,
+        "__annotations__": {"patterns": "tuple"}, "patterns": (pattern,)}))
 
 
-@dataclass(frozen=True)
-class ConvertsAfterTransposes(PortablePass):
-    name = "convert-after-transpose"
-    patterns: tuple = (ConvertAfterTranspose(),)
-
-
-@dataclass(frozen=True)
-class BroadcastsOfReshapes(PortablePass):
-    name = "broadcast-of-reshape"
-    patterns: tuple = (BroadcastOfReshape(),)
+FoldReshapePairs = _single("FoldReshapePairs", "fold-reshape-pair", FoldReshapePair())
+ConvertsAfterTransposes = _single("ConvertsAfterTransposes", "convert-after-transpose", ConvertAfterTranspose())
+BroadcastsOfReshapes = _single("BroadcastsOfReshapes", "broadcast-of-reshape", BroadcastOfReshape())
 
 
 @dataclass(frozen=True)
