@@ -412,14 +412,21 @@ def compile_deviceless_gpu(text: str, target_config_text: str, debug_options: di
                               xla_message=str(e)) from None
     if len(devices) < partitions:
         raise ValueError(f"{partitions} partitions need {partitions} devices; topology {topology} has {len(devices)}")
-    from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
 
     opts = make_compile_options(debug_options)
     set_spmd_partitions(opts, devices, shardy=uses_shardy(text))
-    with jax_mlir.make_ir_context():
+    with ir_context():
         ir_module = ir.Module.parse(mlir_bytes)
         return devices[0].client.compile(ir_module, _xc().DeviceList(tuple(devices)), opts), devices[0]
+
+
+def ir_context():
+    """An MLIR context that knows jax's dialects (StableHLO, MHLO, func, ...)."""
+    _xc()
+    from jax._src.interpreters import mlir as jax_mlir
+
+    return jax_mlir.make_ir_context()
 
 
 def profiler_modules():

@@ -28,6 +28,7 @@ from hlo_tools.formats import read_module_bytes
 from hlo_tools.ir import Module
 
 from . import jax_internals
+from .stablehlo import to_module
 
 #: where jaxlib releases have kept MLIR's Python rewrite API, newest first
 _REWRITE_MODULES = ("jaxlib.mlir.rewrite", "jaxlib.mlir._mlir_libs._mlir.rewrite")
@@ -61,13 +62,6 @@ def rewrite_api() -> ModuleType:
                          f"(looked for {', '.join(_REWRITE_MODULES)}): StableHLO rewrites need jax 0.12 or newer")
 
 
-def _context():
-    jax_internals._xc()
-    from jax._src.interpreters import mlir as jax_mlir
-
-    return jax_mlir.make_ir_context()
-
-
 _BYTECODE_MAGIC = b"ML\xefR"
 _LOC = re.compile(r'loc\("[^"]*":(\d+):(\d+)\)|:(\d+):(\d+)')
 
@@ -82,7 +76,7 @@ class StableHloModule:
         from jaxlib.mlir import ir
 
         self.source = source
-        self.context = _context()
+        self.context = jax_internals.ir_context()
         with self.context:
             try:
                 self.module = ir.Module.parse(data)
@@ -151,10 +145,12 @@ class StableHloModule:
     def clone(self) -> "StableHloModule":
         return StableHloModule(self.to_text(), self.source)
 
+    def apply_patterns(self, patterns) -> int:
+        """``apply_patterns(self, patterns)``: what ``passes.portable.PortablePass`` calls."""
+        return apply_patterns(self, patterns)
+
     def to_hlo(self) -> Module:
         """Our IR of it (XLA converts), for compile, run, compare and bench."""
-        from .stablehlo import to_module
-
         return to_module(self.to_text(), source=self.source)
 
 

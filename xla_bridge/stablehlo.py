@@ -37,11 +37,9 @@ def from_module(module: Module | str, *, debug_info: bool = True) -> str:
 def mlir_text(bytecode: bytes, *, debug_info: bool = False) -> str:
     """Prints MLIR bytecode as text (jax's MLIR context knows the dialects);
     ``debug_info`` prints the locations too."""
-    jax_internals._xc()
-    from jax._src.interpreters import mlir as jax_mlir
     from jaxlib.mlir import ir
 
-    with jax_mlir.make_ir_context():
+    with jax_internals.ir_context():
         module = ir.Module.parse(bytecode)
         return module.operation.get_asm(enable_debug_info=debug_info) if debug_info else str(module)
 
