@@ -18,6 +18,10 @@ from tests.passes_util import Flipper
 #: What ``available_passes()`` answered before the table was explicit (checked
 #: against the import-side-effect registry at commit 4c8a269): name -> class.
 BEFORE = {
+    # portable patterns, at the HLO and the StableHLO level (issue 35)
+    "broadcast-of-reshape": "passes.portable.BroadcastsOfReshapes",
+    "convert-after-transpose": "passes.portable.ConvertsAfterTransposes",
+    "fold-reshape-pair": "passes.portable.FoldReshapePairs",
     "call-inliner": "passes.fusion.call_inliner.CallInliner",
     "cse": "passes.cse.CommonSubexpressionElimination",
     "dce": "passes.dce.DeadCodeElimination",
@@ -163,7 +167,7 @@ def test_the_registry_is_the_table_it_was():
     assert all(cls.name == name and issubclass(cls, Pass) for name, cls in PASSES.items())
     assert type(get_pass("dce")) is PASSES["dce"]
     assert get_pass("entry-layout-assignment", parameter_layouts=((0, (0, 1)),)).parameter_layouts == ((0, (0, 1)),)
-    with pytest.raises(KeyError, match="unknown pass 'nope'; available: call-inliner, cse, dce, "):
+    with pytest.raises(KeyError, match="unknown pass 'nope'; available: broadcast-of-reshape, call-inliner, convert-after-transpose, cse, dce, "):
         get_pass("nope")
     with pytest.raises(KeyError, match="unknown pass 'nope'"):
         parse_pipeline("dce, nope")
