@@ -271,3 +271,38 @@ CHECK: %dot.fp8 = f32[16,32]{1,0} dot({{.*}}, %w)
 CHECK: %w = bf16[64,32]{1,0} parameter(1)
 CHECK: %v = f8e4m3fn[64,32]{1,0} parameter(2)
 """, accepted_by=xla_module_from_text)
+
+
+BATCHED = """HloModule m
+
+ENTRY %main (x: f32[2,16,64], w: f32[2,64,32]) -> f32[2,16,32] {
+  %x = f32[2,16,64]{2,1,0} parameter(0)
+  %w = f32[2,64,32]{2,1,0} parameter(1)
+  ROOT %dot = f32[2,16,32]{2,1,0} dot(%x, %w), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+}
+"""
+
+
+@pytest.mark.parametrize("form", ["fp8", "int8"])
+def test_per_channel_scales_of_a_batched_dot_give_error_zero_on_exact_inputs(form):
+    """A known answer for per-channel scales: every row of x (per batch) and every
+    column of w has its own absolute maximum, qmax times a power of two, and values
+    that are exact at that scale: each scale is that power of two, the quantized
+    operands are exact, and the outputs bitwise equal. Were a scale broadcast along
+    the wrong output dimension, they would not be."""
+    qmax = 448.0 if form == "fp8" else 127.0
+    rng = np.random.default_rng(1)
+    vals = np.array([0, 1, -1, 2, -3, 4, 8, -16], dtype=np.float32)
+    x = rng.choice(vals, (2, 16, 64)).astype(np.float32)
+    w = rng.choice(vals, (2, 64, 32)).astype(np.float32)
+    x[:, :, 0], w[:, 0, :] = qmax, -qmax
+    x *= (2.0 ** rng.integers(-3, 4, (2, 16, 1))).astype(np.float32)
+    w *= (2.0 ** rng.integers(-3, 4, (2, 1, 32))).astype(np.float32)
+    q = parse(BATCHED)
+    assert QuantizeDots(form=form, granularity="channel").run(q)
+    assert "f32[2,16]" in q.to_text() and "f32[2,32]" in q.to_text()  # one scale per batch row / column
+    assert compare(parse(BATCHED), q, backend="cpu", inputs=[x, w]).verdict == "exact"
+    if form == "int8":  # one scale for all: int8's small rows lose bits (E4M3's exponent keeps them)
+        per_tensor = parse(BATCHED)
+        QuantizeDots(form=form).run(per_tensor)
+        assert compare(parse(BATCHED), per_tensor, backend="cpu", inputs=[x, w]).verdict != "exact"
