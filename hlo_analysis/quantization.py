@@ -38,6 +38,8 @@ class Gemm:
     flops: float
     #: the element types the kernel reads from memory (its operands)
     read_types: tuple[str, ...]
+    #: elements of its output (0 for a tuple): a merged GEMM writes two dots' outputs
+    output_elements: int = 0
 
     @property
     def eight_bit(self) -> bool:
@@ -56,16 +58,34 @@ def _types(instrs) -> tuple[str, ...]:
 
 def _gemm(kernel: Instruction, flops: float) -> Gemm | None:
     reads = _types(kernel.operands)
+    out = kernel.shape.num_elements if kernel.shape.is_array else 0
     if kernel.opcode is _H.DOT:
-        return Gemm(kernel.name, "dot", (kernel.name, _op_name(kernel)), _types(kernel.operands), flops, reads)
+        return Gemm(kernel.name, "dot", (kernel.name, _op_name(kernel)), _types(kernel.operands), flops, reads, out)
     if kernel.opcode is _H.CUSTOM_CALL and (kernel.custom_call_target or "").startswith("__cublas$"):
-        return Gemm(kernel.name, "cublas", (kernel.name, _op_name(kernel)), _types(kernel.operands[:2]), flops, reads)
+        return Gemm(kernel.name, "cublas", (kernel.name, _op_name(kernel)), _types(kernel.operands[:2]), flops, reads,
+                    out)
     if kernel.opcode is _H.FUSION and kernel.fused_computation is not None:
         dots = [i for i in kernel.fused_computation if i.opcode is _H.DOT]
         if dots:
             return Gemm(kernel.name, "triton", (kernel.name, dots[0].name, _op_name(kernel), _op_name(dots[0])),
-                        tuple(_source_type(o) for o in dots[0].operands), flops, reads)
+                        tuple(_source(o).shape.element_type.value for o in dots[0].operands), flops, reads, out)
     return None
+
+
+def _gemm_operands(kernel: Instruction) -> list[Instruction]:
+    """What a GEMM kernel multiplies, as the kernel reads it: a Triton fusion's dot
+    operands traced back to the fusion's operands (its epilogue's inputs, a bias or
+    a residual, are not multiplied), a cuBLAS call's first two, a dot's own."""
+    if kernel.opcode is _H.FUSION and kernel.fused_computation is not None:
+        dots = [i for i in kernel.fused_computation if i.opcode is _H.DOT]
+        out = []
+        for o in dots[0].operands if dots else ():
+            src = _source(o)
+            n = src.parameter_number if src.opcode is _H.PARAMETER else None
+            if n is not None and n < len(kernel.operands):
+                out.append(kernel.operands[n])
+        return out
+    return list(kernel.operands[:2])
 
 
 def _op_name(instr: Instruction) -> str:
@@ -73,15 +93,14 @@ def _op_name(instr: Instruction) -> str:
     return str(parse_metadata(raw).get("op_name", "")) if isinstance(raw, str) else ""
 
 
-def _source_type(operand: Instruction) -> str:
-    """The element type a Triton GEMM reads for a dot operand: through the converts
-    and bitcasts inside the fusion back to what the fusion was given (a GEMM that
-    converts f8 to bf16 inside its tile still reads f8 from memory, but multiplies
-    bf16: the type of the dot's operand is what counts, so only layout ops are seen through)."""
+def _source(operand: Instruction) -> Instruction:
+    """A Triton GEMM's dot operand seen through the layout ops inside the fusion (a
+    GEMM that converts f8 to bf16 inside its tile multiplies bf16: only layout ops
+    are seen through, so the type found is the one multiplied)."""
     x = operand
     while x.opcode in (_H.BITCAST, _H.RESHAPE, _H.TRANSPOSE, _H.COPY) and x.operands:
         x = x.operands[0]
-    return x.shape.element_type.value
+    return x
 
 
 def gemms(module: Module, cost: ModuleCost | None = None) -> list[Gemm]:
@@ -142,7 +161,7 @@ def headroom_s(module: Module, device: Device, rf: Roofline) -> float | None:
         if g is None or not g.operand_types or not all(t in _FLOATS for t in g.operand_types):
             continue
         compute = k.compute_s * device.matmul_peak(g.operand_types[0]) / device.matmul_peak("f8")
-        wide = sum(o.shape.byte_size - o.shape.num_elements for o in instr.operands
+        wide = sum(o.shape.byte_size - o.shape.num_elements for o in _gemm_operands(instr)
                    if o.shape.is_array and o.shape.element_type.value in _FLOATS)
         memory = k.memory_s * max(k.bytes_accessed - wide, 0.0) / k.bytes_accessed if k.bytes_accessed else k.memory_s
         saved += max(0.0, k.time_s - (max(compute, memory) + k.launch_s)) * k.executions

@@ -76,7 +76,8 @@ class QuantizeReport:
 def _find(dot: Instruction, chosen: list[Instruction], kernels: list[Gemm]) -> tuple[Gemm | None, str | None]:
     """The GEMM ``dot`` became, and the dot it was merged with: XLA's DotMerger joins
     dots that share an operand (gate and up projections) into one GEMM that keeps
-    one's metadata; such a GEMM does the flops of both."""
+    one's metadata; such a GEMM writes both dots' outputs side by side (its output
+    elements are the two dots' sum) and does the flops of both."""
     g = lowered(quantized_tag(dot.name), kernels)
     if g is not None:
         return g, None
@@ -85,7 +86,8 @@ def _find(dot: Instruction, chosen: list[Instruction], kernels: list[Gemm]) -> t
         if peer is dot or not mine & {id(o) for o in peer.operands}:
             continue
         g = lowered(quantized_tag(peer.name), kernels)
-        if g is not None and g.flops >= 0.99 * (dot_flops(peer) + dot_flops(dot)):
+        if g is not None and g.output_elements == peer.shape.num_elements + dot.shape.num_elements \
+                and g.flops >= 0.99 * (dot_flops(peer) + dot_flops(dot)):
             return g, peer.name
     return None, None
 
@@ -97,14 +99,17 @@ def footprint(module: Module) -> int:
 
 
 def _summary(comparisons: list[tuple[Comparison, float]]) -> dict[str, Any]:
-    """Max errors over ``comparisons`` and the share of elements within tolerance,
-    each comparison's share weighted by its weight (the elements it stands for)."""
-    outs = [(o, w) for c, w in comparisons for o in c.outputs]
-    weight = sum(w for _, w in outs)
-    inside = sum(w * (1 - o.mismatches / o.size) for o, w in outs if o.size)
+    """Max errors over ``comparisons`` and the share of elements within tolerance:
+    each comparison's share of its elements, weighted by its weight (the elements
+    it stands for)."""
+    outs = [o for c, _ in comparisons for o in c.outputs]
+    shares = [(1 - sum(o.mismatches for o in c.outputs) / size, w) for c, w in comparisons
+              if (size := sum(o.size for o in c.outputs))]
+    weight = sum(w for _, w in shares)
+    inside = sum(share * w for share, w in shares)
     verdicts = {c.verdict for c, _ in comparisons}
-    return {"max_abs": max((o.max_abs for o, _ in outs), default=0.0),
-            "max_rel": max((o.max_rel for o, _ in outs), default=0.0),
+    return {"max_abs": max((o.max_abs for o in outs), default=0.0),
+            "max_rel": max((o.max_rel for o in outs), default=0.0),
             "within_tolerance": inside / weight if weight else 1.0,
             "verdict": "mismatch" if "mismatch" in verdicts else "close" if "close" in verdicts else "exact",
             "message": "; ".join(sorted({c.message for c, _ in comparisons if c.message}))[:500]}
@@ -213,7 +218,7 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
         d = c.dot
         (g, merged), (was, _) = _find(d, chosen, kernels), _find(d, chosen, stock)
         report.dots.append({"dot": d.name, "computation": d.parent.name, "role": c.role, "flops": dot_flops(d),
-                            "quantized_types": [c.lhs, c.rhs],
+                            "quantized_types": [c.lhs, c.rhs], **qpass.used(module, c),
                             "gemm_at_stock": was.name if was else None, "stock_types": list(was.operand_types) if was else [],
                             "gemm": g.name if g else None, "kind": g.kind if g else None, "merged_with": merged,
                             "types": list(g.operand_types) if g else [], "reads": list(g.read_types) if g else [],

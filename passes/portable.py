@@ -121,7 +121,11 @@ class FoldReshapePair:
 
 
 def _bits(etype: str) -> int:
-    return PrimitiveType(etype).bit_width
+    """Bit width of an element type; 0 for one HLO has no name for (the pattern declines)."""
+    try:
+        return PrimitiveType(etype).bit_width
+    except ValueError:
+        return 0
 
 
 def _sole_operand(op, opcode: str):
@@ -139,7 +143,8 @@ class ConvertAfterTranspose:
 
     def rewrite(self, op, b) -> bool:
         cvt = _sole_operand(op, "convert")
-        if cvt is None or _bits(cvt.operands[0].element_type) >= _bits(cvt.element_type) or not consume_fuel(
+        narrow, wide = (_bits(cvt.operands[0].element_type), _bits(cvt.element_type)) if cvt is not None else (0, 0)
+        if not 0 < narrow < wide or not consume_fuel(
                 lambda: f"move convert after transpose at {op.name}"):
             return False
         b.replace(op, b.convert(b.transpose(cvt.operands[0], op.dimensions), op.element_type))

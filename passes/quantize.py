@@ -306,13 +306,21 @@ class QuantizeDots(Pass):
         return (self.weights == "parameter" and x.opcode is _H.PARAMETER and x.parent is module.entry
                 and readers.get(id(x)) == {("rhs", etype, keep)} and {id(u) for u in x.users} == readers[id(x), "dots"])
 
+    def used(self, module: Module, choice: Choice) -> dict[str, str]:
+        """What a dot of the plan gets: per-channel scales only where both sides'
+        dimensions sit in order in the output (else per tensor), parameter scales
+        only in the entry computation (else the amax in the module)."""
+        dot = choice.dot
+        channel = self.per_channel and all(self._keep(dot, side) == _kept(dot, side) for side in ("lhs", "rhs"))
+        return {"granularity": "channel" if channel else "tensor",
+                "scales": "parameter" if self.scales == "parameter" and dot.parent is module.entry else "amax"}
+
     def _readers(self, plan: list[Choice]) -> dict:
         """Per operand: how chosen dots read it (type, scale layout) and which dots do."""
         out: dict = {}
         for c in plan:
             for side, x, etype in (("lhs", c.dot.operands[0], c.lhs), ("rhs", c.dot.operands[1], c.rhs)):
-                if not etype:
-                    continue
+                # an operand left as it is (int8w's lhs) is a read too: it keeps its type
                 out.setdefault(id(x), set()).add((side, etype, self._keep(c.dot, side)))
                 out.setdefault((id(x), "dots"), set()).add(id(c.dot))
         return out
@@ -325,6 +333,7 @@ class QuantizeDots(Pass):
         dims = {k: dot.attributes.get(k) for k in ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims",
                                                    "rhs_contracting_dims") if dot.attributes.get(k)}
         ka, kb = self._keep(dot, "lhs"), self._keep(dot, "rhs")
+        ta, tb = _etype(a.shape), _etype(b.shape)  # before a pre-quantized weight takes its 8-bit type
 
         def quantized(x: Instruction, etype: str, keep: tuple[int, ...]) -> tuple[Instruction, Instruction]:
             key = (id(x), etype, keep)  # an operand several chosen dots read is quantized once
@@ -339,12 +348,12 @@ class QuantizeDots(Pass):
         ins = lambda i: rw.insert_before(dot, i)  # noqa: E731 - local shorthand
         if self.form == "int8w":
             qb, sb = quantized(b, "s8", kb)
-            deq = self._dequantize(qb, sb, kb, _etype(b.shape), dot, rw)
+            deq = self._dequantize(qb, sb, kb, tb, dot, rw)
             new = qdot = ins(Instruction.create(_H.DOT, dot.shape, [a, deq], dot.name + ".int8w", **dims))
         elif self.form == "fp8-qdq":
             (qa, sa), (qb, sb) = quantized(a, choice.lhs, ka), quantized(b, choice.rhs, kb)
-            da = self._dequantize(qa, sa, ka, _etype(a.shape), dot, rw)
-            db = self._dequantize(qb, sb, kb, _etype(b.shape), dot, rw)
+            da = self._dequantize(qa, sa, ka, ta, dot, rw)
+            db = self._dequantize(qb, sb, kb, tb, dot, rw)
             new = qdot = ins(Instruction.create(_H.DOT, dot.shape, [da, db], dot.name + ".qdq", **dims))
         else:
             acc = "f32" if self.form == "fp8" else "s32"

@@ -306,3 +306,87 @@ def test_per_channel_scales_of_a_batched_dot_give_error_zero_on_exact_inputs(for
         per_tensor = parse(BATCHED)
         QuantizeDots(form=form).run(per_tensor)
         assert compare(parse(BATCHED), per_tensor, backend="cpu", inputs=[x, w]).verdict != "exact"
+
+
+def test_prequantized_weights_dequantize_in_the_original_type_and_a_weight_read_twice_stays():
+    assert_rewrite(MATMUL, QuantizeDots(form="int8w", weights="parameter"), """
+CHECK: %w = s8[64,32]{1,0} parameter(1)
+CHECK: bf16[64,32]{1,0} convert(%w)
+CHECK: %[[DQ:.*]] = bf16[64,32]{1,0} multiply(
+CHECK: ROOT %dot.int8w = bf16[16,32]{1,0} dot(%x, %[[DQ]])
+""", accepted_by=xla_module_from_text)
+    square = """HloModule m
+
+ENTRY %main (x: f32[16,16]) -> f32[16,16] {
+  %x = f32[16,16]{1,0} parameter(0)
+  ROOT %dot = f32[16,16]{1,0} dot(%x, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+    # the dot reads x as its lhs too, which weight-only int8 keeps in f32
+    assert_rewrite(square, QuantizeDots(form="int8w", weights="parameter"), """
+CHECK: %x = f32[16,16]{1,0} parameter(0)
+""", accepted_by=xla_module_from_text)
+
+
+def test_a_small_dot_sharing_an_operand_is_not_taken_for_merged():
+    """A router (1024x8) reads the input of an up projection (1024x4096): its flops
+    are under 1% of the GEMM's, but the GEMM writes only the projection's output."""
+    from hlo_analysis.quantization import Gemm
+    from hlo_lab.quantize import _find
+    from passes.quantize import quantized_tag
+    m = parse("""HloModule m
+
+ENTRY %main (x: bf16[512,1024], w: bf16[1024,4096], r: bf16[1024,8], g: bf16[1024,4096]) -> (bf16[512,4096], bf16[512,8], bf16[512,4096]) {
+  %x = bf16[512,1024]{1,0} parameter(0)
+  %w = bf16[1024,4096]{1,0} parameter(1)
+  %r = bf16[1024,8]{1,0} parameter(2)
+  %g = bf16[1024,4096]{1,0} parameter(3)
+  %up = bf16[512,4096]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %router = bf16[512,8]{1,0} dot(%x, %r), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %gate = bf16[512,4096]{1,0} dot(%x, %g), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %t = (bf16[512,4096]{1,0}, bf16[512,8]{1,0}, bf16[512,4096]{1,0}) tuple(%up, %router, %gate)
+}
+""")
+    up, router, gate = (m.entry.get_instruction(n) for n in ("up", "router", "gate"))
+    flops = 2 * 512 * 1024 * 4096
+    alone = Gemm("fusion.1", "triton", (quantized_tag("up"),), ("f8e4m3fn",) * 2, flops * 1.001, (), 512 * 4096)
+    assert _find(router, [up, router, gate], [alone]) == (None, None)
+    merged = Gemm("fusion.2", "triton", (quantized_tag("up"),), ("f8e4m3fn",) * 2, 2 * flops, (), 512 * 8192)
+    assert _find(gate, [up, router, gate], [merged]) == (merged, "up")
+
+
+def test_the_error_share_counts_elements_not_outputs():
+    from hlo_lab.quantize import _summary
+    from xla_bridge.runner import Comparison, OutputDiff
+
+    def out(size, mismatches):
+        return OutputDiff(0, (size,), "float32", False, mismatches == 0, 1.0, 1.0, mismatches, size, (0,), 0.0, 1.0,
+                          1e-2, 1e-2)
+    c = Comparison("mismatch", (out(1_000_000, 0), out(1, 1)))
+    assert _summary([(c, 1.0)])["within_tolerance"] == pytest.approx(1 - 1e-6)
+    # two extracted dots standing for 3 and 1 output elements: 3/4 of the weight on the first
+    d = Comparison("mismatch", (out(10, 5),))
+    assert _summary([(Comparison("exact", (out(10, 0),)), 3.0), (d, 1.0)])["within_tolerance"] == pytest.approx(
+        (3 * 1.0 + 1 * 0.5) / 4)
+
+
+def test_headroom_counts_only_what_the_gemm_multiplies():
+    from hlo_analysis.quantization import _gemm_operands
+    m = parse("""HloModule m
+
+%gemm (p0: bf16[64,128], p1: bf16[128,256], p2: bf16[64,256]) -> bf16[64,256] {
+  %p0 = bf16[64,128]{1,0} parameter(0)
+  %p1 = bf16[128,256]{1,0} parameter(1)
+  %p2 = bf16[64,256]{1,0} parameter(2)
+  %d = bf16[64,256]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %add = bf16[64,256]{1,0} add(%d, %p2)
+}
+
+ENTRY %main (a: bf16[64,128], b: bf16[128,256], residual: bf16[64,256]) -> bf16[64,256] {
+  %a = bf16[64,128]{1,0} parameter(0)
+  %b = bf16[128,256]{1,0} parameter(1)
+  %residual = bf16[64,256]{1,0} parameter(2)
+  ROOT %f = bf16[64,256]{1,0} fusion(%a, %b, %residual), kind=kCustom, calls=%gemm
+}
+""")
+    assert [o.name for o in _gemm_operands(m.entry.root)] == ["a", "b"]  # not the residual the epilogue adds

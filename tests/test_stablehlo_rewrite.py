@@ -145,3 +145,21 @@ def test_a_jaxlib_without_the_rewrite_api_is_told_so(monkeypatch):
             mlir_rewrite.rewrite_api()
     finally:
         mlir_rewrite.rewrite_api.cache_clear()
+
+
+def test_element_types_hlo_has_other_names_for():
+    from xla_bridge.mlir_rewrite import hlo_element_type
+
+    assert [hlo_element_type(t) for t in ("i1", "i32", "ui4", "si8", "f8E4M3FN", "f8E5M2FNUZ", "complex<f32>", "bf16")] \
+        == ["pred", "s32", "u4", "s8", "f8e4m3fn", "f8e5m2fnuz", "c64", "bf16"]
+    m = StableHloModule("""module @m {
+  func.func public @main(%arg0: tensor<4x8xui4>) -> tensor<8x4xui8> {
+    %0 = stablehlo.convert %arg0 : (tensor<4x8xui4>) -> tensor<4x8xui8>
+    %1 = stablehlo.transpose %0, dims = [1, 0] : (tensor<4x8xui8>) -> tensor<8x4xui8>
+    return %1 : tensor<8x4xui8>
+  }
+}
+""")
+    assert ConvertsAfterTransposes().apply(m) == 1
+    m.verify()
+    assert "stablehlo.transpose %arg0, dims = [1, 0] : (tensor<4x8xui4>) -> tensor<8x4xui4>" in m.to_text()

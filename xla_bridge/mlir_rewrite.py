@@ -32,10 +32,10 @@ from .stablehlo import to_module
 
 #: where jaxlib releases have kept MLIR's Python rewrite API, newest first
 _REWRITE_MODULES = ("jaxlib.mlir.rewrite", "jaxlib.mlir._mlir_libs._mlir.rewrite")
-#: HLO element types as MLIR spells them (the rest, f32/bf16/f16/f64, alike)
-_TO_MLIR = {"pred": "i1", "s4": "i4", "s8": "i8", "s16": "i16", "s32": "i32", "s64": "i64", "u8": "ui8",
-            "u16": "ui16", "u32": "ui32", "u64": "ui64", "f8e4m3fn": "f8E4M3FN", "f8e5m2": "f8E5M2"}
-_FROM_MLIR = {v: k for k, v in _TO_MLIR.items()}
+#: MLIR element type spellings seen, by HLO's name: what a builder writes back
+_TO_MLIR = {"pred": "i1"}
+_COMPLEX = {"complex<f32>": "c64", "complex<f64>": "c128"}
+_INT = re.compile(r"(u|s)?i(\d+)")
 #: HLO opcodes whose StableHLO op has another name
 _STABLEHLO_OP = {"broadcast": "broadcast_in_dim"}
 _HLO_OPCODE = {v: k for k, v in _STABLEHLO_OP.items()}
@@ -161,12 +161,24 @@ def hlo_of(module):
 
 
 # -- the view portable patterns see ---------------------------------------------------------
+def hlo_element_type(mlir_name: str) -> str:
+    """HLO's name of an MLIR element type: ``i1`` pred, ``iN``/``siN`` sN, ``uiN`` uN,
+    fp8/fp4 names lower-cased (``f8E4M3FN`` f8e4m3fn), ``complex<f32>`` c64."""
+    if mlir_name == "i1":
+        name = "pred"
+    elif (m := _INT.fullmatch(mlir_name)) is not None:
+        name = f"{'u' if m.group(1) == 'u' else 's'}{m.group(2)}"
+    else:
+        name = _COMPLEX.get(mlir_name, mlir_name.lower())
+    _TO_MLIR.setdefault(name, mlir_name)
+    return name
+
+
 def _hlo_type(t) -> tuple[str, tuple[int, ...]]:
     from jaxlib.mlir import ir
 
     shaped = ir.RankedTensorType(t)
-    et = str(shaped.element_type)
-    return _FROM_MLIR.get(et, et), tuple(shaped.shape)
+    return hlo_element_type(str(shaped.element_type)), tuple(shaped.shape)
 
 
 class MlirOp:

@@ -52,6 +52,13 @@ def _cmd_quantize(args) -> int:
           + (", weights arriving quantized" if o['weights'] == 'parameter' else "")
           + (f", gradients {o['gradients']}" if o['gradients'] != 'e4m3' else "")
           + f"; {len(report.gemm_dots)} GEMMs at stock, the rest XLA turns into elementwise code)")
+    tensor = [d for d in report.dots if o["granularity"] == "channel" and d.get("granularity") == "tensor"]
+    if tensor:
+        print(f"{len(tensor)} dots keep per-tensor scales (their batch dimensions are not in order in the output)")
+    amax = [d for d in report.dots if o["scales"] == "parameter" and d.get("scales") == "amax"]
+    if amax:
+        print(f"{len(amax)} dots keep scales computed in the module (outside the entry computation, where no "
+              f"parameter can reach)")
     merged = [d for d in report.dots if d.get("merged_with")]
     if merged:
         print(f"{len(merged)} dots share a GEMM with another (XLA's dot merger)")
