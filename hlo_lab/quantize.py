@@ -14,6 +14,7 @@ and for each the three answers a quantization what-if needs:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -73,23 +74,31 @@ class QuantizeReport:
                 "dots": self.dots, "error": self.error, "speed": self.speed}
 
 
-def _find(dot: Instruction, chosen: list[Instruction], kernels: list[Gemm]) -> tuple[Gemm | None, str | None]:
-    """The GEMM ``dot`` became, and the dot it was merged with: XLA's DotMerger joins
-    dots that share an operand (gate and up projections) into one GEMM that keeps
-    one's metadata; such a GEMM writes both dots' outputs side by side (its output
-    elements are the two dots' sum) and does the flops of both."""
-    g = lowered(quantized_tag(dot.name), kernels)
-    if g is not None:
-        return g, None
-    mine = {id(o) for o in dot.operands}
+def found_gemms(chosen: list[Instruction], kernels: list[Gemm]) -> dict[str, tuple[Gemm | None, str | None]]:
+    """Per chosen dot, the GEMM it became and the dot whose GEMM it shares. XLA's
+    DotMerger joins dots that read one operand (gate and up; Q, K and V) into one
+    GEMM that keeps one's metadata and writes all their outputs side by side: a dot
+    without a GEMM of its own is in the GEMM of a dot it shares an operand with when
+    that GEMM's output elements are those of the two plus other such dots, and its
+    flops theirs."""
+    own = {d.name: lowered(quantized_tag(d.name), kernels) for d in chosen}
+    out: dict[str, tuple[Gemm | None, str | None]] = {n: (g, None) for n, g in own.items()}
     for peer in chosen:
-        if peer is dot or not mine & {id(o) for o in peer.operands}:
+        g = own[peer.name]
+        if g is None:
             continue
-        g = lowered(quantized_tag(peer.name), kernels)
-        if g is not None and g.output_elements == peer.shape.num_elements + dot.shape.num_elements \
-                and g.flops >= 0.99 * (dot_flops(peer) + dot_flops(dot)):
-            return g, peer.name
-    return None, None
+        mine = {id(o) for o in peer.operands}
+        orphans = [d for d in chosen if own[d.name] is None and mine & {id(o) for o in d.operands}]
+        for k in range(1, min(len(orphans), 6) + 1):  # a few dots per merge: a small search
+            for group in itertools.combinations(orphans, k):
+                elements = peer.shape.num_elements + sum(d.shape.num_elements for d in group)
+                flops = dot_flops(peer) + sum(dot_flops(d) for d in group)
+                if g.output_elements == elements and g.flops >= 0.99 * flops:
+                    for d in group:
+                        out.setdefault(d.name, (None, None))
+                        if out[d.name][0] is None:
+                            out[d.name] = (g, peer.name)
+    return out
 
 
 def footprint(module: Module) -> int:
@@ -214,9 +223,10 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
     after = xla_compile(quantized, "gpu", "stock", target=target, contained=True).optimized_module
     cost_before, cost_after = analyze(before), analyze(after)  # one cost analysis a side, for both uses below
     stock, kernels = gemms(before, cost_before), gemms(after, cost_after)
+    after_gemms, stock_gemms = found_gemms(chosen, kernels), found_gemms(chosen, stock)
     for c in plan:
         d = c.dot
-        (g, merged), (was, _) = _find(d, chosen, kernels), _find(d, chosen, stock)
+        (g, merged), (was, _) = after_gemms[d.name], stock_gemms[d.name]
         report.dots.append({"dot": d.name, "computation": d.parent.name, "role": c.role, "flops": dot_flops(d),
                             "quantized_types": [c.lhs, c.rhs], **qpass.used(module, c),
                             "gemm_at_stock": was.name if was else None, "stock_types": list(was.operand_types) if was else [],

@@ -330,9 +330,10 @@ CHECK: %x = f32[16,16]{1,0} parameter(0)
 
 def test_a_small_dot_sharing_an_operand_is_not_taken_for_merged():
     """A router (1024x8) reads the input of an up projection (1024x4096): its flops
-    are under 1% of the GEMM's, but the GEMM writes only the projection's output."""
+    are under 1% of the GEMM's, but the GEMM writes only the projection's output;
+    a GEMM that writes up's and gate's outputs side by side holds both."""
     from hlo_analysis.quantization import Gemm
-    from hlo_lab.quantize import _find
+    from hlo_lab.quantize import found_gemms
     from passes.quantize import quantized_tag
     m = parse("""HloModule m
 
@@ -350,9 +351,15 @@ ENTRY %main (x: bf16[512,1024], w: bf16[1024,4096], r: bf16[1024,8], g: bf16[102
     up, router, gate = (m.entry.get_instruction(n) for n in ("up", "router", "gate"))
     flops = 2 * 512 * 1024 * 4096
     alone = Gemm("fusion.1", "triton", (quantized_tag("up"),), ("f8e4m3fn",) * 2, flops * 1.001, (), 512 * 4096)
-    assert _find(router, [up, router, gate], [alone]) == (None, None)
+    assert found_gemms([up, router, gate], [alone])["router"] == (None, None)
     merged = Gemm("fusion.2", "triton", (quantized_tag("up"),), ("f8e4m3fn",) * 2, 2 * flops, (), 512 * 8192)
-    assert _find(gate, [up, router, gate], [merged]) == (merged, "up")
+    found = found_gemms([up, router, gate], [merged])
+    assert found["gate"] == (merged, "up") and found["router"] == (None, None)
+    # Q, K and V merged into one GEMM (llama3 prefill: 32 + 8 + 8 heads): all three found
+    three = Gemm("fusion.3", "triton", (quantized_tag("up"),), ("bf16",) * 2, 2 * flops + 2 * 512 * 1024 * 8, (),
+                 512 * (4096 + 8 + 4096))
+    assert {n: f[1] for n, f in found_gemms([up, router, gate], [three]).items()} == {
+        "up": None, "router": "up", "gate": "up"}
 
 
 def test_the_error_share_counts_elements_not_outputs():
