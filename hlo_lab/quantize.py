@@ -30,6 +30,9 @@ from hlo_analysis.cost import analyze, dot_flops, shape_size
 from hlo_analysis.quantization import Gemm, gemms, lowered, predicted_times
 from passes.quantize import Choice, QuantizeDots, quantized_tag
 
+#: the largest split-K factor a merged GEMM's output is checked against (XLA:GPU
+#: splits a small-M GEMM's contraction and writes the partial sums side by side)
+MAX_SPLIT_K = 16
 #: XLA's fp8 GEMM tests compare with this absolute and relative tolerance
 FP8_TOLERANCE = 1e-2
 ERROR_MODES = ("auto", "module", "dots", "none")
@@ -79,8 +82,8 @@ def found_gemms(chosen: list[Instruction], kernels: list[Gemm]) -> dict[str, tup
     DotMerger joins dots that read one operand (gate and up; Q, K and V) into one
     GEMM that keeps one's metadata and writes all their outputs side by side: a dot
     without a GEMM of its own is in the GEMM of a dot it shares an operand with when
-    that GEMM's output elements are those of the two plus other such dots, and its
-    flops theirs."""
+    that GEMM's output elements are those of the two plus other such dots (times
+    the split-K factor, when XLA splits the contraction), and its flops theirs."""
     own = {d.name: lowered(quantized_tag(d.name), kernels) for d in chosen}
     out: dict[str, tuple[Gemm | None, str | None]] = {n: (g, None) for n, g in own.items()}
     for peer in chosen:
@@ -93,7 +96,9 @@ def found_gemms(chosen: list[Instruction], kernels: list[Gemm]) -> dict[str, tup
             for group in itertools.combinations(orphans, k):
                 elements = peer.shape.num_elements + sum(d.shape.num_elements for d in group)
                 flops = dot_flops(peer) + sum(dot_flops(d) for d in group)
-                if g.output_elements == elements and g.flops >= 0.99 * flops:
+                # split-K writes its partial sums side by side too: a small multiple
+                splits, rest = divmod(g.output_elements, elements)
+                if rest == 0 and 1 <= splits <= MAX_SPLIT_K and g.flops >= 0.99 * flops:
                     for d in group:
                         out.setdefault(d.name, (None, None))
                         if out[d.name][0] is None:

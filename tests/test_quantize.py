@@ -360,6 +360,9 @@ ENTRY %main (x: bf16[512,1024], w: bf16[1024,4096], r: bf16[1024,8], g: bf16[102
                  512 * (4096 + 8 + 4096))
     assert {n: f[1] for n, f in found_gemms([up, router, gate], [three]).items()} == {
         "up": None, "router": "up", "gate": "up"}
+    # split-K by 4 (a decode's small M): the GEMM writes four partial outputs
+    split = Gemm("fusion.4", "triton", (quantized_tag("up"),), ("bf16",) * 2, 2.4 * flops, (), 4 * 512 * 8192)
+    assert found_gemms([up, router, gate], [split])["gate"] == (split, "up")
 
 
 def test_the_error_share_counts_elements_not_outputs():
