@@ -24,6 +24,8 @@ from .roofline import Roofline, roofline
 
 _H = HloOpcode
 _EIGHT_BIT = ("f8", "s8", "u8")
+#: the element types a dot multiplies that an 8-bit rewrite replaces
+FLOATING = ("bf16", "f16", "f32")
 
 
 @dataclass(frozen=True)
@@ -64,22 +66,28 @@ def _gemm(kernel: Instruction, flops: float) -> Gemm | None:
     if kernel.opcode is _H.CUSTOM_CALL and (kernel.custom_call_target or "").startswith("__cublas$"):
         return Gemm(kernel.name, "cublas", (kernel.name, _op_name(kernel)), _types(kernel.operands[:2]), flops, reads,
                     out)
-    if kernel.opcode is _H.FUSION and kernel.fused_computation is not None:
-        dots = [i for i in kernel.fused_computation if i.opcode is _H.DOT]
-        if dots:
-            return Gemm(kernel.name, "triton", (kernel.name, dots[0].name, _op_name(kernel), _op_name(dots[0])),
-                        tuple(_source(o).shape.element_type.value for o in dots[0].operands), flops, reads, out)
+    dot = _fused_dot(kernel)
+    if dot is not None:
+        return Gemm(kernel.name, "triton", (kernel.name, dot.name, _op_name(kernel), _op_name(dot)),
+                    tuple(_source(o).shape.element_type.value for o in dot.operands), flops, reads, out)
     return None
+
+
+def _fused_dot(kernel: Instruction) -> Instruction | None:
+    """The dot inside a fusion kernel (a Triton GEMM), else None."""
+    if kernel.opcode is not _H.FUSION or kernel.fused_computation is None:
+        return None
+    return next((i for i in kernel.fused_computation if i.opcode is _H.DOT), None)
 
 
 def _gemm_operands(kernel: Instruction) -> list[Instruction]:
     """What a GEMM kernel multiplies, as the kernel reads it: a Triton fusion's dot
     operands traced back to the fusion's operands (its epilogue's inputs, a bias or
     a residual, are not multiplied), a cuBLAS call's first two, a dot's own."""
-    if kernel.opcode is _H.FUSION and kernel.fused_computation is not None:
-        dots = [i for i in kernel.fused_computation if i.opcode is _H.DOT]
+    if kernel.opcode is _H.FUSION:
+        dot = _fused_dot(kernel)
         out = []
-        for o in dots[0].operands if dots else ():
+        for o in dot.operands if dot is not None else ():
             src = _source(o)
             n = src.parameter_number if src.opcode is _H.PARAMETER else None
             if n is not None and n < len(kernel.operands):
@@ -140,9 +148,6 @@ def predicted_times(module: Module, device: Device, cost: ModuleCost | None = No
     return PredictedTimes(sum(k.time_s * k.executions for k in r.kernels if k.name in names), r.time_s)
 
 
-_FLOATS = ("bf16", "f16", "f32")
-
-
 def headroom_s(module: Module, device: Device, rf: Roofline) -> float | None:
     """Predicted seconds saved per run if every GEMM on floating operands ran at 8
     bits: its compute at ``device``'s fp8 tensor-core peak and its operands read at
@@ -158,11 +163,11 @@ def headroom_s(module: Module, device: Device, rf: Roofline) -> float | None:
         comp = module.get_computation(k.computation)
         instr = comp.get_instruction(k.name) if comp is not None else None
         g = _gemm(instr, k.flops) if instr is not None else None
-        if g is None or not g.operand_types or not all(t in _FLOATS for t in g.operand_types):
+        if g is None or not g.operand_types or not all(t in FLOATING for t in g.operand_types):
             continue
         compute = k.compute_s * device.matmul_peak(g.operand_types[0]) / device.matmul_peak("f8")
         wide = sum(o.shape.byte_size - o.shape.num_elements for o in _gemm_operands(instr)
-                   if o.shape.is_array and o.shape.element_type.value in _FLOATS)
+                   if o.shape.is_array and o.shape.element_type.value in FLOATING)
         memory = k.memory_s * max(k.bytes_accessed - wide, 0.0) / k.bytes_accessed if k.bytes_accessed else k.memory_s
         saved += max(0.0, k.time_s - (max(compute, memory) + k.launch_s)) * k.executions
     return saved

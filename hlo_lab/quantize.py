@@ -18,7 +18,6 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hlo_tools.attributes import parse_int_list
 from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.rewriter import Rewriter
@@ -146,25 +145,23 @@ def extracted(choice: Choice) -> tuple[Module, Choice]:
     """A module of ``choice``'s dot alone: its contraction and types kept, batch
     dimensions cut to 2 and the other free ones to ``EXTRACTED_ROWS`` rows and columns."""
     dot = choice.dot
-    ints = {k: parse_int_list(dot.attributes.get(k) or "") for k in
-            ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims", "rhs_contracting_dims")}
+    dn = dot.dot_dimension_numbers
     lhs, rhs = (o.shape for o in dot.operands)
-    lb = {d: min(lhs.dims[d], 2) for d in ints["lhs_batch_dims"]}
-    rb = {r: lb[l] for l, r in zip(ints["lhs_batch_dims"], ints["rhs_batch_dims"])}
-    ld = _cut(lhs.dims, set(ints["lhs_contracting_dims"]), lb, EXTRACTED_ROWS)
-    rd = _cut(rhs.dims, set(ints["rhs_contracting_dims"]), rb, EXTRACTED_ROWS)
-    out = [ld[d] for d in ints["lhs_batch_dims"]]
-    out += [s for d, s in enumerate(ld) if d not in ints["lhs_batch_dims"] and d not in ints["lhs_contracting_dims"]]
-    out += [s for d, s in enumerate(rd) if d not in ints["rhs_batch_dims"] and d not in ints["rhs_contracting_dims"]]
+    lb = {d: min(lhs.dims[d], 2) for d in dn.lhs_batch_dims}
+    rb = {r: lb[l] for l, r in zip(dn.lhs_batch_dims, dn.rhs_batch_dims)}
+    ld = _cut(lhs.dims, set(dn.lhs_contracting_dims), lb, EXTRACTED_ROWS)
+    rd = _cut(rhs.dims, set(dn.rhs_contracting_dims), rb, EXTRACTED_ROWS)
+    out = [ld[d] for d in dn.lhs_batch_dims]
+    out += [s for d, s in enumerate(ld) if d not in dn.lhs_batch_dims and d not in dn.lhs_contracting_dims]
+    out += [s for d, s in enumerate(rd) if d not in dn.rhs_batch_dims and d not in dn.rhs_contracting_dims]
     comp = Computation("main")
     a = comp.add_instruction(Instruction("lhs", HloOpcode.PARAMETER, Shape.array(lhs.element_type.value, ld),
                                          parameter_number=0))
     b = comp.add_instruction(Instruction("rhs", HloOpcode.PARAMETER, Shape.array(rhs.element_type.value, rd),
                                          parameter_number=1))
-    attrs = {k: dot.attributes[k] for k in ints if dot.attributes.get(k)}
-    d = comp.add_instruction(Instruction.create(HloOpcode.DOT, Shape.array(dot.shape.element_type.value, tuple(out)),
-                                                [a, b], dot.name, **attrs))
-    comp.set_root(d)
+    d = Instruction.create(HloOpcode.DOT, Shape.array(dot.shape.element_type.value, tuple(out)), [a, b], dot.name)
+    d.dot_dimension_numbers = dn
+    comp.set_root(comp.add_instruction(d))
     module = Module(f"extracted_{dot.name}")
     module.add_computation(comp, entry=True)
     return module, replace(choice, dot=d)
@@ -173,8 +170,12 @@ def extracted(choice: Choice) -> tuple[Module, Choice]:
 def _signature(choice: Choice) -> tuple:
     dot = choice.dot
     return (tuple(o.shape.to_text() for o in dot.operands), dot.shape.element_type.value, choice.lhs, choice.rhs,
-            tuple(dot.attributes.get(k) for k in ("lhs_batch_dims", "lhs_contracting_dims", "rhs_batch_dims",
-                                                  "rhs_contracting_dims")))
+            dot.dot_dimension_numbers)
+
+
+def _on(module: Module, plan: list[Choice]) -> list[Choice]:
+    """``plan`` for a clone of the module it was made on: the same dots, by computation and name."""
+    return [replace(c, dot=module.get_computation(c.dot.parent.name).get_instruction(c.dot.name)) for c in plan]
 
 
 def dot_errors(plan: list[Choice], qpass: QuantizeDots, seed: int = 0) -> tuple[dict[str, Any], dict[str, dict]]:
@@ -210,7 +211,7 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
     plan = qpass.plan(module)
     chosen = [c.dot for c in plan]
     quantized = module.clone()
-    qpass.run(quantized)
+    qpass.apply(quantized, _on(quantized, plan))
     report = QuantizeReport(module.name, form, target, {"granularity": "channel" if qpass.per_channel else "tensor",
                                                         "scales": scales, "gradients": gradients,
                                                         "weights": weights})
@@ -221,9 +222,8 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
     # contraction to elementwise code; that dot has no GEMM to lower to 8 bits)
     tagged = module.clone()
     rw = Rewriter()
-    for d in chosen:
-        rw.set_attribute(tagged.get_computation(d.parent.name).get_instruction(d.name), "metadata",
-                         f'{{op_name="{quantized_tag(d.name)}"}}')
+    for c in _on(tagged, plan):
+        rw.set_attribute(c.dot, "metadata", f'{{op_name="{quantized_tag(c.dot.name)}"}}')
     before = xla_compile(tagged, "gpu", "stock", target=target, contained=True).optimized_module
     after = xla_compile(quantized, "gpu", "stock", target=target, contained=True).optimized_module
     cost_before, cost_after = analyze(before), analyze(after)  # one cost analysis a side, for both uses below
@@ -254,12 +254,12 @@ def quantize(module: Module, *, form: str = "fp8", scope: tuple[str, ...] = ("al
     if error == "module":
         measured = quantized if twin is qpass else module.clone()
         if twin is not qpass:
-            twin.run(measured)
+            twin.apply(measured, _on(measured, plan))
         c = compare(module, measured, backend="cpu", seed=seed, rtol=FP8_TOLERANCE, atol=FP8_TOLERANCE,
                     contained=True)
         report.error = {**_summary([(c, 1.0)]), "on": "the whole module"}
     elif error == "dots":
-        report.error, per_dot = dot_errors(twin.plan(module), twin, seed)
+        report.error, per_dot = dot_errors(plan, twin, seed)  # scales and weights do not change the plan
         for d in report.dots:
             d["error"] = per_dot.get(d["dot"], {})
     if report.error and twin is not qpass:

@@ -34,6 +34,8 @@ Format = Literal["hlo", "proto", "stablehlo"]
 
 #: Suffixes of module files (each may also end in ``.gz``).
 MODULE_SUFFIXES = (".hlo", ".txt", ".pb", ".mlir", ".mlirbc")
+#: the first bytes of an MLIR bytecode file
+MLIR_BYTECODE_MAGIC = b"ML\xefR"
 #: Decompressed-size limit of a gzip'd module when ``HLO_MAX_DECOMPRESSED_BYTES`` is unset:
 #: 64x the largest module text seen (a 16.9 MB corpus stage), and a few times less
 #: than the memory a parse of that much text would need anyway.
@@ -220,7 +222,7 @@ def module_format(path: str | os.PathLike, data: bytes) -> Format:
         return "hlo" if is_text else "proto"
     if suffix in (".mlir", ".mlirbc"):
         return "stablehlo"
-    if data[:4] == b"ML\xefR":  # MLIR bytecode magic
+    if data[:4] == MLIR_BYTECODE_MAGIC:
         return "stablehlo"
     if _MLIR_TEXT_RE.match(data[:4096]):
         return "stablehlo"

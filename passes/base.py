@@ -34,6 +34,11 @@ class FusionPass(Pass):
     decides_fusion: ClassVar[bool] = True
 
 
+def runs_on(p, level: str) -> bool:
+    """Whether pass ``p`` takes modules of ``level`` (``Pass.levels``; a plain callable: HLO only)."""
+    return level in getattr(p, "levels", ("hlo",))
+
+
 def decides_fusion(passes) -> bool:
     """Whether any of ``passes`` decides fusion (pipelines and FixedPoint ask
     theirs); an object without the attribute (a plain callable) does not."""

@@ -19,7 +19,7 @@ from hlo_tools import Module, VerificationError, verify
 from hlo_tools.fileio import file_stem, make_dirs, write_output
 from hlo_tools.side_effects import one_memo
 
-from .base import Pass, decides_fusion
+from .base import Pass, decides_fusion, runs_on
 
 
 class PassError(RuntimeError):
@@ -131,7 +131,8 @@ class PassManager(Pass):
         result = PipelineResult(changed=False, iterations=0)
         dump = Path(self.dump_dir) if self.dump_dir else None
         step = 0
-        suffix = ".hlo" if level(module) == "hlo" else ".mlir"
+        kind = level(module)
+        suffix = ".hlo" if kind == "hlo" else ".mlir"
         if dump is not None:
             make_dirs(dump)  # an OutputError naming the folder if it cannot be made
             self._dump(dump / f"00.input{suffix}", module)
@@ -142,9 +143,9 @@ class PassManager(Pass):
                 before = module.instruction_count
                 fp = _fingerprint(module) if self.check_changed else None
                 where = prefix + p.name
-                if not isinstance(p, PassManager) and level(module) not in getattr(p, "levels", ("hlo",)):
+                if not isinstance(p, PassManager) and not runs_on(p, kind):
                     raise PassError(f"pass {where} runs on {' and '.join(getattr(p, 'levels', ('hlo',)))} modules, "
-                                    f"not {level(module)}", where, tuple(ran))
+                                    f"not {kind}", where, tuple(ran))
                 t0 = time.perf_counter()
                 if isinstance(p, PassManager):
                     inner = p._run(module, ran, where + "/")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from hlo_tools import Instruction, Module
-from hlo_tools.attributes import format_int_list, parse_int_list
+from hlo_tools.attributes import format_int_list
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.rewriter import Rewriter
 from hlo_tools.shape import PrimitiveType, Shape
@@ -44,7 +44,7 @@ class HloOp:
     element_type = property(lambda self: self.instr.shape.element_type.value)
     dims = property(lambda self: tuple(self.instr.shape.dims))
     user_count = property(lambda self: self.instr.user_count)
-    dimensions = property(lambda self: parse_int_list(self.instr.attributes.get("dimensions") or ""))
+    dimensions = property(lambda self: self.instr.dimensions or ())
     name = property(lambda self: self.instr.name)
 
 

@@ -21,11 +21,12 @@ everything else; or ``parameter``, delayed scaling: each scale is a new paramete
 of the entry computation (the amax history kept by the caller, as
 TransformerEngine does), and only the divide, clamp and convert stay in the
 module. With ``weights="parameter"`` a weight (an entry parameter that chosen
-dots alone read, as their right-hand operand, as ``int8w`` has it) arrives already quantized: the parameter itself becomes 8-bit,
-its scale a parameter next to it, and nothing of its quantize stays in the
-module (inference with pre-quantized weights). An operand read by several chosen dots (the input of Q, K and V) is
-quantized once. Which dots: ``scope`` (roles), a size floor (``min_flops``) and a
-skip list of names.
+dots alone read, as their right-hand operand, as ``int8w`` has it) arrives
+already quantized: the parameter itself becomes 8-bit, its scale a parameter next
+to it, and nothing of its quantize stays in the module (inference with
+pre-quantized weights). An operand read by several chosen dots (the input of Q, K
+and V) is quantized once. Which dots: ``scope`` (roles), a size floor
+(``min_flops``) and a skip list of names.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlo_tools import Computation, Instruction, Module
-from hlo_tools.attributes import format_int_list, parse_int_list
+from hlo_tools.attributes import format_int_list
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.rewriter import Rewriter
 from hlo_tools.shape import Shape
 from hlo_analysis.cost import dot_flops
 from hlo_analysis.patterns import GELU, GQA, SWIGLU, Patterns
+from hlo_analysis.quantization import FLOATING
 
 from .base import Pass
 
@@ -53,7 +55,6 @@ WEIGHTS = ("module", "parameter")
 GRADIENT_TYPES = {"e4m3": "f8e4m3fn", "e5m2": "f8e5m2"}
 #: the largest finite magnitude of each 8-bit type
 _QMAX = {"f8e4m3fn": 448.0, "f8e5m2": 57344.0, "s8": 127.0}
-_FLOATS = ("bf16", "f16", "f32")
 
 
 def _like(shape: Shape, element_type: str) -> Shape:
@@ -80,7 +81,8 @@ def dot_role(patterns: Patterns, dot: Instruction, widest: int) -> str:
 
 
 def _dims(dot: Instruction, key: str) -> tuple[int, ...]:
-    return parse_int_list(dot.attributes.get(key) or "")
+    """One of the dot's dimension lists (``lhs_batch_dims``...)."""
+    return getattr(dot.dot_dimension_numbers, key)
 
 
 def _columns(dot: Instruction) -> int:
@@ -186,31 +188,27 @@ class QuantizeDots(Pass):
         """The dots this pass rewrites (two floating operands, outside fusion bodies,
         in scope, at least ``min_flops``, not skipped) and each operand's type."""
         fused = {id(c) for c in module.fusion_computations()}
-        dots = [i for c in module.computations if id(c) not in fused for i in c
-                if i.opcode is _H.DOT and len(i.operands) == 2
-                and not any(o.shape.is_tuple or _etype(o.shape) not in _FLOATS for o in i.operands)]
+        floating = [i for c in module.computations if id(c) not in fused for i in c
+                    if i.opcode is _H.DOT and len(i.operands) == 2
+                    and not any(o.shape.is_tuple or _etype(o.shape) not in FLOATING for o in i.operands)]
         patterns = Patterns(module)
-        widest = max((_columns(d) for d in dots if GQA not in patterns.labels(d)), default=0)
-        roles = {id(d): dot_role(patterns, d, widest) for d in dots}
-        if "all" not in self.scope:
-            dots = [d for d in dots if roles[id(d)] in self.scope]
-        dots = [d for d in dots if d.name not in self.skip and dot_flops(d) >= self.min_flops]
+        widest = max((_columns(d) for d in floating if GQA not in patterns.labels(d)), default=0)
+        roles = {id(d): dot_role(patterns, d, widest) for d in floating}
+        dots = [d for d in floating if ("all" in self.scope or roles[id(d)] in self.scope)
+                and d.name not in self.skip and dot_flops(d) >= self.min_flops]
         if self.form == "int8w":
             return [Choice(d, "", "s8", roles[id(d)]) for d in dots]
-        base = "s8" if self.form == "int8" else "f8e4m3fn"
+        base, grad_t = "s8" if self.form == "int8" else "f8e4m3fn", GRADIENT_TYPES[self.gradients]
         grads: set[int] = set()
         if self.gradients != "e4m3":
-            logits = [d for d in module.instructions() if id(d) in roles and roles[id(d)] == "logits"]
-            for d in logits:
-                grads |= _downstream(patterns, d)
+            for d in floating:
+                if roles[id(d)] == "logits":
+                    grads |= _downstream(patterns, d)
         out = []
         for d in dots:
             g = [id(patterns.flow.value(o)) in grads or id(o) in grads for o in d.operands]
-            grad_t = GRADIENT_TYPES[self.gradients]
             # XLA's fp8 GEMMs take E4M3 x E5M2 in either order, never E5M2 x E5M2
-            lhs = grad_t if g[0] else base
-            rhs = grad_t if g[1] and not g[0] else base
-            out.append(Choice(d, lhs, rhs, roles[id(d)]))
+            out.append(Choice(d, grad_t if g[0] else base, grad_t if g[1] and not g[0] else base, roles[id(d)]))
         return out
 
     def chosen(self, module: Module) -> list[Instruction]:
@@ -300,11 +298,13 @@ class QuantizeDots(Pass):
         return keep if self.form in ("fp8-qdq", "int8w") or _output_dims(dot, side, keep) is not None else ()
 
     def _prequantized(self, module: Module, x: Instruction, etype: str, keep: tuple[int, ...],
-                      readers: dict[int, set]) -> bool:
+                      readers: dict[int, tuple[set, set]]) -> bool:
         """``weights="parameter"`` and ``x`` is an entry parameter that chosen dots
         alone read, all as their right-hand operand, type and scale layout alike."""
-        return (self.weights == "parameter" and x.opcode is _H.PARAMETER and x.parent is module.entry
-                and readers.get(id(x)) == {("rhs", etype, keep)} and {id(u) for u in x.users} == readers[id(x), "dots"])
+        if self.weights != "parameter" or x.opcode is not _H.PARAMETER or x.parent is not module.entry:
+            return False
+        reads, dots = readers[id(x)]
+        return reads == {("rhs", etype, keep)} and {id(u) for u in x.users} == dots
 
     def used(self, module: Module, choice: Choice) -> dict[str, str]:
         """What a dot of the plan gets: per-channel scales only where both sides'
@@ -315,18 +315,19 @@ class QuantizeDots(Pass):
         return {"granularity": "channel" if channel else "tensor",
                 "scales": "parameter" if self.scales == "parameter" and dot.parent is module.entry else "amax"}
 
-    def _readers(self, plan: list[Choice]) -> dict:
-        """Per operand: how chosen dots read it (type, scale layout) and which dots do."""
-        out: dict = {}
+    def _readers(self, plan: list[Choice]) -> dict[int, tuple[set, set]]:
+        """Per operand (id): how chosen dots read it (side, type, scale layout) and which dots do."""
+        out: dict[int, tuple[set, set]] = {}
         for c in plan:
             for side, x, etype in (("lhs", c.dot.operands[0], c.lhs), ("rhs", c.dot.operands[1], c.rhs)):
+                reads, dots = out.setdefault(id(x), (set(), set()))
                 # an operand left as it is (int8w's lhs) is a read too: it keeps its type
-                out.setdefault(id(x), set()).add((side, etype, self._keep(c.dot, side)))
-                out.setdefault((id(x), "dots"), set()).add(id(c.dot))
+                reads.add((side, etype, self._keep(c.dot, side)))
+                dots.add(id(c.dot))
         return out
 
     def _rewrite(self, choice: Choice, module: Module, rw: Rewriter, maxc: Computation, done: dict,
-                 readers: dict) -> None:
+                 readers: dict[int, tuple[set, set]]) -> None:
         dot = choice.dot
         a, b = dot.operands
         out_t = _etype(dot.shape)

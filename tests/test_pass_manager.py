@@ -167,7 +167,8 @@ def test_the_registry_is_the_table_it_was():
     assert all(cls.name == name and issubclass(cls, Pass) for name, cls in PASSES.items())
     assert type(get_pass("dce")) is PASSES["dce"]
     assert get_pass("entry-layout-assignment", parameter_layouts=((0, (0, 1)),)).parameter_layouts == ((0, (0, 1)),)
-    with pytest.raises(KeyError, match="unknown pass 'nope'; available: broadcast-of-reshape, call-inliner, convert-after-transpose, cse, dce, "):
+    with pytest.raises(KeyError, match="unknown pass 'nope'; available: broadcast-of-reshape, call-inliner, "
+                       "convert-after-transpose, cse, dce, "):
         get_pass("nope")
     with pytest.raises(KeyError, match="unknown pass 'nope'"):
         parse_pipeline("dce, nope")

@@ -17,6 +17,7 @@ the one place that looks for it.
 from __future__ import annotations
 
 import importlib
+import io
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +29,7 @@ from hlo_tools.formats import read_module_bytes
 from hlo_tools.ir import Module
 
 from . import jax_internals
+from .proto import located_mlir_error, stablehlo_source
 from .stablehlo import to_module
 
 #: where jaxlib releases have kept MLIR's Python rewrite API, newest first
@@ -62,9 +64,6 @@ def rewrite_api() -> ModuleType:
                          f"(looked for {', '.join(_REWRITE_MODULES)}): StableHLO rewrites need jax 0.12 or newer")
 
 
-_BYTECODE_MAGIC = b"ML\xefR"
-_LOC = re.compile(r'loc\("[^"]*":(\d+):(\d+)\)|:(\d+):(\d+)')
-
 
 class StableHloModule:
     """A StableHLO module held by MLIR, with the few questions a pass manager asks
@@ -81,24 +80,14 @@ class StableHloModule:
             try:
                 self.module = ir.Module.parse(data)
             except Exception as e:  # noqa: BLE001 - MLIR raises MLIRError or ValueError with its diagnostics
-                last = str(e).strip().splitlines()[-1].strip()
-                m = _LOC.search(last)
-                line, col = (int(m.group(1) or m.group(3)), int(m.group(2) or m.group(4))) if m else (1, 1)
-                what = last[m.end():].lstrip(": ") if m else last
-                lines = data.splitlines() if isinstance(data, str) else []
-                raise HloParseError(f"not a StableHLO module MLIR can read: {what}", source, line, col,
-                                    lines[line - 1] if 0 < line <= len(lines) else "") from None
+                what = "not a StableHLO module MLIR can read: "
+                located = located_mlir_error(str(e), data, source, what)
+                raise located or HloParseError(what + str(e).strip().splitlines()[-1], source, 1, 1) from None
 
     @classmethod
     def load(cls, path: str | Path) -> "StableHloModule":
         """A ``.mlir`` file: text or bytecode, optionally gzip'd."""
-        data = read_module_bytes(path)
-        if data[:4] == _BYTECODE_MAGIC:
-            return cls(data, str(path))
-        try:
-            return cls(data.decode(), str(path))
-        except UnicodeDecodeError as e:
-            raise HloParseError("neither MLIR text (UTF-8) nor MLIR bytecode", str(path), 1, 1) from e
+        return cls(stablehlo_source(read_module_bytes(path), str(path)), str(path))
 
     @property
     def name(self) -> str:
@@ -107,16 +96,8 @@ class StableHloModule:
 
     def ops(self) -> Iterator[Any]:
         """Every op inside the module's functions, in order (nested regions too)."""
-        def walk(block):
-            for op in block.operations:
-                yield op
-                for region in op.operation.regions:
-                    for b in region.blocks:
-                        yield from walk(b)
         for top in self.module.body.operations:
-            for region in top.operation.regions:
-                for b in region.blocks:
-                    yield from walk(b)
+            yield from _inside(top)
 
     @property
     def instruction_count(self) -> int:
@@ -136,8 +117,6 @@ class StableHloModule:
         return str(self.module)
 
     def to_bytecode(self) -> bytes:
-        import io
-
         buf = io.BytesIO()
         self.module.operation.write_bytecode(buf)
         return buf.getvalue()
@@ -152,6 +131,15 @@ class StableHloModule:
     def to_hlo(self) -> Module:
         """Our IR of it (XLA converts), for compile, run, compare and bench."""
         return to_module(self.to_text(), source=self.source)
+
+
+def _inside(op) -> Iterator[Any]:
+    """The ops in ``op``'s regions, each followed by those in its own."""
+    for region in op.operation.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner
+                yield from _inside(inner)
 
 
 def hlo_of(module):
@@ -241,31 +229,25 @@ class MlirBuilder:
         self.root = root
 
     def _build(self, make) -> MlirOp:
+        """``make(stablehlo)``'s op, built before the root at its location."""
+        from jaxlib.mlir.dialects import stablehlo
+
         with self.rewriter.ip, self.root.location:
-            return MlirOp(make().result)
+            return MlirOp(make(stablehlo).result)
 
     def reshape(self, x: MlirOp, dims: tuple[int, ...]) -> MlirOp:
-        from jaxlib.mlir.dialects import stablehlo
-
-        return self._build(lambda: stablehlo.ReshapeOp(_tensor_type(x.element_type, dims), x.value))
+        return self._build(lambda s: s.ReshapeOp(_tensor_type(x.element_type, dims), x.value))
 
     def convert(self, x: MlirOp, etype: str) -> MlirOp:
-        from jaxlib.mlir.dialects import stablehlo
-
-        return self._build(lambda: stablehlo.ConvertOp(_tensor_type(etype, x.dims), x.value))
+        return self._build(lambda s: s.ConvertOp(_tensor_type(etype, x.dims), x.value))
 
     def transpose(self, x: MlirOp, permutation: tuple[int, ...]) -> MlirOp:
-        from jaxlib.mlir.dialects import stablehlo
-
         dims = tuple(x.dims[p] for p in permutation)
-        return self._build(lambda: stablehlo.TransposeOp(x.value, list(permutation),
-                                                         results=[_tensor_type(x.element_type, dims)]))
+        return self._build(lambda s: s.TransposeOp(x.value, list(permutation),
+                                                   results=[_tensor_type(x.element_type, dims)]))
 
     def broadcast(self, x: MlirOp, dims: tuple[int, ...], dimensions: tuple[int, ...]) -> MlirOp:
-        from jaxlib.mlir.dialects import stablehlo
-
-        return self._build(lambda: stablehlo.BroadcastInDimOp(_tensor_type(x.element_type, dims), x.value,
-                                                              list(dimensions)))
+        return self._build(lambda s: s.BroadcastInDimOp(_tensor_type(x.element_type, dims), x.value, list(dimensions)))
 
     def replace(self, root: MlirOp, new: MlirOp) -> None:
         """``root``'s uses read ``new``; ``root`` and the operands it alone read go."""

@@ -55,19 +55,38 @@ def _proto_to_text(blob: bytes) -> str:
     return _xla_client().hlo.HloModule.from_serialized_hlo_module_proto(blob).to_string()
 
 
-_MLIR_ERROR_RE = re.compile(r"(?:^|\s)-:(\d+):(\d+): error: (.*)")
+#: MLIR's located diagnostic, as XLA's conversion (``-:3:5: error: ...``) and
+#: MLIR's parser (``error: "-":3:5: ...``) print it
+_MLIR_ERROR_RE = re.compile(r'(?:^|\s)"?-"?:(\d+):(\d+):\s*(?:error:\s*)?(.*)')
+
+
+def stablehlo_source(data: bytes, source: str) -> str | bytes:
+    """A StableHLO file's bytes as MLIR reads them: bytecode as it is, text decoded;
+    ``HloParseError`` when they are neither."""
+    if data[:4] == formats.MLIR_BYTECODE_MAGIC:
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HloParseError("not UTF-8 text, and not MLIR bytecode", source, 1, e.start + 1) from None
+
+
+def located_mlir_error(message: str, module: str | bytes, source: str, what: str) -> HloParseError | None:
+    """MLIR's diagnostic in ``message`` as an ``HloParseError`` at its line and column
+    of ``module`` (text; None for bytecode or a message without a location)."""
+    m = _MLIR_ERROR_RE.search(message)
+    if m is None or not isinstance(module, str):
+        return None
+    line, col = int(m.group(1)), int(m.group(2))
+    lines = module.splitlines()
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    return HloParseError(f"{what}{m.group(3).strip()}", source, max(line, 1), max(col, 1), text)
 
 
 def hlo_text_from_stablehlo(data: bytes, source: str) -> str:
     """HLO text of a StableHLO (or MHLO) module, MLIR text or bytecode, as XLA
     converts it; MLIR's own errors become ``HloParseError`` at their line and column."""
-    is_bytecode = data[:4] == b"ML\xefR"
-    module: str | bytes = data
-    if not is_bytecode:
-        try:
-            module = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise HloParseError("not UTF-8 text, and not MLIR bytecode", source, 1, e.start + 1) from None
+    module = stablehlo_source(data, source)
     try:
         return contained(stablehlo_to_hlo_text, (module,), phase="reading", module=source)
     except XlaAbortError as e:
@@ -76,12 +95,10 @@ def hlo_text_from_stablehlo(data: bytes, source: str) -> str:
         raise HloParseError(f"reading StableHLO modules needs jaxlib: {e}", source, 1, 1) from None
     except Exception as e:  # noqa: BLE001 - jaxlib raises its own runtime error types
         msg = str(e)
+        located = located_mlir_error(msg, module, source, "StableHLO: ")
+        if located is not None:
+            raise located from None
         m = _MLIR_ERROR_RE.search(msg)
-        if m and not is_bytecode:
-            line, col = int(m.group(1)), int(m.group(2))
-            lines = module.splitlines() if isinstance(module, str) else []
-            text = lines[line - 1] if 0 < line <= len(lines) else ""
-            raise HloParseError(f"StableHLO: {m.group(3).strip()}", source, max(line, 1), max(col, 1), text) from None
         first = m.group(3).strip() if m else (msg.strip().splitlines() or [type(e).__name__])[0]
         raise HloParseError(f"XLA cannot convert this StableHLO module: {first}", source, 1, 1) from None
 

@@ -16,6 +16,7 @@ from .args import add_load
 
 def _cmd_opt(args) -> int:
     from passes import PassError, PassManager, available_passes  # lazy: every pass module and the analyses they use, ~90 ms on each hlo start (measured)
+    from passes.base import runs_on  # lazy: as above
     from passes.registry import NAMED_PIPELINES, parse_pipeline  # lazy: as above
 
     if args.list:
@@ -39,7 +40,7 @@ def _cmd_opt(args) -> int:
     if args.dump_dir:
         check_writable(args.dump_dir, directory=True)
     # a StableHLO file stays StableHLO when every pass can run there (passes.portable)
-    stablehlo = is_stablehlo_file(args.file) and all("stablehlo" in getattr(p, "levels", ("hlo",)) for p in pipeline)
+    stablehlo = is_stablehlo_file(args.file) and all(runs_on(p, "stablehlo") for p in pipeline)
     try:
         if stablehlo:
             from xla_bridge.mlir_rewrite import StableHloModule  # lazy: jax
