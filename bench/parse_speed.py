@@ -4,7 +4,11 @@
 
 Without files it takes the largest modules of the bundled corpus (every stage).
 Runs are interleaved (ours, XLA, ours, XLA, ...) so machine load hits both
-alike; medians are reported.  Memory is the resident-set growth of a fresh process
+alike; medians are reported.  Each timing is the time to a parsed module: both
+modules are kept until both are timed, then freed outside the windows (ours is a
+graph of cycles that the collector frees, XLA's is freed at once).  Which of our
+two paths ran (the compiled core or pure Python, ``hlo_tools.scanner.PARSER_PATH``)
+is printed; ``--both`` times the pure-Python path too, in the same run.  Memory is the resident-set growth of a fresh process
 while it holds the parsed module, relative to the text size.  A second table
 times the largest module against the same module with two-line ``/* */``
 comments and statements spread over lines (``multiline_comment_slowdown=``, time
@@ -16,6 +20,7 @@ the modules).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import statistics
@@ -91,8 +96,10 @@ def _time(fn, text: str, reps: int) -> float:
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        fn(text)
+        kept = fn(text)
         times.append(time.perf_counter() - t0)
+        del kept
+        gc.collect()
     return statistics.median(times)
 
 
@@ -128,12 +135,14 @@ def main(argv: list[str] | None = None) -> int:
         ours, theirs = [], []
         for _ in range(args.reps):
             t0 = time.perf_counter()
-            hlo_tools.parse(text)
+            kept = hlo_tools.parse(text)
             t1 = time.perf_counter()
-            xla_parse(text)
+            kept_xla = xla_parse(text)
             t2 = time.perf_counter()
             ours.append(t1 - t0)
             theirs.append(t2 - t1)
+            del kept, kept_xla  # freed outside both windows (ours by the collector: a module is cycles)
+            gc.collect()
         o, x = statistics.median(ours), statistics.median(theirs)
         ratio = x / o
         ratios.append(ratio)

@@ -12,7 +12,7 @@ from .literal import LiteralError, check_literal
 from .opcode import OPCODES, HloOpcode, parse_opcode
 from .printer import signature_text
 from .records import CompRecord, InstrRecord, Locator, ModuleRecord
-from .scanner import Unsupported, blank_comments, parse_signature
+from .scanner import COMPILED, Unsupported, blank_comments, computation_header, parse_signature
 from .shape import INT64_MAX, MAX_TUPLE_DEPTH, PrimitiveType, Shape, ShapeError, parse_shape, parse_shape_prefix
 from .shape_inference import ShapeInferenceError, infer_shape
 from .text import split_raw_attributes, split_top_level
@@ -29,8 +29,12 @@ def _blank_comments(text: str) -> str:
 class Builder:
     """Builds a Module from a ModuleRecord, reporting semantic errors with positions."""
 
-    def __init__(self, loc: Locator):
+    def __init__(self, loc: Locator, *, core=COMPILED):
         self.loc = loc
+        self._core = core
+        self._link_fast = core.link_fast if core is not None else None  # the fast path below, compiled
+        self._link_args = (_SHAPES, _cached_shape, _FAST_OPCODES, HloOpcode.PARAMETER, HloOpcode.CONSTANT, self._literal_ok,
+                           Instruction, COMPUTATION_ATTRS)
         self.saw_operand_shapes = False
         self._nesting = 0  # operands written as instructions, how deep (bounded)
 
@@ -58,6 +62,11 @@ class Builder:
         comp.parent = self.module
         self.module.computations.append(comp)
 
+    def whole_computations(self, text: str, off: int, rec: ModuleRecord) -> tuple[int, int, int]:
+        """``add`` for whole computations as XLA prints them, scanned and built by the
+        compiled core (scanner.scan_module's ``whole_computations``); None without it."""
+        return self._core.build_computations(text, off, rec, self, computation_header, InstrRecord, Computation, self._link_args)
+
     def _start(self, rec: ModuleRecord) -> None:
         module = self.module = Module(rec.name or "")
         for key, value, pos in rec.attrs:
@@ -75,6 +84,14 @@ class Builder:
         """``{(shape, ...)->shape}``: XLA's parser reads these shapes (it checks
         them against the entry only later, when compiling), so a malformed one
         is a syntax error here too."""
+        m = _CANONICAL_ENTRY_LAYOUT.fullmatch(value)
+        if m is not None:  # XLA's own form, flat: each array shape checked once per distinct text
+            try:
+                for shape_text in _ARRAY_SHAPE_TEXT.findall(value):
+                    parse_shape(shape_text)
+                return
+            except ShapeError:
+                pass  # the walk below says where
         n, i = len(value), 0
 
         def skip(i: int) -> int:
@@ -154,6 +171,10 @@ class Builder:
                     stack.append(iter(calls.get(callee, ())))
 
     def _resolve_computations(self, text: str, pos: int, comps: dict[str, Computation]) -> tuple[Computation, ...]:
+        if text[:1] == "%":  # `calls=%fused_computation`, as XLA prints it
+            comp = comps.get(text[1:])
+            if comp is not None:
+                return (comp,)
         if "/" in text:  # `body=while_body  // 25`: XLA skips the comment
             text = _blank_comments(text)
         body = text.strip()
@@ -193,7 +214,17 @@ class Builder:
         numbers: list[int] = []
         self._numbers = numbers
         self._nested_params: dict[str, int] = {}  # name -> offset of its number
-        for r in crec.instrs:
+        link_fast, literal_ok = self._link_fast, self._literal_ok
+        records = crec.instrs
+        k, n = 0, len(records)
+        while k < n:
+            if link_fast is not None:  # the fast path below, compiled: up to the first record it leaves here
+                k, root = link_fast(records, k, comp, names, _SHAPES, _cached_shape, _FAST_OPCODES, PARAMETER, CONSTANT,
+                                    numbers, root, literal_ok, Instruction, COMPUTATION_ATTRS, pending_calls)
+                if k == n:
+                    break
+            r = records[k]
+            k += 1
             # Fast path: the common canonical line (cached shape, plain opcode,
             # `%a, %b` operands, attributes kept raw).  Anything else, and every
             # error, takes the general path below.
@@ -212,7 +243,7 @@ class Builder:
                         ok = False
                 elif opcode is CONSTANT:
                     literal = operand_text.strip()
-                    ok = bool(literal) and self._literal_ok(literal, shape)
+                    ok = bool(literal) and literal_ok(literal, shape)
                 elif operand_text:
                     if "[" in operand_text:
                         ok = False
@@ -238,10 +269,9 @@ class Builder:
             shape = _SHAPES.get(r.shape_text)
             if shape is None and r.shape_text:
                 try:
-                    shape = parse_shape(_blank_comments(r.shape_text) if "/" in r.shape_text else r.shape_text)
+                    shape = _parse_and_cache_shape(r.shape_text)
                 except ShapeError as e:
                     raise loc.error(str(e), r.shape_pos + e.offset) from None
-                _SHAPES[r.shape_text] = shape
             try:
                 opcode, wrapped = parse_opcode(r.opcode)
             except KeyError:
@@ -346,10 +376,17 @@ class Builder:
     def _literal_ok(self, literal: str, shape) -> bool:
         if len(literal) > self._LITERAL_CHECK_LIMIT:
             return True
+        short = len(literal) <= 32
+        if short and (literal, shape) in _LITERALS_OK:  # `constant(0)` comes back thousands of times
+            return True
         try:
             check_literal(literal, shape)
         except LiteralError:
             return False  # the general path reports it with its position
+        if short:
+            if len(_LITERALS_OK) > 4096:
+                _LITERALS_OK.clear()
+            _LITERALS_OK.add((literal, shape))
         return True
 
     def _check_literal(self, r: InstrRecord, literal: str, shape) -> None:
@@ -608,6 +645,32 @@ class Builder:
 
 
 _SHAPES: dict[str, object] = {}
+_ARRAY_SHAPE_TEXT = re.compile(r"[a-z][a-z0-9]*\[[0-9,]*\](?:\{[0-9,]*\})?")
+_ELEMENT = r"(?:/\*index=\d+\*/)?" + _ARRAY_SHAPE_TEXT.pattern
+_ARRAYS = f"(?:{_ELEMENT}(?:, {_ELEMENT})*)?"
+#: ``{(f32[2]{0}, /*index=1*/s32[])->(f32[2]{0})}`` as XLA prints it, arrays only.
+_CANONICAL_ENTRY_LAYOUT = re.compile(rf"\{{\({_ARRAYS}\)->(?:{_ARRAY_SHAPE_TEXT.pattern}|\({_ARRAYS}\))\}}")
+
+
+def _parse_and_cache_shape(text: str) -> Shape:
+    """An instruction's shape as written (comments are whitespace), kept in ``_SHAPES``."""
+    shape = _SHAPES[text] = parse_shape(_blank_comments(text) if "/" in text else text)
+    return shape
+
+
+def _cached_shape(text: str) -> Shape | None:
+    """``_parse_and_cache_shape`` for the compiled fast path: None where the text is
+    no shape (none written, or an error the general path then reports)."""
+    if not text:
+        return None
+    try:
+        return _parse_and_cache_shape(text)
+    except ShapeError:
+        return None
+
+
+#: (literal, shape) pairs check_literal accepted: a literal's check depends on nothing else.
+_LITERALS_OK: set[tuple[str, Shape]] = set()
 #: An operand's written shape: an array `f32[...` or a buffer `b(` (a tuple starts with `(`).
 _OPERAND_SHAPE_START = re.compile(r"[a-z][a-z0-9]*\[|b[ \t\r\n]*\(")
 #: A computation-valued attribute whose value is a body, not names: `{ p = ...`.

@@ -16,7 +16,7 @@ from .ir import Module
 from .builder import Builder
 from .records import Locator, ModuleRecord
 from .collector import collector_paused
-from .scanner import Unsupported, blank_multiline_comments, scan_module
+from .scanner import COMPILED, Unsupported, blank_multiline_comments, scan_module
 
 
 def _fallback(text: str, loc: Locator):
@@ -32,35 +32,40 @@ def _fallback(text: str, loc: Locator):
     return fallback
 
 
-def parse_records(text: str, source: str = "<string>", *, use_scanner: bool = True) -> ModuleRecord:
-    """The parser's records for ``text`` (``use_scanner=False``: grammar only)."""
+def parse_records(text: str, source: str = "<string>", *, use_scanner: bool = True, compiled: bool = True) -> ModuleRecord:
+    """The parser's records for ``text`` (``use_scanner=False``: grammar only;
+    ``compiled=False``: the scanner's pure-Python path even where the core is built)."""
     loc = Locator(text, source)
     if not use_scanner:
         return grammar.parse_module_records(text, loc)
 
     scanned = blank_multiline_comments(text)
     try:
-        return scan_module(scanned, _fallback(scanned, loc))
+        return scan_module(scanned, _fallback(scanned, loc), core=COMPILED if compiled else None)
     except Unsupported:
         return grammar.parse_module_records(text, loc)
 
 
-def parse(text: str, source: str = "<string>", *, use_scanner: bool = True) -> Module:
-    """Parses HLO text into a Module; raises HloParseError naming source, line and column."""
+def parse(text: str, source: str = "<string>", *, use_scanner: bool = True, compiled: bool = True) -> Module:
+    """Parses HLO text into a Module; raises HloParseError naming source, line and column.
+    ``compiled=False`` takes the pure-Python path where the compiled core is built
+    (``scanner.PARSER_PATH``); both give the same module."""
     if not isinstance(text, str):
         raise TypeError(f"parse() takes HLO text (str), got {type(text).__name__}; use load() for a path")
     loc = Locator(text, source)
     with collector_paused():  # many small objects, no garbage: full collections would walk them all
         if use_scanner:
-            builder = Builder(loc)
+            core = COMPILED if compiled else None
+            builder = Builder(loc, core=core)
             scanned = blank_multiline_comments(text)  # same offsets, so loc still names lines and columns
             try:
-                rec = scan_module(scanned, _fallback(scanned, loc), sink=builder.add)
+                rec = scan_module(scanned, _fallback(scanned, loc), sink=builder.add, core=core,
+                                  whole_computations=builder.whole_computations if core is not None else None)
                 return builder.finish(rec)
             except Unsupported:
                 pass  # not laid out as XLA prints: the grammar reads it whole
         rec = grammar.parse_module_records(text, loc)
-        return Builder(loc).build(rec)
+        return Builder(loc, core=COMPILED if compiled else None).build(rec)
 
 
 def read_hlo_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> str:

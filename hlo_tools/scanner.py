@@ -12,7 +12,10 @@ whole module go through the grammar.
 
 from __future__ import annotations
 
+import os
 import re
+import warnings
+from types import ModuleType
 
 from .records import CompRecord, InstrRecord, ModuleRecord
 from .text import ATTRIBUTE, value_pattern
@@ -171,10 +174,35 @@ _PARAM_SPLIT = re.compile(r",\s*(?=%?[A-Za-z_][\w.\-]*\s*:)")
 
 #: Attributes the builder must resolve at parse time (names of computations or
 #: instructions); a raw tail without them can stay raw.
-NEEDS_RESOLUTION = re.compile(
-    r",[ \t]*(?:to_apply|calls|condition|body|select|scatter|branch_computations|true_computation|"
-    r"false_computation|called_computations|control-predecessors)[ \t]*="
-)
+RESOLVED_KEYS = ("to_apply", "calls", "condition", "body", "select", "scatter", "branch_computations",
+                 "true_computation", "false_computation", "called_computations", "control-predecessors")
+NEEDS_RESOLUTION = re.compile(r",[ \t]*(?:" + "|".join(map(re.escape, RESOLVED_KEYS)) + r")[ \t]*=")
+
+
+_CORE_VERSION = 1  # hlo_tools/_scan.pyx's VERSION that this file is written against
+
+
+def _compiled_core() -> ModuleType | None:
+    """``hlo_tools._scan``, the compiled form of this scanner's line loop and of the
+    builder's fast path, when the package's build made it (a C compiler was there)
+    and ``HLO_PARSER`` is not ``python``; None: the pure-Python path."""
+    if os.environ.get("HLO_PARSER", "").lower() == "python":
+        return None
+    try:
+        from . import _scan  # built from _scan.pyx by setup.py; optional by design
+    except ImportError:
+        return None
+    if getattr(_scan, "VERSION", None) != _CORE_VERSION:
+        warnings.warn(f"{_scan.__file__} is a stale build of hlo_tools/_scan.pyx; parsing on the pure-Python path "
+                      "(rebuild: pip install -e . or make)", RuntimeWarning, stacklevel=2)
+        return None
+    _scan.set_resolution_keys(RESOLVED_KEYS)
+    return _scan
+
+
+#: The compiled core, or None; ``PARSER_PATH`` says which path ``parse`` takes.
+COMPILED = _compiled_core()
+PARSER_PATH = "compiled" if COMPILED is not None else "python"
 
 
 def join_mesh_device_ids(text: str, attrs: list[tuple[str, str, int]],
@@ -331,6 +359,17 @@ _LINE = re.compile(
 )
 
 
+def computation_header(line: str, line_off: int) -> CompRecord | None:
+    """The record of a computation's header line (``ENTRY %main (p: f32[]) -> f32[] {``)
+    starting at offset ``line_off``, its instructions still to come; None if it is not one."""
+    hm = _COMP_HEAD.match(line)
+    if not hm:
+        return None
+    sig = hm.group(3)
+    return CompRecord(hm.group(2), line_off + hm.start(2), hm.group(1) is not None, sig.rstrip() if sig else None,
+                      line_off + hm.start(3) if sig else 0)
+
+
 def _shifted(r: InstrRecord, off: int) -> InstrRecord:
     """``r`` scanned from a statement's own text, its positions moved to where that
     statement starts in the module (``off``)."""
@@ -339,11 +378,16 @@ def _shifted(r: InstrRecord, off: int) -> InstrRecord:
                       operand_pos=r.operand_pos + off, attrs=attrs)
 
 
-def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
+def scan_module(text: str, fallback_line, sink=None, *, core: ModuleType | None = COMPILED,
+                whole_computations=None) -> ModuleRecord:
     """Scans a whole module.  ``fallback_line(start, end)`` parses a line the
     scanner cannot (the lark grammar) and returns its InstrRecord.  With
     ``sink(module_record, computation_record)`` each computation is handed on as
-    soon as it is complete instead of being kept in the module record."""
+    soon as it is complete instead of being kept in the module record.  ``core``:
+    the compiled line loop (None: this module's own loop; both give the same records).
+    ``whole_computations(text, offset, module_record)``: the sink's own way through whole
+    computations as XLA prints them (the compiled builder), returning (lines read,
+    computations built, offset); what it leaves is scanned here."""
     bad = first_non_ascii(text)
     if bad is not None:
         raise Unsupported(bad, whole_module=True)  # the grammar says where and why
@@ -382,7 +426,17 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
     repeats_a_key = _repeats_a_key
     computations = rec.computations
     seen_computation = False
+    ascii_text = text.isascii()  # the compiled core reads one byte per character
+    scan_body = core.scan_body if core is not None and ascii_text else None
+    if not ascii_text:
+        whole_computations = None
     while i < nlines:
+        if whole_computations is not None and section is None:
+            n, built, off = whole_computations(text, off, rec)
+            i += n
+            seen_computation = seen_computation or built > 0
+            if i >= nlines:
+                break
         line = lines[i]
         line_off = off
         off += len(line) + 1
@@ -407,20 +461,21 @@ def scan_module(text: str, fallback_line, sink=None) -> ModuleRecord:
             continue
         section = None
         line = line.rstrip("\r")
-        hm = _COMP_HEAD.match(line)
-        if not hm and _depth(line) > 0 and not line.rstrip().endswith("{"):  # a signature over lines: read as one
+        comp = computation_header(line, line_off)
+        if comp is None and _depth(line) > 0 and not line.rstrip().endswith("{"):  # a signature over lines: read as one
             joined = _continued(lines, i, line, head=True)
             if joined is not None:
                 line, i = joined[0].rstrip("\r"), joined[1]
                 off = line_off + len(line) + 1
-                hm = _COMP_HEAD.match(line)
-        if not hm:
+                comp = computation_header(line, line_off)
+        if comp is None:
             raise Unsupported(line_off, whole_module=True)
-        sig = hm.group(3)
-        comp = CompRecord(hm.group(2), line_off + hm.start(2), hm.group(1) is not None, sig.rstrip() if sig else None, line_off + hm.start(3) if sig else 0)
         instrs = comp.instrs
         append = instrs.append
         while True:
+            if scan_body is not None:  # the lines _LINE matches, as the loop below reads them
+                n, off = scan_body(text, off, instrs, InstrRecord)
+                i += n
             if i >= nlines:
                 raise Unsupported(len(text), whole_module=True)
             line = lines[i]

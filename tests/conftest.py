@@ -23,6 +23,13 @@ SHARED = Path(os.environ.get("HLO_SHARED_DIR") or Path(__file__).resolve().paren
 CONFORMANCE = SHARED / "conformance"
 
 
+def pytest_report_header(config) -> str:
+    from hlo_tools.scanner import PARSER_PATH
+
+    return f"hlo_tools parser: {PARSER_PATH} path" + ("" if PARSER_PATH == "compiled" else
+                                                      " (no compiled core: built without a C compiler, or HLO_PARSER=python)")
+
+
 def run_hlo(*args, timeout: int = 600) -> subprocess.CompletedProcess:
     """The ``hlo`` command as a user runs it: a fresh process (text output), from
     the checkout, with this process's environment (JAX_PLATFORMS as set above)."""
