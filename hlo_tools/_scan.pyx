@@ -27,6 +27,7 @@ from cpython.list cimport PyList_Append, PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM, PyTuple_GET_ITEM
 from cpython.ref cimport Py_INCREF
 from libc.string cimport memchr, memcmp
+from libc.stdint cimport uint64_t
 
 cdef extern from "Python.h":
     const char* PyUnicode_DATA(object o)
@@ -295,27 +296,6 @@ def set_resolution_keys(keys):
     _NKEYS = len(keys)
 
 
-cdef bint _needs_resolution(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
-    """``,[ \\t]*(?:KEY)[ \\t]*=`` anywhere in s[p:end] (strings included, as the regex)."""
-    cdef Py_ssize_t q, r, n
-    cdef int i
-    while p < end:
-        if s[p] == 44:
-            q = p + 1
-            while q < end and (s[q] == 32 or s[q] == 9):
-                q += 1
-            for i in range(_NKEYS):
-                n = _KEY_LENS[i]
-                if end - q > n and memcmp(s + q, _KEY_PTRS[i], n) == 0:
-                    r = q + n
-                    while r < end and (s[r] == 32 or s[r] == 9):
-                        r += 1
-                    if r < end and s[r] == 61:
-                        return True
-        p += 1
-    return False
-
-
 cdef inline Py_ssize_t _tail_key(const unsigned char* s, Py_ssize_t p, Py_ssize_t end, Py_ssize_t* key_end) noexcept nogil:
     """The next ``, key=`` (scanner._TAIL_KEY) at or after p: the key's start (its end
     in key_end), or -1."""
@@ -347,17 +327,54 @@ cdef bint _repeats_a_key(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) n
     return False
 
 
-cdef inline int _count_comma_space(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
-    cdef int n = 0
-    while p + 1 < end:
-        if s[p] == 44 and s[p + 1] == 32:
-            n += 1
-            if n >= 2:
-                return n
-            p += 2
-        else:
-            p += 1
-    return n
+cdef bint _raw_tail(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
+    """Whether the scanner keeps this tail raw: no ``,[ \\t]*KEY[ \\t]*=`` of a key the
+    builder resolves (scanner.NEEDS_RESOLUTION) and, with two or more ``, `` in it,
+    no repeated ``, key=`` (scanner._repeats_a_key); one pass over its commas."""
+    cdef Py_ssize_t starts[32]
+    cdef Py_ssize_t lens[32]
+    cdef int nc = 0, comma_space = 0, i, j, k
+    cdef Py_ssize_t q, r, n, start = p
+    cdef const void* found
+    while p < end:
+        found = memchr(s + p, 44, end - p)
+        if found == NULL:
+            break
+        p = <const unsigned char*>found - s
+        q = p + 1
+        while q < end and (s[q] == 32 or s[q] == 9):
+            q += 1
+        for k in range(_NKEYS):
+            n = _KEY_LENS[k]
+            if end - q > n and memcmp(s + q, _KEY_PTRS[k], n) == 0:
+                r = q + n
+                while r < end and (s[r] == 32 or s[r] == 9):
+                    r += 1
+                if r < end and s[r] == 61:
+                    return False
+        if p + 1 < end and s[p + 1] == 32:
+            comma_space += 1
+            if p + 2 < end and _is_alpha_(s[p + 2]):
+                r = p + 3
+                while r < end and (_is_word(s[r]) or s[r] == 45):
+                    r += 1
+                if r < end and s[r] == 61:
+                    if nc == 32:
+                        nc = 33  # more than kept: the pairwise pass below
+                    elif nc < 32:
+                        starts[nc] = p + 2
+                        lens[nc] = r - p - 2
+                        nc += 1
+        p += 1
+    if comma_space < 2:
+        return True
+    if nc > 32:
+        return not _repeats_a_key(s, start, end)
+    for i in range(nc):
+        for j in range(i):
+            if lens[i] == lens[j] and memcmp(s + starts[i], s + starts[j], lens[i]) == 0:
+                return False
+    return True
 
 
 cdef list _split_tail(str text, const unsigned char* s, Py_ssize_t p, Py_ssize_t end):
@@ -380,8 +397,7 @@ cdef object _record(object record_type, str text, const unsigned char* s, Fields
     cdef object attrs
     if f.tail_e == f.tail_s:
         attrs = []
-    elif not _needs_resolution(s, f.tail_s, f.tail_e) and (
-            _count_comma_space(s, f.tail_s, f.tail_e) < 2 or not _repeats_a_key(s, f.tail_s, f.tail_e)):
+    elif _raw_tail(s, f.tail_s, f.tail_e):
         attrs = PyUnicode_Substring(text, f.tail_s, f.tail_e)
     else:
         attrs = _split_tail(text, s, f.tail_s, f.tail_e)
@@ -567,6 +583,50 @@ cdef dict _attribute_dict(list attrs, frozenset computation_attrs):
     return out
 
 
+cdef object _make(object instruction, object comp, str name, object opcode, object shape, tuple operands, dict attrs,
+                  object attrs_rec, object param_no, object literal, object tail, frozenset computation_attrs,
+                  list pending_calls):
+    """A new Instruction linked after ``tail``: every slot Instruction._init_slots
+    sets, as _from_parser (a raw tail) or __init__ (a split one) set them."""
+    cdef PyObject* p
+    cdef dict users
+    cdef tuple kv
+    instr = _new(instruction)
+    _set(instr, NAME, name)
+    _set(instr, OPCODE, opcode)
+    _set(instr, SHAPE, shape)
+    _set(instr, OPERANDS, operands)
+    _set(instr, USERS, {})
+    _set(instr, PARENT, comp)
+    if attrs is not None:
+        _set(instr, ATTRIBUTES, attrs)
+        _set(instr, RAW_ATTRIBUTES, None)
+    elif attrs_rec:
+        _set(instr, ATTRIBUTES, None)
+        _set(instr, RAW_ATTRIBUTES, attrs_rec)
+    else:
+        _set(instr, ATTRIBUTES, {})
+        _set(instr, RAW_ATTRIBUTES, None)
+    _set(instr, CALLED, {})
+    _set(instr, CONTROL_PREDECESSORS, ())
+    _set(instr, CONTROL_SUCCESSORS, {})
+    _set(instr, ASYNC_WRAPPED_OPCODE, None)
+    _set(instr, PARAMETER_NUMBER, param_no)
+    _set(instr, LITERAL, literal)
+    _set(instr, PREV, tail)
+    _set(instr, NEXT, None)
+    _set(instr, TUPLE_SUGAR, False)
+    for op in operands:
+        users = <dict>_get(op, USERS)
+        p = PyDict_GetItem(users, instr)
+        users[instr] = 1 if p == NULL else <object>p + 1
+    if attrs is not None:
+        for kv in <list>attrs_rec:
+            if kv[0] in computation_attrs:
+                pending_calls.append((instr, kv[0], kv[1], <Py_ssize_t>kv[2] + len(<str>kv[0]) + 1))
+    return instr
+
+
 cdef tuple _link(list records, Py_ssize_t k, object comp, dict names, dict shapes, object shape_of, dict opcodes,
                  object parameter, object constant, list numbers, object root, object literal_ok,
                  object instruction, frozenset computation_attrs, list pending_calls):
@@ -620,39 +680,8 @@ cdef tuple _link(list records, Py_ssize_t k, object comp, dict names, dict shape
             is_root = <object>PyTuple_GET_ITEM(r, 1)
             if is_root and root is not None:
                 break
-            instr = _new(instruction)
-            _set(instr, NAME, name)
-            _set(instr, OPCODE, opcode)
-            _set(instr, SHAPE, shape)
-            _set(instr, OPERANDS, operands)
-            _set(instr, USERS, {})
-            _set(instr, PARENT, comp)
-            if attrs is not None:
-                _set(instr, ATTRIBUTES, attrs)
-                _set(instr, RAW_ATTRIBUTES, None)
-            elif attrs_rec:
-                _set(instr, ATTRIBUTES, None)
-                _set(instr, RAW_ATTRIBUTES, attrs_rec)
-            else:
-                _set(instr, ATTRIBUTES, {})
-                _set(instr, RAW_ATTRIBUTES, None)
-            _set(instr, CALLED, {})
-            _set(instr, CONTROL_PREDECESSORS, ())
-            _set(instr, CONTROL_SUCCESSORS, {})
-            _set(instr, ASYNC_WRAPPED_OPCODE, None)
-            _set(instr, PARAMETER_NUMBER, param_no)
-            _set(instr, LITERAL, literal)
-            _set(instr, PREV, tail)
-            _set(instr, NEXT, None)
-            _set(instr, TUPLE_SUGAR, False)
-            for op in <tuple>operands:
-                users = <dict>_get(op, USERS)
-                p = PyDict_GetItem(users, instr)
-                users[instr] = 1 if p == NULL else <object>p + 1
-            if attrs is not None:
-                for kv in <list>attrs_rec:
-                    if kv[0] in computation_attrs:
-                        pending_calls.append((instr, kv[0], kv[1], <Py_ssize_t>kv[2] + len(<str>kv[0]) + 1))
+            instr = _make(instruction, comp, name, opcode, shape, operands, attrs, attrs_rec, param_no, literal, tail,
+                          computation_attrs, pending_calls)
             if param_no is not None:
                 numbers.append(param_no)
             if is_root:
@@ -689,6 +718,98 @@ def link_fast(list records, Py_ssize_t k, object comp, dict names, dict shapes, 
 
 # -- whole computations ---------------------------------------------------------------
 
+from libc.stdlib cimport malloc, calloc, realloc, free
+
+
+cdef class SpanMap:
+    """Text -> object, looked up by a span of the module text without making a str
+    (shapes and opcodes repeat on every line).  Holds what it maps; cleared when full."""
+    cdef Py_ssize_t cap, used, limit
+    cdef uint64_t* hashes
+    cdef const unsigned char** keys
+    cdef Py_ssize_t* lens
+    cdef PyObject** values
+    cdef list kept
+
+    def __cinit__(self, Py_ssize_t limit=200_000):
+        self.limit = limit
+        self._alloc(1024)
+
+    cdef void _alloc(self, Py_ssize_t cap) except *:
+        self.cap, self.used, self.kept = cap, 0, []
+        self.hashes = <uint64_t*>calloc(cap, sizeof(uint64_t))
+        self.keys = <const unsigned char**>calloc(cap, sizeof(void*))
+        self.lens = <Py_ssize_t*>calloc(cap, sizeof(Py_ssize_t))
+        self.values = <PyObject**>calloc(cap, sizeof(void*))
+        if not (self.hashes and self.keys and self.lens and self.values):
+            raise MemoryError()
+
+    cdef void _release(self) noexcept:
+        free(self.hashes)
+        free(self.keys)
+        free(self.lens)
+        free(self.values)
+
+    def __dealloc__(self):
+        self._release()
+
+    cdef PyObject* get(self, const unsigned char* p, Py_ssize_t n, uint64_t h) noexcept:
+        cdef Py_ssize_t i = h & (self.cap - 1)
+        while self.keys[i] != NULL:
+            if self.hashes[i] == h and self.lens[i] == n and memcmp(self.keys[i], p, n) == 0:
+                return self.values[i]
+            i = (i + 1) & (self.cap - 1)
+        return NULL
+
+    cdef void put(self, str key, object value, uint64_t h) except *:
+        cdef Py_ssize_t i, j, old_cap
+        cdef uint64_t* hashes
+        cdef const unsigned char** keys
+        cdef Py_ssize_t* lens
+        cdef PyObject** values
+        if self.used >= self.limit:  # a process that reads many unrelated modules: start over
+            self._release()
+            self._alloc(1024)
+        if 2 * (self.used + 1) > self.cap:
+            hashes, keys, lens, values, old_cap, kept = self.hashes, self.keys, self.lens, self.values, self.cap, self.kept
+            self._alloc(2 * old_cap)
+            self.kept, self.used = kept, 0
+            for j in range(old_cap):
+                if keys[j] != NULL:
+                    i = hashes[j] & (self.cap - 1)
+                    while self.keys[i] != NULL:
+                        i = (i + 1) & (self.cap - 1)
+                    self.hashes[i], self.keys[i], self.lens[i], self.values[i] = hashes[j], keys[j], lens[j], values[j]
+                    self.used += 1
+            free(hashes)
+            free(keys)
+            free(lens)
+            free(values)
+        self.kept.append(key)
+        self.kept.append(value)
+        i = h & (self.cap - 1)
+        while self.keys[i] != NULL:
+            i = (i + 1) & (self.cap - 1)
+        self.hashes[i] = h
+        self.keys[i] = <const unsigned char*>PyUnicode_DATA(key)
+        self.lens[i] = PyUnicode_GET_LENGTH(key)
+        self.values[i] = <PyObject*>value
+        self.used += 1
+
+
+cdef inline uint64_t _hash(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t h = <uint64_t>14695981039346656037ULL
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ p[i]) * <uint64_t>1099511628211ULL
+    return h
+
+
+cdef SpanMap _SHAPE_MAP = SpanMap()
+cdef SpanMap _OPCODE_MAP = SpanMap()
+cdef set _LITERALS_OK = set()  # (literal, shape text) pairs the builder's check accepted
+
+
 cdef inline bint _blank(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
     while p < end:
         if not _is_space(s[p]):
@@ -711,50 +832,234 @@ cdef inline bint _closing_brace(const unsigned char* s, Py_ssize_t p, Py_ssize_t
     return p == end
 
 
-cdef str _without_layouts(str shape_text):
-    """``(f32[2]{0}, s32[])`` -> ``(f32[2], s32[])``: a written shape as a
-    computation signature prints it, if the shape was written as XLA prints it."""
-    if "{" not in shape_text:
-        return shape_text
-    cdef list parts = []
-    cdef Py_ssize_t i = 0, j
-    while True:
-        j = shape_text.find("{", i)
-        if j < 0:
-            parts.append(shape_text[i:])
-            return "".join(parts)
-        parts.append(shape_text[i:j])
-        i = shape_text.find("}", j)
-        if i < 0:
-            return shape_text
+cdef struct Header:
+    bint entry
+    Py_ssize_t name_s, name_e, sig_s, sig_e  # sig_s < 0: no signature
+
+
+cdef bint _header(const unsigned char* s, Py_ssize_t p, Py_ssize_t end, Header* h) noexcept nogil:
+    """A header exactly as XLA prints it, ``[ENTRY ]%name (p: f32[]) -> f32[] {``, with
+    what scanner.computation_header reads from it; False for anything else (that
+    function then reads the line)."""
+    cdef Py_ssize_t q
+    h.entry = False
+    h.sig_s = h.sig_e = -1
+    if end - p > 6 and memcmp(s + p, b"ENTRY ", 6) == 0 and (s[p + 6] == 37 or _is_alpha_(s[p + 6])):
+        h.entry = True
+        p += 6
+    if p < end and s[p] == 37:
+        p += 1
+    if p >= end or not _is_alpha_(s[p]):
+        return False
+    h.name_s = p
+    while p < end and _is_name_char(s[p]):
+        p += 1
+    h.name_e = p
+    if end - p >= 2 and s[end - 2] == 32 and s[end - 1] == 123:
+        if end - p == 2:
+            h.sig_s = -1
+            return True
+    else:
+        return False
+    if s[p] != 32 or p + 1 >= end or s[p + 1] != 40:
+        return False
+    h.sig_s = p + 1
+    h.sig_e = end - 2
+    while h.sig_e > h.sig_s and (s[h.sig_e - 1] == 32 or s[h.sig_e - 1] == 9):
+        h.sig_e -= 1
+    # the regex's `\(.*\)[ \t]*->`: some `)` followed by `->` must be in it
+    q = h.sig_s
+    while q < h.sig_e:
+        if s[q] == 41:
+            p = q + 1
+            while p < h.sig_e and (s[p] == 32 or s[p] == 9):
+                p += 1
+            if h.sig_e - p >= 2 and s[p] == 45 and s[p + 1] == 62:
+                return True
+        q += 1
+    return False
+
+
+cdef inline Py_ssize_t _eat(const unsigned char* s, Py_ssize_t p, Py_ssize_t end, const unsigned char* t,
+                            Py_ssize_t n) noexcept nogil:
+    """p past ``t`` if s[p:] starts with it, else -1."""
+    if p < 0 or end - p < n or memcmp(s + p, t, n) != 0:
+        return -1
+    return p + n
+
+
+cdef Py_ssize_t _eat_shape(const unsigned char* s, Py_ssize_t p, Py_ssize_t end, const unsigned char* shape,
+                           Py_ssize_t n) noexcept nogil:
+    """p past ``shape`` without its layouts (what a signature prints), else -1."""
+    cdef Py_ssize_t i = 0
+    while i < n:
+        if shape[i] == 123:
+            while i < n and shape[i] != 125:
+                i += 1
+            i += 1
+            continue
+        if p < 0 or p >= end or s[p] != shape[i]:
+            return -1
+        p += 1
         i += 1
+    return p
 
 
-cdef object _signature(list records, object root_record, object parameter, dict opcodes, list numbers):
-    """The signature the builder checks a header against (printer.signature_text),
-    from the records, parameters in text order; None unless they are numbered
-    0, 1, ... in that order."""
-    cdef list params = []
-    cdef tuple r
-    cdef Py_ssize_t expect = 0
-    for item in records:
-        r = <tuple>item
-        if PyDict_GetItem(opcodes, <object>PyTuple_GET_ITEM(r, 5)) == <PyObject*>parameter:
-            if numbers[expect] != expect:
+cdef bint _signature_is(const unsigned char* s, Header* h, Fields* lines, Py_ssize_t n, Py_ssize_t root,
+                        Py_ssize_t* params, Py_ssize_t nparams) noexcept nogil:
+    """The header's signature is exactly printer.signature_text of what was built:
+    ``(name: shape, ...) -> root shape``, shapes without layouts, parameters in
+    number order (``params``: their lines, by number)."""
+    cdef Py_ssize_t p = h.sig_s, i
+    cdef Fields* f
+    p = _eat(s, p, h.sig_e, <const unsigned char*>b"(", 1)
+    for i in range(nparams):
+        f = &lines[params[i]]
+        if i:
+            p = _eat(s, p, h.sig_e, <const unsigned char*>b", ", 2)
+        p = _eat(s, p, h.sig_e, s + f.name_s, f.name_e - f.name_s)
+        p = _eat(s, p, h.sig_e, <const unsigned char*>b": ", 2)
+        p = _eat_shape(s, p, h.sig_e, s + f.shape_s, f.shape_e - f.shape_s)
+    p = _eat(s, p, h.sig_e, <const unsigned char*>b") -> ", 5)
+    f = &lines[root]
+    p = _eat_shape(s, p, h.sig_e, s + f.shape_s, f.shape_e - f.shape_s)
+    return p == h.sig_e
+
+
+cdef Fields* _lines = NULL  # one computation's instruction lines, reused
+cdef Py_ssize_t _lines_cap = 0
+cdef Py_ssize_t* _params = NULL
+cdef Py_ssize_t _params_cap = 0
+
+
+cdef object _lookup(SpanMap table, str text, const unsigned char* s, Py_ssize_t a, Py_ssize_t b, object miss):
+    """table[text[a:b]], filled by ``miss(str)`` (None: not cached, the caller stops)."""
+    cdef uint64_t h = _hash(s + a, b - a)
+    cdef PyObject* v = table.get(s + a, b - a, h)
+    if v != NULL:
+        return <object>v
+    key = PyUnicode_Substring(text, a, b)
+    value = miss(key)
+    if value is not None:
+        table.put(key, value, h)
+    return value
+
+
+cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n, object comp, dict names,
+                   object shape_of, dict opcodes, object parameter, object constant, object literal_ok,
+                   object instruction, frozenset computation_attrs, list pending_calls, Py_ssize_t* root_line):
+    """Builds a computation's lines into ``comp`` as ``_link`` does their records;
+    returns the root, or None where the Python builder must read the computation."""
+    cdef Py_ssize_t i, a, b, pn, i0, j0
+    cdef Fields* f
+    cdef PyObject* p
+    cdef dict attrs
+    cdef list ops
+    tail = None
+    root = None
+    root_line[0] = -1
+    for i in range(n):
+        f = &lines[i]
+        name = PyUnicode_Substring(text, f.name_s, f.name_e)
+        if PyDict_GetItem(names, name) != NULL:
+            return None
+        shape = _lookup(_SHAPE_MAP, text, s, f.shape_s, f.shape_e, shape_of)
+        if shape is None:
+            return None
+        opcode = _lookup(_OPCODE_MAP, text, s, f.op_s, f.op_e, opcodes.get)
+        if opcode is None:
+            return None
+        attrs = None
+        attrs_rec = None
+        if f.tail_e > f.tail_s:
+            if _raw_tail(s, f.tail_s, f.tail_e):
+                attrs_rec = PyUnicode_Substring(text, f.tail_s, f.tail_e)
+            else:
+                attrs_rec = _split_tail(text, s, f.tail_s, f.tail_e)
+                attrs = _attribute_dict(<list>attrs_rec, computation_attrs)
+                if attrs is None:
+                    return None
+        operands = ()
+        param_no = None
+        literal = None
+        if opcode is parameter:
+            if f.ops_e - f.ops_s == 0 or f.ops_e - f.ops_s >= 19:
                 return None
-            params.append(f"{r[2]}: {_without_layouts(r[3])}")
-            expect += 1
-    return f"({', '.join(params)}) -> {_without_layouts((<tuple>root_record)[3])}"
+            pn = 0
+            for a in range(f.ops_s, f.ops_e):
+                if not _is_digit(s[a]):
+                    return None
+                pn = pn * 10 + (s[a] - 48)
+            param_no = pn
+        elif opcode is constant:
+            a, b = f.ops_s, f.ops_e
+            while a < b and _is_space(s[a]):
+                a += 1
+            while b > a and _is_space(s[b - 1]):
+                b -= 1
+            if a == b:
+                return None
+            literal = PyUnicode_Substring(text, a, b)
+            key = (literal, PyUnicode_Substring(text, f.shape_s, f.shape_e))
+            if key not in _LITERALS_OK:
+                if not literal_ok(literal, shape):
+                    return None
+                if len(_LITERALS_OK) > 100_000:
+                    _LITERALS_OK.clear()
+                _LITERALS_OK.add(key)
+        elif f.ops_e > f.ops_s:
+            if memchr(s + f.ops_s, 91, f.ops_e - f.ops_s) != NULL or memchr(s + f.ops_s, 47, f.ops_e - f.ops_s) != NULL:
+                return None
+            ops = []
+            a = f.ops_s
+            while a <= f.ops_e:
+                b = a
+                while b < f.ops_e and s[b] != 44:
+                    b += 1
+                i0, j0 = a, b
+                while i0 < j0 and _is_space(s[i0]):
+                    i0 += 1
+                while j0 > i0 and _is_space(s[j0 - 1]):
+                    j0 -= 1
+                while i0 < j0 and s[i0] == 37:
+                    i0 += 1
+                p = PyDict_GetItem(names, PyUnicode_Substring(text, i0, j0))
+                if p == NULL:
+                    return None
+                ops.append(<object>p)
+                a = b + 1
+            operands = tuple(ops)
+        if f.root:
+            if root is not None:
+                return None
+        instr = _make(instruction, comp, name, opcode, shape, operands, attrs, attrs_rec, param_no, literal, tail,
+                      computation_attrs, pending_calls)
+        if f.root:
+            root = instr
+            root_line[0] = i
+        names[name] = instr
+        if tail is None:
+            comp._head = instr
+        else:
+            _set(tail, NEXT, instr)
+        tail = instr
+    comp._tail = tail
+    comp._count = n
+    if root is None:
+        root = tail
+        root_line[0] = n - 1
+    return root
 
 
 def build_computations(str text, Py_ssize_t off, object rec, object builder, object computation_header,
                        object record_type, object computation, tuple link_args):
     """Scans and builds whole computations from offset ``off`` while each is in the
     form XLA prints (a one-line header, instruction lines ``_LINE`` matches, ``}``
-    alone; blank lines around) and every record takes the builder's fast path;
-    the first computation that is not is left whole to the Python scanner and
-    builder (nothing of it kept).  Does what ``Builder.add`` does for each: same
-    checks, same Computation.  Returns (lines read, computations built, offset)."""
+    alone; blank lines around) and every line takes the builder's fast path; the
+    first computation that is not is left whole to the Python scanner and builder
+    (nothing of it kept).  Does what ``Builder.add`` does for each: same checks,
+    same Computation.  Returns (lines read, computations built, offset)."""
+    global _lines, _lines_cap, _params, _params_cap
     if not PyUnicode_IS_COMPACT_ASCII(text):
         raise ValueError("the compiled scanner reads ASCII text only")
     (shapes, shape_of, opcodes, parameter, constant, literal_ok, instruction, computation_attrs) = link_args
@@ -762,12 +1067,13 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
         slot_offsets(instruction)
     cdef const unsigned char* s = <const unsigned char*>PyUnicode_DATA(text)
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
-    cdef Py_ssize_t lines = 0, built = 0, nl, p, body_lines, line_end, k, i
+    cdef Py_ssize_t lines = 0, built = 0, nl, p, body_lines, line_end, count, i, root_line, nparams, pn
+    cdef bint ok
     cdef const void* found
-    cdef Fields f
-    cdef list records, numbers, pending_calls
-    cdef dict comps
+    cdef Header h
     cdef bint closed
+    cdef list pending_calls
+    cdef dict comps
     while off < n:
         found = memchr(s + off, 10, n - off)
         if found == NULL:
@@ -780,12 +1086,20 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
         line_end = nl - 1 if nl > off and s[nl - 1] == 13 else nl
         if memchr(s + off, 47, line_end - off) != NULL:  # comments: the Python loop
             break
-        crec = computation_header(PyUnicode_Substring(text, off, line_end), off)
-        if crec is None:
-            break
+        if not _header(s, off, line_end, &h):
+            crec = computation_header(PyUnicode_Substring(text, off, line_end), off)
+            if crec is None:
+                break
+            h.entry = crec.is_entry
+            h.name_s = crec.pos
+            h.name_e = crec.pos + len(crec.name)
+            if crec.signature is None:
+                h.sig_s = -1
+            else:
+                h.sig_s = crec.signature_pos
+                h.sig_e = crec.signature_pos + len(crec.signature)
         # the body: instruction lines, blank lines, then `}` alone
-        records = []
-        root_index = -1
+        count = 0
         p = nl + 1
         body_lines = 0
         closed = False
@@ -795,10 +1109,14 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
                 break
             nl = <const unsigned char*>found - s
             body_lines += 1
-            if _match(s, p, nl, &f):
-                if f.root:
-                    root_index = PyList_GET_SIZE(records)
-                records.append(_record(record_type, text, s, &f))
+            if count == _lines_cap:
+                _lines_cap = 2 * _lines_cap + 64
+                _lines = <Fields*>realloc(_lines, _lines_cap * sizeof(Fields))
+                if _lines == NULL:
+                    _lines_cap = 0
+                    raise MemoryError()
+            if _match(s, p, nl, &_lines[count]):
+                count += 1
             elif _closing_brace(s, p, nl):
                 closed = True
                 p = nl + 1
@@ -806,46 +1124,68 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
             elif not _blank(s, p, nl):
                 break
             p = nl + 1
-        if not closed or not records:
+        if not closed or count == 0:
             break
-        name = crec.name
-        is_entry = crec.is_entry
+        name = PyUnicode_Substring(text, h.name_s, h.name_e)
         comps = builder.comps if hasattr(builder, "module") else None
-        if name == "ENTRY" or (comps is not None and name in comps) or (is_entry and comps is not None and builder.entry_name is not None):
+        if name == "ENTRY" or (comps is not None and name in comps) or (h.entry and comps is not None and builder.entry_name is not None):
             break  # the Python builder reports it
         if comps is None:
             builder._start(rec)
             comps = builder.comps
-        comp = computation(name, is_entry=is_entry)
+        comp = computation(name, is_entry=h.entry)
         pending_calls = builder.pending_calls
         mark = len(pending_calls)
-        numbers = []
-        k, root = _link(records, 0, comp, comp._names, shapes, shape_of, opcodes, parameter, constant, numbers, None,
-                        literal_ok, instruction, computation_attrs, pending_calls)
-        if k < PyList_GET_SIZE(records):
+        root = _built(text, s, _lines, count, comp, comp._names, shape_of, opcodes, parameter, constant, literal_ok,
+                      instruction, computation_attrs, pending_calls, &root_line)
+        if root is None:
             del pending_calls[mark:]
             break  # built again, in full, by the Python builder
-        if root is None:
-            root = comp._tail
-            root_index = PyList_GET_SIZE(records) - 1
         comp._root = root
-        sorted_numbers = sorted(numbers)
-        for i in range(len(sorted_numbers)):
-            if sorted_numbers[i] != i:
-                break
-        else:
-            i = -1
-        if i >= 0:
+        # parameters numbered 0..n-1, each once (else the Python builder says where)
+        nparams = 0
+        for i in range(count):
+            if _is_parameter(s, &_lines[i]):
+                nparams += 1
+        if nparams > _params_cap:
+            _params_cap = 2 * nparams
+            _params = <Py_ssize_t*>realloc(_params, _params_cap * sizeof(Py_ssize_t))
+            if _params == NULL:
+                _params_cap = 0
+                raise MemoryError()
+        for i in range(nparams):
+            _params[i] = -1
+        ok = True
+        for i in range(count):
+            if _is_parameter(s, &_lines[i]):
+                pn = _digits(s, _lines[i].ops_s, _lines[i].ops_e)
+                if pn >= nparams or _params[pn] >= 0:
+                    ok = False
+                    break
+                _params[pn] = i
+        if not ok:
             del pending_calls[mark:]
-            break  # gaps or repeats: the Python builder says where
-        if crec.signature is not None and crec.signature != _signature(records, records[root_index], parameter, opcodes, numbers):
-            builder._check_signature(crec, comp)  # the exact check; raises where the header is wrong
+            break
+        if h.sig_s >= 0 and not _signature_is(s, &h, _lines, count, root_line, _params, nparams):
+            builder._check_signature(computation_header(PyUnicode_Substring(text, off, line_end), off), comp)
         comps[name] = comp
         comp.parent = builder.module
         builder.module.computations.append(comp)
-        if is_entry:
+        if h.entry:
             builder.entry_name = name
         built += 1
         lines += 1 + body_lines
         off = p
     return lines, built, off
+
+
+cdef inline Py_ssize_t _digits(const unsigned char* s, Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    cdef Py_ssize_t v = 0
+    while a < b:
+        v = v * 10 + (s[a] - 48)
+        a += 1
+    return v
+
+
+cdef inline bint _is_parameter(const unsigned char* s, Fields* f) noexcept nogil:
+    return f.op_e - f.op_s == 9 and memcmp(s + f.op_s, b"parameter", 9) == 0

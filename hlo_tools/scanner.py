@@ -391,21 +391,25 @@ def scan_module(text: str, fallback_line, sink=None, *, core: ModuleType | None 
     bad = first_non_ascii(text)
     if bad is not None:
         raise Unsupported(bad, whole_module=True)  # the grammar says where and why
-    lines = text.split("\n")
-    nlines = len(lines)
+    # Lines by index for this loop; split only once it needs them (the compiled
+    # builder usually reads the whole module first, and a split costs a str per line).
+    lines: list[str] | None = None
+    nlines = text.count("\n") + 1 if whole_computations is None else None  # known once lines are
+    size = len(text)
     i, off = 0, 0
-    head = ""
-    while i < nlines:
-        head = lines[i]
+    head = raw = ""
+    while off <= size:  # line i starts at off
+        end = text.find("\n", off)
+        head = raw = text[off:] if end < 0 else text[off:end]
         if "/" in head:
             head = uncomment_line(head)
             if head is None:
                 raise Unsupported(off, whole_module=True)
         if head.strip():
             break
-        off += len(lines[i]) + 1
+        off += len(raw) + 1
         i += 1
-    if i == nlines:
+    if off > size:
         raise Unsupported(len(text), whole_module=True)
     head = head.rstrip("\r")
     m = _MODULE_HEAD.match(head)
@@ -415,7 +419,7 @@ def scan_module(text: str, fallback_line, sink=None, *, core: ModuleType | None 
         if attrs is None:
             raise Unsupported(off + m.end(), whole_module=True)
         rec.attrs = [(k, v, off + p) for k, v, p in attrs]
-        off += len(lines[i]) + 1
+        off += len(raw) + 1
         i += 1
     else:  # no header: XLA names the module after its entry computation
         rec = ModuleRecord(None)
@@ -430,13 +434,16 @@ def scan_module(text: str, fallback_line, sink=None, *, core: ModuleType | None 
     scan_body = core.scan_body if core is not None and ascii_text else None
     if not ascii_text:
         whole_computations = None
-    while i < nlines:
+    while off <= size:
         if whole_computations is not None and section is None:
             n, built, off = whole_computations(text, off, rec)
             i += n
             seen_computation = seen_computation or built > 0
-            if i >= nlines:
+            if off > size:
                 break
+        if lines is None:  # from here on: the rest split once, indices kept
+            lines = [""] * i + text[off:].split("\n")
+            nlines = len(lines)
         line = lines[i]
         line_off = off
         off += len(line) + 1
