@@ -531,20 +531,29 @@ cdef inline bint _param_number(str t, Py_ssize_t* out):
     return True
 
 
-cdef object _operands(str text, dict names):
-    """``%a, %b`` -> (instruction, ...), as the builder's fast path splits it; None
-    when it is not that form or names an instruction not defined yet."""
-    cdef Py_ssize_t m = PyUnicode_GET_LENGTH(text), a = 0, b, i, j
+cdef object _operands(str text, Py_ssize_t a, Py_ssize_t m, dict names, object strip_comments):
+    """``%a, %b`` in text[a:m] -> (instruction, ...), as the builder's fast path splits
+    it (``/*index=N*/`` comments removed by ``strip_comments``, the builder's own
+    regex); None when it is not that form or names an instruction not defined yet."""
+    cdef Py_ssize_t b, i, j, n = 1, k = 0
     cdef const unsigned char* s
     cdef PyObject* p
-    if m == 0:
+    cdef tuple ops
+    if m == a:
         return ()
     if not PyUnicode_IS_COMPACT_ASCII(text):
         return None
     s = <const unsigned char*>PyUnicode_DATA(text)
-    if memchr(s, 91, m) != NULL or memchr(s, 47, m) != NULL:  # shapes or /*index*/ comments
+    if memchr(s + a, 91, m - a) != NULL:  # operands written with their shapes
         return None
-    cdef list ops = []
+    if memchr(s + a, 47, m - a) != NULL:
+        cleaned = strip_comments(PyUnicode_Substring(text, a, m))
+        if "/" in cleaned:
+            return None
+        return _operands(cleaned, 0, PyUnicode_GET_LENGTH(cleaned), names, None)
+    for i in range(a, m):
+        n += s[i] == 44
+    ops = PyTuple_New(n)
     while a <= m:
         b = a
         while b < m and s[b] != 44:
@@ -559,9 +568,10 @@ cdef object _operands(str text, dict names):
         p = PyDict_GetItem(names, PyUnicode_Substring(text, i, j))
         if p == NULL:
             return None
-        ops.append(<object>p)
+        _put(ops, k, <object>p)
+        k += 1
         a = b + 1
-    return tuple(ops)
+    return ops
 
 
 cdef dict _attribute_dict(list attrs, frozenset computation_attrs):
@@ -585,12 +595,16 @@ cdef dict _attribute_dict(list attrs, frozenset computation_attrs):
 
 cdef object _make(object instruction, object comp, str name, object opcode, object shape, tuple operands, dict attrs,
                   object attrs_rec, object param_no, object literal, object tail, frozenset computation_attrs,
-                  list pending_calls):
+                  list pending_calls, dict comps):
     """A new Instruction linked after ``tail``: every slot Instruction._init_slots
-    sets, as _from_parser (a raw tail) or __init__ (a split one) set them."""
+    sets, as _from_parser (a raw tail) or __init__ (a split one) set them.  A call
+    of a computation already in ``comps`` (``calls=%c``) is resolved here; every
+    call also goes to ``pending_calls`` (Builder.finish resolves the others and
+    looks for cycles)."""
     cdef PyObject* p
-    cdef dict users
+    cdef dict users, called
     cdef tuple kv
+    cdef str value
     instr = _new(instruction)
     _set(instr, NAME, name)
     _set(instr, OPCODE, opcode)
@@ -607,7 +621,8 @@ cdef object _make(object instruction, object comp, str name, object opcode, obje
     else:
         _set(instr, ATTRIBUTES, {})
         _set(instr, RAW_ATTRIBUTES, None)
-    _set(instr, CALLED, {})
+    called = {}
+    _set(instr, CALLED, called)
     _set(instr, CONTROL_PREDECESSORS, ())
     _set(instr, CONTROL_SUCCESSORS, {})
     _set(instr, ASYNC_WRAPPED_OPCODE, None)
@@ -623,13 +638,18 @@ cdef object _make(object instruction, object comp, str name, object opcode, obje
     if attrs is not None:
         for kv in <list>attrs_rec:
             if kv[0] in computation_attrs:
-                pending_calls.append((instr, kv[0], kv[1], <Py_ssize_t>kv[2] + len(<str>kv[0]) + 1))
+                value = <str>kv[1]
+                if comps is not None and PyUnicode_GET_LENGTH(value) > 1 and value[0] == "%":
+                    p = PyDict_GetItem(comps, value[1:])
+                    if p != NULL:
+                        called[kv[0]] = (<object>p,)
+                pending_calls.append((instr, kv[0], value, <Py_ssize_t>kv[2] + len(<str>kv[0]) + 1))
     return instr
 
 
 cdef tuple _link(list records, Py_ssize_t k, object comp, dict names, dict shapes, object shape_of, dict opcodes,
                  object parameter, object constant, list numbers, object root, object literal_ok,
-                 object instruction, frozenset computation_attrs, list pending_calls):
+                 object instruction, frozenset computation_attrs, list pending_calls, object strip_comments):
     """link_fast's loop (see there): (index of the first record not linked, root)."""
     cdef Py_ssize_t n = PyList_GET_SIZE(records), pn
     cdef tuple r, kv
@@ -674,14 +694,14 @@ cdef tuple _link(list records, Py_ssize_t k, object comp, dict names, dict shape
                 if not literal or not literal_ok(literal, shape):
                     break
             else:
-                operands = _operands(operand_text, names)
+                operands = _operands(operand_text, 0, PyUnicode_GET_LENGTH(operand_text), names, strip_comments)
                 if operands is None:  # the Python builder reads it (or says what is wrong)
                     break
             is_root = <object>PyTuple_GET_ITEM(r, 1)
             if is_root and root is not None:
                 break
             instr = _make(instruction, comp, name, opcode, shape, operands, attrs, attrs_rec, param_no, literal, tail,
-                          computation_attrs, pending_calls)
+                          computation_attrs, pending_calls, None)
             if param_no is not None:
                 numbers.append(param_no)
             if is_root:
@@ -703,7 +723,7 @@ cdef tuple _link(list records, Py_ssize_t k, object comp, dict names, dict shape
 
 def link_fast(list records, Py_ssize_t k, object comp, dict names, dict shapes, object shape_of, dict opcodes,
               object parameter, object constant, list numbers, object root, object literal_ok, object instruction,
-              frozenset computation_attrs, list pending_calls):
+              frozenset computation_attrs, list pending_calls, object strip_comments):
     """Builds and links ``records[k:]`` while each is the builder's fast case (shape
     cached or parsed by ``shape_of``, plain opcode, ``%a, %b`` operands, a new name,
     at most one ROOT; the attribute tail raw, or split with called computations to
@@ -713,7 +733,7 @@ def link_fast(list records, Py_ssize_t k, object comp, dict names, dict shapes, 
     if instruction is not _slots_of:
         slot_offsets(instruction)
     return _link(records, k, comp, names, shapes, shape_of, opcodes, parameter, constant, numbers, root, literal_ok,
-                 instruction, computation_attrs, pending_calls)
+                 instruction, computation_attrs, pending_calls, strip_comments)
 
 
 # -- whole computations ---------------------------------------------------------------
@@ -808,6 +828,28 @@ cdef inline uint64_t _hash(const unsigned char* p, Py_ssize_t n) noexcept nogil:
 cdef SpanMap _SHAPE_MAP = SpanMap()
 cdef SpanMap _OPCODE_MAP = SpanMap()
 cdef set _LITERALS_OK = set()  # (literal, shape text) pairs the builder's check accepted
+
+
+cdef bint _closed_block_comments_only(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
+    """Every ``/`` on the line is in a ``/* */`` that closes on it, none in a string
+    (scanner.uncomment_line leaves such a line as it is)."""
+    cdef const void* found
+    cdef Py_ssize_t q
+    while p < end:
+        if s[p] == 34:
+            return False  # strings on a header line: let the Python loop decide
+        if s[p] == 47:
+            if p + 1 >= end or s[p + 1] != 42:
+                return False
+            q = p + 2
+            while q + 1 < end and not (s[q] == 42 and s[q + 1] == 47):
+                q += 1
+            if q + 1 >= end:
+                return False
+            p = q + 2
+            continue
+        p += 1
+    return True
 
 
 cdef inline bint _blank(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
@@ -905,6 +947,17 @@ cdef Py_ssize_t _eat_shape(const unsigned char* s, Py_ssize_t p, Py_ssize_t end,
     return p
 
 
+cdef inline Py_ssize_t _index_comment(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
+    """p past a ``/*index=N*/`` XLA prints before every fifth parameter, if one is there."""
+    cdef Py_ssize_t q = _eat(s, p, end, <const unsigned char*>b"/*index=", 8)
+    if q < 0 or q >= end or not _is_digit(s[q]):
+        return p
+    while q < end and _is_digit(s[q]):
+        q += 1
+    q = _eat(s, q, end, <const unsigned char*>b"*/", 2)
+    return q if q >= 0 else p
+
+
 cdef bint _signature_is(const unsigned char* s, Header* h, Fields* lines, Py_ssize_t n, Py_ssize_t root,
                         Py_ssize_t* params, Py_ssize_t nparams) noexcept nogil:
     """The header's signature is exactly printer.signature_text of what was built:
@@ -917,6 +970,7 @@ cdef bint _signature_is(const unsigned char* s, Header* h, Fields* lines, Py_ssi
         f = &lines[params[i]]
         if i:
             p = _eat(s, p, h.sig_e, <const unsigned char*>b", ", 2)
+            p = _index_comment(s, p, h.sig_e)
         p = _eat(s, p, h.sig_e, s + f.name_s, f.name_e - f.name_s)
         p = _eat(s, p, h.sig_e, <const unsigned char*>b": ", 2)
         p = _eat_shape(s, p, h.sig_e, s + f.shape_s, f.shape_e - f.shape_s)
@@ -947,7 +1001,8 @@ cdef object _lookup(SpanMap table, str text, const unsigned char* s, Py_ssize_t 
 
 cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n, object comp, dict names,
                    object shape_of, dict opcodes, object parameter, object constant, object literal_ok,
-                   object instruction, frozenset computation_attrs, list pending_calls, Py_ssize_t* root_line):
+                   object instruction, frozenset computation_attrs, list pending_calls, object strip_comments,
+                   dict comps, Py_ssize_t* root_line):
     """Builds a computation's lines into ``comp`` as ``_link`` does their records;
     returns the root, or None where the Python builder must read the computation."""
     cdef Py_ssize_t i, a, b, pn, i0, j0
@@ -1007,33 +1062,15 @@ cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n
                 if len(_LITERALS_OK) > 100_000:
                     _LITERALS_OK.clear()
                 _LITERALS_OK.add(key)
-        elif f.ops_e > f.ops_s:
-            if memchr(s + f.ops_s, 91, f.ops_e - f.ops_s) != NULL or memchr(s + f.ops_s, 47, f.ops_e - f.ops_s) != NULL:
+        else:
+            operands = _operands(text, f.ops_s, f.ops_e, names, strip_comments)
+            if operands is None:
                 return None
-            ops = []
-            a = f.ops_s
-            while a <= f.ops_e:
-                b = a
-                while b < f.ops_e and s[b] != 44:
-                    b += 1
-                i0, j0 = a, b
-                while i0 < j0 and _is_space(s[i0]):
-                    i0 += 1
-                while j0 > i0 and _is_space(s[j0 - 1]):
-                    j0 -= 1
-                while i0 < j0 and s[i0] == 37:
-                    i0 += 1
-                p = PyDict_GetItem(names, PyUnicode_Substring(text, i0, j0))
-                if p == NULL:
-                    return None
-                ops.append(<object>p)
-                a = b + 1
-            operands = tuple(ops)
         if f.root:
             if root is not None:
                 return None
         instr = _make(instruction, comp, name, opcode, shape, operands, attrs, attrs_rec, param_no, literal, tail,
-                      computation_attrs, pending_calls)
+                      computation_attrs, pending_calls, comps)
         if f.root:
             root = instr
             root_line[0] = i
@@ -1062,7 +1099,7 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
     global _lines, _lines_cap, _params, _params_cap
     if not PyUnicode_IS_COMPACT_ASCII(text):
         raise ValueError("the compiled scanner reads ASCII text only")
-    (shapes, shape_of, opcodes, parameter, constant, literal_ok, instruction, computation_attrs) = link_args
+    (shapes, shape_of, opcodes, parameter, constant, literal_ok, instruction, computation_attrs, strip_comments) = link_args
     if instruction is not _slots_of:
         slot_offsets(instruction)
     cdef const unsigned char* s = <const unsigned char*>PyUnicode_DATA(text)
@@ -1084,8 +1121,8 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
             off = nl + 1
             continue
         line_end = nl - 1 if nl > off and s[nl - 1] == 13 else nl
-        if memchr(s + off, 47, line_end - off) != NULL:  # comments: the Python loop
-            break
+        if memchr(s + off, 47, line_end - off) != NULL and not _closed_block_comments_only(s, off, line_end):
+            break  # `//` comments: the Python loop blanks them
         if not _header(s, off, line_end, &h):
             crec = computation_header(PyUnicode_Substring(text, off, line_end), off)
             if crec is None:
@@ -1137,7 +1174,7 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
         pending_calls = builder.pending_calls
         mark = len(pending_calls)
         root = _built(text, s, _lines, count, comp, comp._names, shape_of, opcodes, parameter, constant, literal_ok,
-                      instruction, computation_attrs, pending_calls, &root_line)
+                      instruction, computation_attrs, pending_calls, strip_comments, comps, &root_line)
         if root is None:
             del pending_calls[mark:]
             break  # built again, in full, by the Python builder

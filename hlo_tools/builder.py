@@ -34,7 +34,7 @@ class Builder:
         self._core = core
         self._link_fast = core.link_fast if core is not None else None  # the fast path below, compiled
         self._link_args = (_SHAPES, _cached_shape, _FAST_OPCODES, HloOpcode.PARAMETER, HloOpcode.CONSTANT, self._literal_ok,
-                           Instruction, COMPUTATION_ATTRS)
+                           Instruction, COMPUTATION_ATTRS, _strip_index_comments)
         self.saw_operand_shapes = False
         self._nesting = 0  # operands written as instructions, how deep (bounded)
 
@@ -128,7 +128,8 @@ class Builder:
         if rec.name is None:
             module.name = "module_" + entry.name  # what XLA's parser does
         for instr, key, text, pos in self.pending_calls:
-            instr._called[key] = self._resolve_computations(text, pos, comps)
+            if key not in instr._called:  # the compiled builder resolves `calls=%c` of a %c defined before
+                instr._called[key] = self._resolve_computations(text, pos, comps)
         self._reject_call_cycles()
         module.print_operand_shapes = self.saw_operand_shapes
         return module
@@ -138,7 +139,12 @@ class Builder:
         so a recursive call graph cannot be written; we also take callees
         defined later, so a cycle is looked for here (iteratively: a long call
         chain must not exhaust Python's stack).  Nothing downstream terminates
-        on a recursive module (inlining, cost analysis, printing)."""
+        on a recursive module (inlining, cost analysis, printing).  Calls that all
+        go to computations defined before their caller (XLA's order) need no walk."""
+        order = {c: i for i, c in enumerate(self.module.computations)}
+        if all(order.get(callee, -1) < order.get(instr._parent, -1) and callee in order
+               for instr, key, _, _ in self.pending_calls for callee in instr._called[key]):
+            return
         calls: dict[Computation, list[tuple[Computation, int]]] = {}
         for instr, key, _, pos in self.pending_calls:
             edges = calls.setdefault(instr.parent, [])
@@ -220,7 +226,8 @@ class Builder:
         while k < n:
             if link_fast is not None:  # the fast path below, compiled: up to the first record it leaves here
                 k, root = link_fast(records, k, comp, names, _SHAPES, _cached_shape, _FAST_OPCODES, PARAMETER, CONSTANT,
-                                    numbers, root, literal_ok, Instruction, COMPUTATION_ATTRS, pending_calls)
+                                    numbers, root, literal_ok, Instruction, COMPUTATION_ATTRS, pending_calls,
+                                    _strip_index_comments)
                 if k == n:
                     break
             r = records[k]
@@ -249,7 +256,7 @@ class Builder:
                         ok = False
                     else:
                         if "/*" in operand_text:
-                            operand_text = _INDEX_COMMENT.sub("", operand_text)
+                            operand_text = _strip_index_comments(operand_text)
                         try:
                             operands = tuple([names[o.strip().lstrip("%")] for o in operand_text.split(",")])
                         except KeyError:
@@ -682,6 +689,11 @@ _MAX_INLINE_DEPTH = 100
 #: Builder state that belongs to the computation being built.
 _PER_COMPUTATION = ("_comp", "_comps", "_sugar", "_numbers", "_nested_params")
 _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
+
+
+def _strip_index_comments(text: str) -> str:
+    """``%a, /*index=5*/%b`` -> ``%a, %b``: the comments XLA prints in long operand lists."""
+    return _INDEX_COMMENT.sub("", text)
 
 #: XLA's send/recv constructors build their own shapes (send: from its data
 #: operand; recv: from the data shape the text declares; the -done halves from

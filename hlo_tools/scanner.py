@@ -394,7 +394,7 @@ def scan_module(text: str, fallback_line, sink=None, *, core: ModuleType | None 
     # Lines by index for this loop; split only once it needs them (the compiled
     # builder usually reads the whole module first, and a split costs a str per line).
     lines: list[str] | None = None
-    nlines = text.count("\n") + 1 if whole_computations is None else None  # known once lines are
+    nlines = 0  # len(lines), once split
     size = len(text)
     i, off = 0, 0
     head = raw = ""
@@ -441,10 +441,11 @@ def scan_module(text: str, fallback_line, sink=None, *, core: ModuleType | None 
             seen_computation = seen_computation or built > 0
             if off > size:
                 break
-        if lines is None:  # from here on: the rest split once, indices kept
-            lines = [""] * i + text[off:].split("\n")
-            nlines = len(lines)
-        line = lines[i]
+        if lines is None:  # outside computations, one line at a time (stack-frame sections)
+            end = text.find("\n", off)
+            line = text[off:] if end < 0 else text[off:end]
+        else:
+            line = lines[i]
         line_off = off
         off += len(line) + 1
         i += 1
@@ -468,6 +469,9 @@ def scan_module(text: str, fallback_line, sink=None, *, core: ModuleType | None 
             continue
         section = None
         line = line.rstrip("\r")
+        if lines is None:  # a computation the Python loop reads: the rest split once, indices kept
+            lines = [""] * (i - 1) + text[line_off:].split("\n")
+            nlines = len(lines)
         comp = computation_header(line, line_off)
         if comp is None and _depth(line) > 0 and not line.rstrip().endswith("{"):  # a signature over lines: read as one
             joined = _continued(lines, i, line, head=True)
