@@ -416,9 +416,36 @@ cdef object _record(object record_type, str text, const unsigned char* s, Fields
     return rec
 
 
-cdef inline void _put(object t, Py_ssize_t i, object v):
+cdef inline void _put(object t, Py_ssize_t i, object v) noexcept:
     Py_INCREF(v)  # PyTuple_SET_ITEM takes the reference
     PyTuple_SET_ITEM(t, i, v)
+
+
+def first_open_comment(str text):
+    """Offset of the first ``/*`` that does not close on its line (strings not
+    considered, as scanner._OPEN_COMMENT), or -1: what blank_multiline_comments asks."""
+    if not PyUnicode_IS_COMPACT_ASCII(text):
+        raise ValueError("the compiled scanner reads ASCII text only")
+    cdef const unsigned char* s = <const unsigned char*>PyUnicode_DATA(text)
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text), p = 0, q
+    cdef const void* found
+    while p + 1 < n:
+        found = memchr(s + p, 47, n - p - 1)
+        if found == NULL:
+            return -1
+        p = <const unsigned char*>found - s
+        if s[p + 1] != 42:
+            p += 1
+            continue
+        q = p + 2
+        while q < n and s[q] != 10 and not (s[q] == 42 and q + 1 < n and s[q + 1] == 47):
+            q += 1
+        if q < n and s[q] == 10:
+            return p
+        if q >= n:
+            return -1  # unterminated at the end of the text: no line break follows (the regex needs one)
+        p = q + 2
+    return -1
 
 
 def match_line(str text, Py_ssize_t start, Py_ssize_t end):
@@ -499,7 +526,7 @@ def slot_offsets(cls):
     return [_OFF[i] for i in range(NSLOTS)]
 
 
-cdef inline void _set(object o, int slot, object v):
+cdef inline void _set(object o, int slot, object v) noexcept:
     """The slot's store (what ``o.<slot> = v`` does, without the attribute lookup)."""
     cdef PyObject** at = <PyObject**>(<char*><PyObject*>o + _OFF[slot])
     cdef PyObject* old = at[0]
@@ -516,7 +543,7 @@ cdef inline object _get(object o, int slot):
 cdef object _new = object.__new__
 
 
-cdef inline bint _param_number(str t, Py_ssize_t* out):
+cdef inline bint _param_number(str t, Py_ssize_t* out) noexcept:
     """Builder's fast check: ASCII digits, fewer than 19 of them."""
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(t), i, v = 0
     cdef const unsigned char* s

@@ -39,9 +39,10 @@ def parse_records(text: str, source: str = "<string>", *, use_scanner: bool = Tr
     if not use_scanner:
         return grammar.parse_module_records(text, loc)
 
-    scanned = blank_multiline_comments(text)
+    core = COMPILED if compiled else None
+    scanned = blank_multiline_comments(text, core=core)
     try:
-        return scan_module(scanned, _fallback(scanned, loc), core=COMPILED if compiled else None)
+        return scan_module(scanned, _fallback(scanned, loc), core=core)
     except Unsupported:
         return grammar.parse_module_records(text, loc)
 
@@ -57,7 +58,7 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True, comp
         if use_scanner:
             core = COMPILED if compiled else None
             builder = Builder(loc, core=core)
-            scanned = blank_multiline_comments(text)  # same offsets, so loc still names lines and columns
+            scanned = blank_multiline_comments(text, core=core)  # same offsets, so loc still names lines and columns
             try:
                 rec = scan_module(scanned, _fallback(scanned, loc), sink=builder.add, core=core,
                                   whole_computations=builder.whole_computations if core is not None else None)

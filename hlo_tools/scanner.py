@@ -55,11 +55,15 @@ _BRACKET_OR_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"|[(){}\[\]]')
 _TAIL_KEY = re.compile(r", ([A-Za-z_][\w\-]*)=")
 
 
-def blank_multiline_comments(text: str) -> str:
+def blank_multiline_comments(text: str, *, core: ModuleType | None = None) -> str:
     """``text`` with every /* comment */ that spans lines turned into spaces, its line
     breaks kept: offsets, lines and columns stay valid, and the scanner reads the
-    lines around the comment instead of sending the module to the grammar."""
-    if _OPEN_COMMENT.search(text) is None:
+    lines around the comment instead of sending the module to the grammar.
+    ``core``: the compiled scanner, which looks for an open comment faster."""
+    if core is not None and text.isascii():
+        if core.first_open_comment(text) < 0:
+            return text
+    elif _OPEN_COMMENT.search(text) is None:
         return text
     return blank_comments(text, spanning_lines_only=True)
 
