@@ -8,8 +8,9 @@ alike; medians are reported.  Each timing is the time to a parsed module: both
 modules are kept until both are timed, then freed outside the windows (ours is a
 graph of cycles that the collector frees, XLA's is freed at once).  Which of our
 two paths ran (the compiled core or pure Python, ``hlo_tools.scanner.PARSER_PATH``)
-is printed; ``--both`` times the pure-Python path too, in the same run.  Memory is the resident-set growth of a fresh process
-while it holds the parsed module, relative to the text size.  A second table
+is printed, and the pure-Python path is timed in the same run (``--no-both``
+skips it).  Memory is the resident-set growth of a fresh process while it holds
+the parsed module, relative to the text size.  A second table
 times the largest module against the same module with two-line ``/* */``
 comments and statements spread over lines (``multiline_comment_slowdown=``, time
 per MB with them over without: the slow grammar path would make it 5-10x).  The
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=6, help="how many of the largest corpus module stages")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-both", dest="both", action="store_false", help="skip timing the pure-Python path")
     args = ap.parse_args(argv)
 
     import hlo_tools
@@ -124,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("module", "MB", "instructions", "ours MB/s", "XLA MB/s", "ours kinstr/s", "XLA kinstr/s", "ratio", "ours mem/text", "XLA mem/text")
+    from hlo_tools.scanner import PARSER_PATH
+
+    print(f"our parser's path: {PARSER_PATH} (hlo_tools.scanner.PARSER_PATH); 'pure-Python MB/s' is the other path, same run")
+    table = Table("module", "MB", "instructions", "ours MB/s", "pure-Python MB/s", "XLA MB/s", "ours kinstr/s", "XLA kinstr/s",
+                  "ratio", "pure-Python ratio", "ours mem/text", "XLA mem/text")
     ratios = []
     texts = _texts(args.files, args.top)
     for label, path, text in texts:
@@ -132,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         module = hlo_tools.parse(text)  # warm caches (shape cache, regexes)
         xla_parse(text)
         n = module.instruction_count
-        ours, theirs = [], []
+        ours, theirs, pure = [], [], []
         for _ in range(args.reps):
             t0 = time.perf_counter()
             kept = hlo_tools.parse(text)
@@ -143,14 +149,21 @@ def main(argv: list[str] | None = None) -> int:
             theirs.append(t2 - t1)
             del kept, kept_xla  # freed outside both windows (ours by the collector: a module is cycles)
             gc.collect()
+            if args.both:
+                t0 = time.perf_counter()
+                kept = hlo_tools.parse(text, compiled=False)
+                pure.append(time.perf_counter() - t0)
+                del kept
+                gc.collect()
         o, x = statistics.median(ours), statistics.median(theirs)
+        p = statistics.median(pure) if pure else float("nan")
         ratio = x / o
         ratios.append(ratio)
         mem_o = mem_x = float("nan")
         if not args.no_memory:
             mem_o, mem_x = _peak_mem(path, "ours"), _peak_mem(path, "xla")
-        table.add_row(label[:60], f"{mb:.2f}", str(n), f"{mb / o:.1f}", f"{mb / x:.1f}", f"{n / o / 1e3:.0f}", f"{n / x / 1e3:.0f}",
-                      f"{ratio:.2f}", f"{mem_o:.1f}x", f"{mem_x:.1f}x")
+        table.add_row(label[:60], f"{mb:.2f}", str(n), f"{mb / o:.1f}", f"{mb / p:.1f}", f"{mb / x:.1f}", f"{n / o / 1e3:.0f}",
+                      f"{n / x / 1e3:.0f}", f"{ratio:.2f}", f"{x / p:.2f}", f"{mem_o:.1f}x", f"{mem_x:.1f}x")
     Console(width=200).print(table)
 
     label, _, text = max(texts, key=lambda t: len(t[2]))

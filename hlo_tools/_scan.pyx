@@ -622,12 +622,12 @@ cdef dict _attribute_dict(list attrs, frozenset computation_attrs):
 
 cdef object _make(object instruction, object comp, str name, object opcode, object shape, tuple operands, dict attrs,
                   object attrs_rec, object param_no, object literal, object tail, frozenset computation_attrs,
-                  list pending_calls, dict comps):
+                  list pending_calls, dict comps, list resolved_calls):
     """A new Instruction linked after ``tail``: every slot Instruction._init_slots
     sets, as _from_parser (a raw tail) or __init__ (a split one) set them.  A call
-    of a computation already in ``comps`` (``calls=%c``) is resolved here; every
-    call also goes to ``pending_calls`` (Builder.finish resolves the others and
-    looks for cycles)."""
+    of a computation already in ``comps`` (``calls=%c``) is resolved here and noted
+    in ``resolved_calls``; the others go to ``pending_calls`` (Builder.finish
+    resolves them and looks for cycles)."""
     cdef PyObject* p
     cdef dict users, called
     cdef tuple kv
@@ -666,11 +666,15 @@ cdef object _make(object instruction, object comp, str name, object opcode, obje
         for kv in <list>attrs_rec:
             if kv[0] in computation_attrs:
                 value = <str>kv[1]
+                p = NULL
                 if comps is not None and PyUnicode_GET_LENGTH(value) > 1 and value[0] == "%":
                     p = PyDict_GetItem(comps, value[1:])
-                    if p != NULL:
-                        called[kv[0]] = (<object>p,)
-                pending_calls.append((instr, kv[0], value, <Py_ssize_t>kv[2] + len(<str>kv[0]) + 1))
+                call = (instr, kv[0], value, <Py_ssize_t>kv[2] + len(<str>kv[0]) + 1)
+                if p != NULL:
+                    called[kv[0]] = (<object>p,)
+                    resolved_calls.append(call)
+                else:
+                    pending_calls.append(call)
     return instr
 
 
@@ -728,7 +732,7 @@ cdef tuple _link(list records, Py_ssize_t k, object comp, dict names, dict shape
             if is_root and root is not None:
                 break
             instr = _make(instruction, comp, name, opcode, shape, operands, attrs, attrs_rec, param_no, literal, tail,
-                          computation_attrs, pending_calls, None)
+                          computation_attrs, pending_calls, None, None)
             if param_no is not None:
                 numbers.append(param_no)
             if is_root:
@@ -1029,7 +1033,7 @@ cdef object _lookup(SpanMap table, str text, const unsigned char* s, Py_ssize_t 
 cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n, object comp, dict names,
                    object shape_of, dict opcodes, object parameter, object constant, object literal_ok,
                    object instruction, frozenset computation_attrs, list pending_calls, object strip_comments,
-                   dict comps, Py_ssize_t* root_line):
+                   dict comps, list resolved_calls, Py_ssize_t* root_line):
     """Builds a computation's lines into ``comp`` as ``_link`` does their records;
     returns the root, or None where the Python builder must read the computation."""
     cdef Py_ssize_t i, a, b, pn, i0, j0
@@ -1097,7 +1101,7 @@ cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n
             if root is not None:
                 return None
         instr = _make(instruction, comp, name, opcode, shape, operands, attrs, attrs_rec, param_no, literal, tail,
-                      computation_attrs, pending_calls, comps)
+                      computation_attrs, pending_calls, comps, resolved_calls)
         if f.root:
             root = instr
             root_line[0] = i
@@ -1136,8 +1140,8 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
     cdef const void* found
     cdef Header h
     cdef bint closed
-    cdef list pending_calls
-    cdef dict comps
+    cdef list pending_calls = None, resolved_calls = None, module_comps = None
+    cdef dict comps = None
     while off < n:
         found = memchr(s + off, 10, n - off)
         if found == NULL:
@@ -1191,19 +1195,21 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
         if not closed or count == 0:
             break
         name = PyUnicode_Substring(text, h.name_s, h.name_e)
-        comps = builder.comps if hasattr(builder, "module") else None
+        if comps is None and hasattr(builder, "module"):
+            comps, module_comps, pending_calls, resolved_calls = (builder.comps, builder.module.computations,
+                                                                  builder.pending_calls, builder.resolved_calls)
         if name == "ENTRY" or (comps is not None and name in comps) or (h.entry and comps is not None and builder.entry_name is not None):
             break  # the Python builder reports it
         if comps is None:
             builder._start(rec)
-            comps = builder.comps
+            comps, module_comps, pending_calls, resolved_calls = (builder.comps, builder.module.computations,
+                                                                  builder.pending_calls, builder.resolved_calls)
         comp = computation(name, is_entry=h.entry)
-        pending_calls = builder.pending_calls
-        mark = len(pending_calls)
+        mark, mark_resolved = len(pending_calls), len(resolved_calls)
         root = _built(text, s, _lines, count, comp, comp._names, shape_of, opcodes, parameter, constant, literal_ok,
-                      instruction, computation_attrs, pending_calls, strip_comments, comps, &root_line)
+                      instruction, computation_attrs, pending_calls, strip_comments, comps, resolved_calls, &root_line)
         if root is None:
-            del pending_calls[mark:]
+            del pending_calls[mark:], resolved_calls[mark_resolved:]
             break  # built again, in full, by the Python builder
         comp._root = root
         # parameters numbered 0..n-1, each once (else the Python builder says where)
@@ -1228,13 +1234,13 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
                     break
                 _params[pn] = i
         if not ok:
-            del pending_calls[mark:]
+            del pending_calls[mark:], resolved_calls[mark_resolved:]
             break
         if h.sig_s >= 0 and not _signature_is(s, &h, _lines, count, root_line, _params, nparams):
             builder._check_signature(computation_header(PyUnicode_Substring(text, off, line_end), off), comp)
         comps[name] = comp
         comp.parent = builder.module
-        builder.module.computations.append(comp)
+        module_comps.append(comp)
         if h.entry:
             builder.entry_name = name
         built += 1

@@ -78,6 +78,7 @@ class Builder:
         module.stack_frames = rec.stack_frames
         self.comps: dict[str, Computation] = {}
         self.pending_calls: list[tuple[Instruction, str, str, int]] = []
+        self.resolved_calls: list[tuple[Instruction, str, str, int]] = []  # by the compiled builder, while building
         self.entry_name: str | None = None
 
     def _check_entry_layout(self, value: str, pos: int) -> None:
@@ -128,8 +129,7 @@ class Builder:
         if rec.name is None:
             module.name = "module_" + entry.name  # what XLA's parser does
         for instr, key, text, pos in self.pending_calls:
-            if key not in instr._called:  # the compiled builder resolves `calls=%c` of a %c defined before
-                instr._called[key] = self._resolve_computations(text, pos, comps)
+            instr._called[key] = self._resolve_computations(text, pos, comps)
         self._reject_call_cycles()
         module.print_operand_shapes = self.saw_operand_shapes
         return module
@@ -140,15 +140,18 @@ class Builder:
         defined later, so a cycle is looked for here (iteratively: a long call
         chain must not exhaust Python's stack).  Nothing downstream terminates
         on a recursive module (inlining, cost analysis, printing).  Calls that all
-        go to computations defined before their caller (XLA's order) need no walk."""
+        go to computations defined before their caller (XLA's order; those the
+        compiled builder resolved while building, ``resolved_calls``, do) need no walk."""
         order = {c: i for i, c in enumerate(self.module.computations)}
         if all(order.get(callee, -1) < order.get(instr._parent, -1) and callee in order
                for instr, key, _, _ in self.pending_calls for callee in instr._called[key]):
             return
         calls: dict[Computation, list[tuple[Computation, int]]] = {}
-        for instr, key, _, pos in self.pending_calls:
+        for instr, key, _, pos in self.pending_calls + self.resolved_calls:
             edges = calls.setdefault(instr.parent, [])
             edges.extend((callee, pos) for callee in instr._called[key])
+        for edges in calls.values():
+            edges.sort(key=lambda edge: edge[1])  # text order, whichever path resolved them
         state: dict[Computation, int] = {}  # 1: on the current path, 2: done
         for start in self.module.computations:
             if start in state:
