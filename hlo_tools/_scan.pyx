@@ -59,6 +59,13 @@ cdef inline bint _is_name_char(unsigned char c) noexcept nogil:  # [\w.\-]
     return _is_word(c) or c == 46 or c == 45
 
 
+cdef inline Py_ssize_t _blanks(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
+    """p past the spaces and tabs there (the regexes' ``[ \\t]*``)."""
+    while p < end and (s[p] == 32 or s[p] == 9):
+        p += 1
+    return p
+
+
 # -- the pieces of scanner._LINE ----------------------------------------------
 
 cdef inline Py_ssize_t _string(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
@@ -178,13 +185,11 @@ cdef bint _match(const unsigned char* s, Py_ssize_t p, Py_ssize_t end, Fields* f
     """scanner._LINE.fullmatch on s[p:end]."""
     cdef Py_ssize_t q
     cdef unsigned char c
-    while p < end and (s[p] == 32 or s[p] == 9):
-        p += 1
+    p = _blanks(s, p, end)
     f.root = False
     if end - p > 4 and memcmp(s + p, b"ROOT", 4) == 0 and (s[p + 4] == 32 or s[p + 4] == 9):
         q = p + 4
-        while q < end and (s[q] == 32 or s[q] == 9):
-            q += 1
+        q = _blanks(s, q, end)
         if q < end and s[q] != 61:  # `ROOT = ...` names an instruction ROOT
             f.root = True
             p = q
@@ -197,13 +202,11 @@ cdef bint _match(const unsigned char* s, Py_ssize_t p, Py_ssize_t end, Fields* f
     while p < end and _is_name_char(s[p]):
         p += 1
     f.name_e = p
-    while p < end and (s[p] == 32 or s[p] == 9):
-        p += 1
+    p = _blanks(s, p, end)
     if p >= end or s[p] != 61:
         return False
     p += 1
-    while p < end and (s[p] == 32 or s[p] == 9):
-        p += 1
+    p = _blanks(s, p, end)
     f.shape_s = p
     if p >= end:
         return False
@@ -234,8 +237,7 @@ cdef bint _match(const unsigned char* s, Py_ssize_t p, Py_ssize_t end, Fields* f
     f.shape_e = p
     if p >= end or not (s[p] == 32 or s[p] == 9):
         return False
-    while p < end and (s[p] == 32 or s[p] == 9):
-        p += 1
+    p = _blanks(s, p, end)
     if p >= end or not _is_lower(s[p]):
         return False
     f.op_s = p
@@ -342,14 +344,12 @@ cdef bint _raw_tail(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexce
             break
         p = <const unsigned char*>found - s
         q = p + 1
-        while q < end and (s[q] == 32 or s[q] == 9):
-            q += 1
+        q = _blanks(s, q, end)
         for k in range(_NKEYS):
             n = _KEY_LENS[k]
             if end - q > n and memcmp(s + q, _KEY_PTRS[k], n) == 0:
                 r = q + n
-                while r < end and (s[r] == 32 or s[r] == 9):
-                    r += 1
+                r = _blanks(s, r, end)
                 if r < end and s[r] == 61:
                     return False
         if p + 1 < end and s[p + 1] == 32:
@@ -895,13 +895,11 @@ cdef inline bint _closing_brace(const unsigned char* s, Py_ssize_t p, Py_ssize_t
     """A line that is ``}`` alone (scanner._COMP_END without attributes), \\r allowed."""
     if end > p and s[end - 1] == 13:
         end -= 1
-    while p < end and (s[p] == 32 or s[p] == 9):
-        p += 1
+    p = _blanks(s, p, end)
     if p >= end or s[p] != 125:
         return False
     p += 1
-    while p < end and (s[p] == 32 or s[p] == 9):
-        p += 1
+    p = _blanks(s, p, end)
     return p == end
 
 

@@ -64,7 +64,7 @@ class Builder:
 
     def whole_computations(self, text: str, off: int, rec: ModuleRecord) -> tuple[int, int, int]:
         """``add`` for whole computations as XLA prints them, scanned and built by the
-        compiled core (scanner.scan_module's ``whole_computations``); None without it."""
+        compiled core (scanner.scan_module's ``whole_computations``; only with a core)."""
         return self._core.build_computations(text, off, rec, self, computation_header, InstrRecord, Computation, self._link_args)
 
     def _start(self, rec: ModuleRecord) -> None:
