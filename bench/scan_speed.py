@@ -16,7 +16,6 @@ parse, cost, roofline, opportunities, collectives). The last line is
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import shutil
 import statistics
@@ -69,7 +68,7 @@ def _phases(folder: Path) -> dict[str, float]:
     t = dict.fromkeys(("read and parse", "cost", "roofline", "opportunities", "collectives", "freeing the module"), 0.0)
     for task in scan.assign_devices(scan.discover(folder), None):
         f, dev = task.path, devices.load(task.device)
-        with collector_paused():  # as the scan's worker does
+        with collector_paused(collect_after=True):  # as the scan's worker does
             t0 = time.perf_counter()
             m = load(f)
             t1 = time.perf_counter()
@@ -82,7 +81,6 @@ def _phases(folder: Path) -> dict[str, float]:
             scan.communication_summary(m, dev)
             t5 = time.perf_counter()
             del m, mc
-        gc.collect()
         t6 = time.perf_counter()
         for key, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
             t[key] += dt
