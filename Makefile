@@ -16,7 +16,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # setup.py builds the parser's compiled core from hlo_tools/_scan.pyx (skipped without a C compiler)
-$(STAMP): $(BIN)/python pyproject.toml setup.py hlo_tools/_scan.pyx
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard hlo_tools/_scan*.pyx hlo_tools/_scan*.pxi)
 	@# setuptools prints a page about editable installs as a warning: not for the user
 	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e '.[dev]'
 	@# XLA:GPU without a GPU (deviceless compiles for H100 etc.): the CUDA plugin

@@ -40,7 +40,7 @@ def library_files() -> dict[str, Path]:
         base = ROOT / pkg
         if not base.is_dir():
             continue
-        for path in sorted(base.rglob("*.py")):
+        for path in sorted([*base.rglob("*.py"), *base.rglob("*.pyx")]):  # .pyx: a compiled module (Cython)
             if "modules" in path.relative_to(ROOT).parts:
                 continue
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -85,6 +85,8 @@ def scan(modules: dict[str, Path]) -> tuple[dict[str, set[str]], list[tuple[str,
     graph: dict[str, set[str]] = {m: set() for m in modules}
     local: list[tuple[str, int, bool]] = []
     for module, path in modules.items():
+        if path.suffix == ".pyx":
+            continue  # Cython: it cimports C-level declarations, not our modules
         source = path.read_text()
         lines = source.splitlines()
         tree = ast.parse(source)
