@@ -52,7 +52,9 @@ cdef inline object _get(object o, int slot):
     return <object>v if v != NULL else None
 
 
-cdef object _new = object.__new__
+cdef inline object _new(object cls):
+    """``object.__new__(cls)`` for a plain Python class: its allocation, no call."""
+    return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
 
 
 cdef inline bint _param_number(str t, Py_ssize_t* out) noexcept:
