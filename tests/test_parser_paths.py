@@ -62,19 +62,16 @@ def test_which_path_runs():
         assert scanner.PARSER_PATH == "python"
 
 
-def test_the_pure_python_path_is_chosen_by_environment():
+def test_the_pure_python_path_is_chosen_by_environment(tmp_path):
     """``HLO_PARSER=python`` (and a machine without a C compiler) parse with the
     pure-Python path, to the same module."""
     code = ("import sys, hlo_tools; from hlo_tools import scanner; "
             "m = hlo_tools.load(sys.argv[1]); print(scanner.PARSER_PATH, m.instruction_count)")
     sample = next(iter(corpus_stage_texts()))
-    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"hlo_paths_{os.getpid()}.hlo"
+    tmp = tmp_path / "module.hlo"
     tmp.write_text(sample[1])
-    try:
-        out = subprocess.run([sys.executable, "-c", code, str(tmp)], capture_output=True, text=True, cwd=ROOT,
-                             env={**os.environ, "HLO_PARSER": "python"}, timeout=120)
-    finally:
-        tmp.unlink()
+    out = subprocess.run([sys.executable, "-c", code, str(tmp)], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "HLO_PARSER": "python"}, timeout=120)
     assert out.returncode == 0, out.stderr
     path_name, count = out.stdout.split()
     assert path_name == "python"
