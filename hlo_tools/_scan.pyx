@@ -19,11 +19,11 @@ the Python code, which reports errors with their positions.  Text must be ASCII
 
 #: The interface version scanner.py expects; a stale build (an older .so beside a
 #: newer checkout) is not used.
-VERSION = 1
+VERSION = 2
 
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
-from cpython.list cimport PyList_Append, PyList_GET_SIZE, PyList_GET_ITEM
+from cpython.dict cimport PyDict_GetItem
+from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM, PyTuple_GET_ITEM
 from cpython.ref cimport Py_INCREF
 from libc.string cimport memchr, memcmp

@@ -3,7 +3,7 @@
 
 # -- whole computations ---------------------------------------------------------------
 
-from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.stdlib cimport calloc, realloc, free
 
 
 cdef class SpanMap:
@@ -92,7 +92,6 @@ cdef inline uint64_t _hash(const unsigned char* p, Py_ssize_t n) noexcept nogil:
 
 cdef SpanMap _SHAPE_MAP = SpanMap()
 cdef SpanMap _OPCODE_MAP = SpanMap()
-cdef set _LITERALS_OK = set()  # (literal, shape text) pairs the builder's check accepted
 
 
 cdef bint _closed_block_comments_only(const unsigned char* s, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
@@ -263,16 +262,13 @@ cdef object _lookup(SpanMap table, str text, const unsigned char* s, Py_ssize_t 
 
 
 cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n, object comp, dict names,
-                   object shape_of, dict opcodes, object parameter, object constant, object literal_ok,
-                   object instruction, frozenset computation_attrs, list pending_calls, object strip_comments,
-                   dict comps, list resolved_calls, Py_ssize_t* root_line):
-    """Builds a computation's lines into ``comp`` as ``_link`` does their records;
+                   Linker linker, list pending_calls, dict comps, list resolved_calls, Py_ssize_t* root_line):
+    """Builds a computation's lines into ``comp`` as ``link_fast`` does their records;
     returns the root, or None where the Python builder must read the computation."""
-    cdef Py_ssize_t i, a, b, pn, i0, j0
+    cdef Py_ssize_t i
     cdef Fields* f
-    cdef PyObject* p
     cdef dict attrs
-    cdef list ops
+    cdef tuple fields
     tail = None
     root = None
     root_line[0] = -1
@@ -281,10 +277,10 @@ cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n
         name = PyUnicode_Substring(text, f.name_s, f.name_e)
         if PyDict_GetItem(names, name) != NULL:
             return None
-        shape = _lookup(_SHAPE_MAP, text, s, f.shape_s, f.shape_e, shape_of)
+        shape = _lookup(_SHAPE_MAP, text, s, f.shape_s, f.shape_e, linker.shape_of)
         if shape is None:
             return None
-        opcode = _lookup(_OPCODE_MAP, text, s, f.op_s, f.op_e, opcodes.get)
+        opcode = _lookup(_OPCODE_MAP, text, s, f.op_s, f.op_e, linker.opcodes.get)
         if opcode is None:
             return None
         attrs = None
@@ -294,54 +290,21 @@ cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n
                 attrs_rec = PyUnicode_Substring(text, f.tail_s, f.tail_e)
             else:
                 attrs_rec = _split_tail(text, s, f.tail_s, f.tail_e)
-                attrs = _attribute_dict(<list>attrs_rec, computation_attrs)
+                attrs = _attribute_dict(<list>attrs_rec, linker.computation_attrs)
                 if attrs is None:
                     return None
-        operands = ()
-        param_no = None
-        literal = None
-        if opcode is parameter:
-            if f.ops_e - f.ops_s == 0 or f.ops_e - f.ops_s >= 19:
-                return None
-            pn = 0
-            for a in range(f.ops_s, f.ops_e):
-                if not _is_digit(s[a]):
-                    return None
-                pn = pn * 10 + (s[a] - 48)
-            param_no = pn
-        elif opcode is constant:
-            a, b = f.ops_s, f.ops_e
-            while a < b and _is_space(s[a]):
-                a += 1
-            while b > a and _is_space(s[b - 1]):
-                b -= 1
-            if a == b:
-                return None
-            literal = PyUnicode_Substring(text, a, b)
-            key = (literal, PyUnicode_Substring(text, f.shape_s, f.shape_e))
-            if key not in _LITERALS_OK:
-                if not literal_ok(literal, shape):
-                    return None
-                if len(_LITERALS_OK) > 100_000:
-                    _LITERALS_OK.clear()
-                _LITERALS_OK.add(key)
-        else:
-            operands = _operands(text, f.ops_s, f.ops_e, names, strip_comments)
-            if operands is None:
-                return None
-        if f.root:
-            if root is not None:
-                return None
-        instr = _make(instruction, comp, name, opcode, shape, operands, attrs, attrs_rec, param_no, literal, tail,
-                      computation_attrs, pending_calls, comps, resolved_calls)
+        shape_text = PyUnicode_Substring(text, f.shape_s, f.shape_e) if opcode is linker.constant else None
+        fields = linker.operand_fields(text, f.ops_s, f.ops_e, opcode, shape, shape_text, names)
+        if fields is None:
+            return None
+        if f.root and root is not None:
+            return None
+        instr = _make(linker.instruction, comp, name, opcode, shape, fields[0], attrs, attrs_rec, fields[1], fields[2],
+                      tail, linker.computation_attrs, pending_calls, comps, resolved_calls)
         if f.root:
             root = instr
             root_line[0] = i
-        names[name] = instr
-        if tail is None:
-            comp._head = instr
-        else:
-            _set(tail, NEXT, instr)
+        _append(comp, names, name, instr, tail)
         tail = instr
     comp._tail = tail
     comp._count = n
@@ -352,7 +315,7 @@ cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n
 
 
 def build_computations(str text, Py_ssize_t off, object rec, object builder, object computation_header,
-                       object record_type, object computation, tuple link_args):
+                       object computation, Linker linker):
     """Scans and builds whole computations from offset ``off`` while each is in the
     form XLA prints (a one-line header, instruction lines ``_LINE`` matches, ``}``
     alone; blank lines around) and every line takes the builder's fast path; the
@@ -362,9 +325,6 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
     global _lines, _lines_cap, _params, _params_cap
     if not PyUnicode_IS_COMPACT_ASCII(text):
         raise ValueError("the compiled scanner reads ASCII text only")
-    (shapes, shape_of, opcodes, parameter, constant, literal_ok, instruction, computation_attrs, strip_comments) = link_args
-    if instruction is not _slots_of:
-        slot_offsets(instruction)
     cdef const unsigned char* s = <const unsigned char*>PyUnicode_DATA(text)
     cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
     cdef Py_ssize_t lines = 0, built = 0, nl, p, body_lines, line_end, count, i, root_line, nparams, pn
@@ -438,8 +398,7 @@ def build_computations(str text, Py_ssize_t off, object rec, object builder, obj
                                                                   builder.pending_calls, builder.resolved_calls)
         comp = computation(name, is_entry=h.entry)
         mark, mark_resolved = len(pending_calls), len(resolved_calls)
-        root = _built(text, s, _lines, count, comp, comp._names, shape_of, opcodes, parameter, constant, literal_ok,
-                      instruction, computation_attrs, pending_calls, strip_comments, comps, resolved_calls, &root_line)
+        root = _built(text, s, _lines, count, comp, comp._names, linker, pending_calls, comps, resolved_calls, &root_line)
         if root is None:
             del pending_calls[mark:], resolved_calls[mark_resolved:]
             break  # built again, in full, by the Python builder

@@ -57,21 +57,6 @@ cdef inline object _new(object cls):
     return PyType_GenericAlloc(<PyTypeObject*>cls, 0)
 
 
-cdef inline bint _param_number(str t, Py_ssize_t* out) noexcept:
-    """Builder's fast check: ASCII digits, fewer than 19 of them."""
-    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(t), i, v = 0
-    cdef const unsigned char* s
-    if n == 0 or n >= 19 or not PyUnicode_IS_COMPACT_ASCII(t):
-        return False
-    s = <const unsigned char*>PyUnicode_DATA(t)
-    for i in range(n):
-        if not _is_digit(s[i]):
-            return False
-        v = v * 10 + (s[i] - 48)
-    out[0] = v
-    return True
-
-
 cdef object _operands(str text, Py_ssize_t a, Py_ssize_t m, dict names, object strip_comments):
     """``%a, %b`` in text[a:m] -> (instruction, ...), as the builder's fast path splits
     it (``/*index=N*/`` comments removed by ``strip_comments``, the builder's own
@@ -192,14 +177,77 @@ cdef object _make(object instruction, object comp, str name, object opcode, obje
     return instr
 
 
-cdef tuple _link(list records, Py_ssize_t k, object comp, dict names, dict shapes, object shape_of, dict opcodes,
-                 object parameter, object constant, list numbers, object root, object literal_ok,
-                 object instruction, frozenset computation_attrs, list pending_calls, object strip_comments):
-    """link_fast's loop (see there): (index of the first record not linked, root)."""
-    cdef Py_ssize_t n = PyList_GET_SIZE(records), pn
-    cdef tuple r, kv
+cdef class Linker:
+    """What the builder's fast path looks things up in, and calls back for: given
+    once per module by ``Builder`` (its ``_linker``)."""
+    cdef dict shapes, opcodes
+    cdef set literals_ok
+    cdef object shape_of, parameter, constant, literal_ok, instruction, strip_comments
+    cdef frozenset computation_attrs
+
+    def __init__(self, dict shapes, object shape_of, dict opcodes, object parameter, object constant, set literals_ok,
+                 object literal_ok, object instruction, frozenset computation_attrs, object strip_comments):
+        self.shapes, self.shape_of, self.opcodes = shapes, shape_of, opcodes
+        self.parameter, self.constant = parameter, constant
+        self.literals_ok, self.literal_ok = literals_ok, literal_ok
+        self.instruction, self.computation_attrs, self.strip_comments = instruction, computation_attrs, strip_comments
+        if instruction is not _slots_of:
+            slot_offsets(instruction)
+
+    cdef tuple operand_fields(self, str text, Py_ssize_t a, Py_ssize_t b, object opcode, object shape,
+                              str shape_text, dict names):
+        """(operands, parameter number, literal) of the operand list text[a:b] as the
+        builder's fast path reads it (digits for a parameter, a literal its check
+        accepts, ``%a, %b`` names defined before); None where it leaves the line."""
+        cdef const unsigned char* s
+        cdef Py_ssize_t pn = 0, i
+        if not PyUnicode_IS_COMPACT_ASCII(text):
+            return None
+        s = <const unsigned char*>PyUnicode_DATA(text)
+        if opcode is self.parameter:
+            if b - a == 0 or b - a >= 19:
+                return None
+            for i in range(a, b):
+                if not _is_digit(s[i]):
+                    return None
+                pn = pn * 10 + (s[i] - 48)
+            return (), pn, None
+        if opcode is self.constant:
+            while a < b and _is_space(s[a]):
+                a += 1
+            while b > a and _is_space(s[b - 1]):
+                b -= 1
+            if a == b:
+                return None
+            literal = PyUnicode_Substring(text, a, b)
+            if (literal, shape_text) not in self.literals_ok and not self.literal_ok(literal, shape, shape_text):
+                return None
+            return (), None, literal
+        operands = _operands(text, a, b, names, self.strip_comments)
+        return None if operands is None else (operands, None, None)
+
+
+cdef inline void _append(object comp, dict names, str name, object instr, object tail):
+    """Computation._link, appending ``instr`` after ``tail``."""
+    names[name] = instr
+    if tail is None:
+        comp._head = instr
+    else:
+        _set(tail, NEXT, instr)
+
+
+def link_fast(list records, Py_ssize_t k, object comp, dict names, list numbers, object root, list pending_calls,
+              Linker linker):
+    """Builds and links ``records[k:]`` while each is the builder's fast case (shape
+    cached or parsed by ``shape_of``, plain opcode, ``%a, %b`` operands, a new name,
+    at most one ROOT; the attribute tail raw, or split with called computations to
+    resolve later); returns (index of the first record left to the Python builder,
+    root so far).  Exactly ``Builder._computation``'s paths for those records, slot
+    for slot ``Instruction._init_slots`` and ``Computation._link`` (tested on the corpus)."""
+    cdef Py_ssize_t n = PyList_GET_SIZE(records)
+    cdef tuple r, fields
     cdef str name, operand_text
-    cdef dict users, attrs
+    cdef dict attrs
     cdef PyObject* p
     tail = comp._tail
     count = comp._count
@@ -207,75 +255,45 @@ cdef tuple _link(list records, Py_ssize_t k, object comp, dict names, dict shape
         while k < n:
             r = <tuple>PyList_GET_ITEM(records, k)
             name = <str>PyTuple_GET_ITEM(r, 2)
-            p = PyDict_GetItem(shapes, <object>PyTuple_GET_ITEM(r, 3))
+            if PyDict_GetItem(names, name) != NULL:
+                break
+            shape_text = <str>PyTuple_GET_ITEM(r, 3)
+            p = PyDict_GetItem(linker.shapes, shape_text)
             if p != NULL:
                 shape = <object>p
             else:  # parsed and cached as the builder's general path does; None: that path says why
-                shape = shape_of(<object>PyTuple_GET_ITEM(r, 3))
+                shape = linker.shape_of(shape_text)
                 if shape is None:
                     break
-            p = PyDict_GetItem(opcodes, <object>PyTuple_GET_ITEM(r, 5))
+            p = PyDict_GetItem(linker.opcodes, <object>PyTuple_GET_ITEM(r, 5))
             if p == NULL:
                 break
             opcode = <object>p
-            if PyDict_GetItem(names, name) != NULL:
-                break
             attrs_rec = <object>PyTuple_GET_ITEM(r, 9)
             attrs = None
             if type(attrs_rec) is not str and attrs_rec:
-                attrs = _attribute_dict(<list>attrs_rec, computation_attrs)
+                attrs = _attribute_dict(<list>attrs_rec, linker.computation_attrs)
                 if attrs is None:
                     break
             operand_text = <str>PyTuple_GET_ITEM(r, 7)
-            operands = ()
-            param_no = None
-            literal = None
-            if opcode is parameter:
-                if not _param_number(operand_text, &pn):
-                    break
-                param_no = pn
-            elif opcode is constant:
-                literal = operand_text.strip()
-                if not literal or not literal_ok(literal, shape):
-                    break
-            else:
-                operands = _operands(operand_text, 0, PyUnicode_GET_LENGTH(operand_text), names, strip_comments)
-                if operands is None:  # the Python builder reads it (or says what is wrong)
-                    break
+            fields = linker.operand_fields(operand_text, 0, PyUnicode_GET_LENGTH(operand_text), opcode, shape, shape_text,
+                                           names)
+            if fields is None:  # the Python builder reads it (or says what is wrong)
+                break
             is_root = <object>PyTuple_GET_ITEM(r, 1)
             if is_root and root is not None:
                 break
-            instr = _make(instruction, comp, name, opcode, shape, operands, attrs, attrs_rec, param_no, literal, tail,
-                          computation_attrs, pending_calls, None, None)
-            if param_no is not None:
-                numbers.append(param_no)
+            instr = _make(linker.instruction, comp, name, opcode, shape, fields[0], attrs, attrs_rec, fields[1], fields[2],
+                          tail, linker.computation_attrs, pending_calls, None, None)
+            if fields[1] is not None:
+                numbers.append(fields[1])
             if is_root:
                 root = instr
-            # Computation._link, appending
-            names[name] = instr
+            _append(comp, names, name, instr, tail)
             count += 1
-            if tail is None:
-                comp._head = instr
-            else:
-                _set(tail, NEXT, instr)
             tail = instr
             k += 1
     finally:
         comp._tail = tail
         comp._count = count
     return k, root
-
-
-def link_fast(list records, Py_ssize_t k, object comp, dict names, dict shapes, object shape_of, dict opcodes,
-              object parameter, object constant, list numbers, object root, object literal_ok, object instruction,
-              frozenset computation_attrs, list pending_calls, object strip_comments):
-    """Builds and links ``records[k:]`` while each is the builder's fast case (shape
-    cached or parsed by ``shape_of``, plain opcode, ``%a, %b`` operands, a new name,
-    at most one ROOT; the attribute tail raw, or split with called computations to
-    resolve later); returns (index of the first record left to the Python builder,
-    root so far).  Exactly ``Builder._computation``'s paths for those records, slot
-    for slot ``Instruction._init_slots`` and ``Computation._link`` (tested on the corpus)."""
-    if instruction is not _slots_of:
-        slot_offsets(instruction)
-    return _link(records, k, comp, names, shapes, shape_of, opcodes, parameter, constant, numbers, root, literal_ok,
-                 instruction, computation_attrs, pending_calls, strip_comments)

@@ -32,9 +32,10 @@ class Builder:
     def __init__(self, loc: Locator, *, core=COMPILED):
         self.loc = loc
         self._core = core
-        self._link_fast = core.link_fast if core is not None else None  # the fast path below, compiled
-        self._link_args = (_SHAPES, _cached_shape, _FAST_OPCODES, HloOpcode.PARAMETER, HloOpcode.CONSTANT, self._literal_ok,
-                           Instruction, COMPUTATION_ATTRS, _strip_index_comments)
+        # the fast path below, compiled, with what it looks up and calls back
+        self._linker = None if core is None else core.Linker(
+            _SHAPES, _cached_shape, _FAST_OPCODES, HloOpcode.PARAMETER, HloOpcode.CONSTANT, _LITERALS_OK, self._literal_ok,
+            Instruction, COMPUTATION_ATTRS, _strip_index_comments)
         self.saw_operand_shapes = False
         self._nesting = 0  # operands written as instructions, how deep (bounded)
 
@@ -65,7 +66,7 @@ class Builder:
     def whole_computations(self, text: str, off: int, rec: ModuleRecord) -> tuple[int, int, int]:
         """``add`` for whole computations as XLA prints them, scanned and built by the
         compiled core (scanner.scan_module's ``whole_computations``; only with a core)."""
-        return self._core.build_computations(text, off, rec, self, computation_header, InstrRecord, Computation, self._link_args)
+        return self._core.build_computations(text, off, rec, self, computation_header, Computation, self._linker)
 
     def _start(self, rec: ModuleRecord) -> None:
         module = self.module = Module(rec.name or "")
@@ -143,7 +144,7 @@ class Builder:
         go to computations defined before their caller (XLA's order; those the
         compiled builder resolved while building, ``resolved_calls``, do) need no walk."""
         order = {c: i for i, c in enumerate(self.module.computations)}
-        if all(order.get(callee, -1) < order.get(instr._parent, -1) and callee in order
+        if all(callee in order and order[callee] < order.get(instr._parent, -1)
                for instr, key, _, _ in self.pending_calls for callee in instr._called[key]):
             return
         calls: dict[Computation, list[tuple[Computation, int]]] = {}
@@ -223,14 +224,12 @@ class Builder:
         numbers: list[int] = []
         self._numbers = numbers
         self._nested_params: dict[str, int] = {}  # name -> offset of its number
-        link_fast, literal_ok = self._link_fast, self._literal_ok
+        linker, literal_ok = self._linker, self._literal_ok
         records = crec.instrs
         k, n = 0, len(records)
         while k < n:
-            if link_fast is not None:  # the fast path below, compiled: up to the first record it leaves here
-                k, root = link_fast(records, k, comp, names, _SHAPES, _cached_shape, _FAST_OPCODES, PARAMETER, CONSTANT,
-                                    numbers, root, literal_ok, Instruction, COMPUTATION_ATTRS, pending_calls,
-                                    _strip_index_comments)
+            if linker is not None:  # the fast path below, compiled: up to the first record it leaves here
+                k, root = self._core.link_fast(records, k, comp, names, numbers, root, pending_calls, linker)
                 if k == n:
                     break
             r = records[k]
@@ -253,7 +252,7 @@ class Builder:
                         ok = False
                 elif opcode is CONSTANT:
                     literal = operand_text.strip()
-                    ok = bool(literal) and literal_ok(literal, shape)
+                    ok = bool(literal) and literal_ok(literal, shape, shape_text)
                 elif operand_text:
                     if "[" in operand_text:
                         ok = False
@@ -383,11 +382,13 @@ class Builder:
 
     _LITERAL_CHECK_LIMIT = 200_000  # characters; longer literals are kept unchecked
 
-    def _literal_ok(self, literal: str, shape) -> bool:
+    def _literal_ok(self, literal: str, shape, shape_text: str) -> bool:
+        """``check_literal`` passes; remembered per (literal, shape as written), which
+        the compiled fast path asks first (`constant(0)` comes back thousands of times)."""
         if len(literal) > self._LITERAL_CHECK_LIMIT:
             return True
         short = len(literal) <= 32
-        if short and (literal, shape) in _LITERALS_OK:  # `constant(0)` comes back thousands of times
+        if short and (literal, shape_text) in _LITERALS_OK:
             return True
         try:
             check_literal(literal, shape)
@@ -396,7 +397,7 @@ class Builder:
         if short:
             if len(_LITERALS_OK) > 4096:
                 _LITERALS_OK.clear()
-            _LITERALS_OK.add((literal, shape))
+            _LITERALS_OK.add((literal, shape_text))
         return True
 
     def _check_literal(self, r: InstrRecord, literal: str, shape) -> None:
@@ -679,8 +680,8 @@ def _cached_shape(text: str) -> Shape | None:
         return None
 
 
-#: (literal, shape) pairs check_literal accepted: a literal's check depends on nothing else.
-_LITERALS_OK: set[tuple[str, Shape]] = set()
+#: (literal, shape text) pairs check_literal accepted: a literal's check depends on nothing else.
+_LITERALS_OK: set[tuple[str, str]] = set()
 #: An operand's written shape: an array `f32[...` or a buffer `b(` (a tuple starts with `(`).
 _OPERAND_SHAPE_START = re.compile(r"[a-z][a-z0-9]*\[|b[ \t\r\n]*\(")
 #: A computation-valued attribute whose value is a body, not names: `{ p = ...`.

@@ -54,9 +54,9 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True, comp
     if not isinstance(text, str):
         raise TypeError(f"parse() takes HLO text (str), got {type(text).__name__}; use load() for a path")
     loc = Locator(text, source)
+    core = COMPILED if compiled else None
     with collector_paused():  # many small objects, no garbage: full collections would walk them all
         if use_scanner:
-            core = COMPILED if compiled else None
             builder = Builder(loc, core=core)
             scanned = blank_multiline_comments(text, core=core)  # same offsets, so loc still names lines and columns
             try:
@@ -66,7 +66,7 @@ def parse(text: str, source: str = "<string>", *, use_scanner: bool = True, comp
             except Unsupported:
                 pass  # not laid out as XLA prints: the grammar reads it whole
         rec = grammar.parse_module_records(text, loc)
-        return Builder(loc, core=COMPILED if compiled else None).build(rec)
+        return Builder(loc, core=core).build(rec)
 
 
 def read_hlo_text(path: str | os.PathLike, *, max_bytes: int | None = None) -> str:

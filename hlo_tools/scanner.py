@@ -183,7 +183,7 @@ RESOLVED_KEYS = ("to_apply", "calls", "condition", "body", "select", "scatter", 
 NEEDS_RESOLUTION = re.compile(r",[ \t]*(?:" + "|".join(map(re.escape, RESOLVED_KEYS)) + r")[ \t]*=")
 
 
-_CORE_VERSION = 1  # hlo_tools/_scan.pyx's VERSION that this file is written against
+_CORE_VERSION = 2  # hlo_tools/_scan.pyx's VERSION that this file is written against
 
 
 def _compiled_core() -> ModuleType | None:
