@@ -283,16 +283,12 @@ cdef object _built(str text, const unsigned char* s, Fields* lines, Py_ssize_t n
         opcode = _lookup(_OPCODE_MAP, text, s, f.op_s, f.op_e, linker.opcodes.get)
         if opcode is None:
             return None
+        attrs_rec = _tail(text, s, f)
         attrs = None
-        attrs_rec = None
-        if f.tail_e > f.tail_s:
-            if _raw_tail(s, f.tail_s, f.tail_e):
-                attrs_rec = PyUnicode_Substring(text, f.tail_s, f.tail_e)
-            else:
-                attrs_rec = _split_tail(text, s, f.tail_s, f.tail_e)
-                attrs = _attribute_dict(<list>attrs_rec, linker.computation_attrs)
-                if attrs is None:
-                    return None
+        if type(attrs_rec) is not str and attrs_rec:
+            attrs = _attribute_dict(<list>attrs_rec, linker.computation_attrs)
+            if attrs is None:
+                return None
         shape_text = PyUnicode_Substring(text, f.shape_s, f.shape_e) if opcode is linker.constant else None
         fields = linker.operand_fields(text, f.ops_s, f.ops_e, opcode, shape, shape_text, names)
         if fields is None:

@@ -356,15 +356,19 @@ cdef list _split_tail(str text, const unsigned char* s, Py_ssize_t p, Py_ssize_t
     return out
 
 
+cdef object _tail(str text, const unsigned char* s, Fields* f):
+    """A line's attributes as the Python scanner keeps them: [] for none, the raw
+    text while nothing needs resolving, else [(key, value, offset)]."""
+    if f.tail_e == f.tail_s:
+        return []
+    if _raw_tail(s, f.tail_s, f.tail_e):
+        return PyUnicode_Substring(text, f.tail_s, f.tail_e)
+    return _split_tail(text, s, f.tail_s, f.tail_e)
+
+
 cdef object _record(object record_type, str text, const unsigned char* s, Fields* f):
     """The InstrRecord the Python scanner makes of the same line."""
-    cdef object attrs
-    if f.tail_e == f.tail_s:
-        attrs = []
-    elif _raw_tail(s, f.tail_s, f.tail_e):
-        attrs = PyUnicode_Substring(text, f.tail_s, f.tail_e)
-    else:
-        attrs = _split_tail(text, s, f.tail_s, f.tail_e)
+    attrs = _tail(text, s, f)
     # a NamedTuple's instance is a tuple's layout: allocated as one, filled in place
     cdef object rec = PyType_GenericAlloc(<PyTypeObject*>record_type, 10)  # what tuple subclasses allocate with
     _put(rec, 0, f.name_s)
