@@ -80,6 +80,7 @@ def _phases(folder: Path) -> dict[str, float]:
             t4 = time.perf_counter()
             scan.communication_summary(m, dev)
             t5 = time.perf_counter()
+            m.release()  # as the scan's worker does
             del m, mc
         t6 = time.perf_counter()
         for key, dt in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):

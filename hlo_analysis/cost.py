@@ -111,7 +111,7 @@ def is_kernel(instr: Instruction) -> bool:
 
 
 def _elements(shape: Shape) -> int:
-    return shape.num_elements if shape.is_array else 0
+    return shape.num_elements  # 0 for a tuple, token or opaque shape
 
 
 def _elements_recursive(shape: Shape) -> int:
@@ -213,6 +213,7 @@ class CostAnalysis:
         self.module = module
         self._memo: dict[int, _Props] = {}
         self._recorded: dict[int, list[InstructionCost]] = {}  # a computation's own records, by id
+        self._fused: set[int] = set()  # fused computations met by price_callees_first's walk, by id
 
     # -- computations ---------------------------------------------------------
     def computation(self, comp: Computation, *, record: bool = False) -> _Props:
@@ -227,13 +228,23 @@ class CostAnalysis:
         """Prices every computation ``comp`` calls, transitively, in one walk of
         the call graph (callees first): later walks find them all known, instead
         of searching each fusion body for callees of its own."""
-        for c in comp.make_embedded_computations_post_order(known=self._memo):
+        fused = self._fused
+
+        def callees(instr: Instruction) -> tuple[Computation, ...]:
+            called = instr.called_computations
+            if called and instr.opcode is _H.FUSION:
+                fused.update(map(id, called))
+            return called
+
+        for c in comp.make_embedded_computations_post_order(known=self._memo, via=callees):
             if id(c) not in self._memo:
                 self._price(c, False)
 
     def _price(self, comp: Computation, record: bool) -> _Props:
         """``computation`` once its callees are priced."""
         key = id(comp)
+        if not record and key in self._fused:
+            return self._price_fused(comp)
         total = _Props()
         own: list[InstructionCost] = []
         for instr in comp:
@@ -246,6 +257,23 @@ class CostAnalysis:
         self._memo[key] = total
         if record:
             self._recorded[key] = own
+        return total
+
+    def _price_fused(self, comp: Computation) -> _Props:
+        """A fused computation's flops and transcendentals, all that its fusion takes
+        from it (the fusion's bytes are its parameters' and outputs', ``_fusion``):
+        the elementwise members, most of it, are counted without pricing their bytes."""
+        total = _Props()
+        for instr in comp:
+            op = instr.opcode
+            if op in _ELEMENTWISE_FLOP_OPS:
+                if op in TRANSCENDENTAL_OPS:
+                    total.trans += instr.shape.num_elements
+                else:
+                    total.flops += instr.shape.num_elements
+            elif op not in _FREE_OPS:
+                total.add(self.instruction(instr))
+        self._memo[id(comp)] = total
         return total
 
     def _callees_first(self, comp: Computation, record: bool) -> None:
@@ -745,6 +773,19 @@ def arithmetic_seconds(flops: float, transcendentals: float, flops_per_s: float,
     return flops / flops_per_s + transcendentals / transcendentals_per_s
 
 
+def kernel_seconds(compute_s: float, memory_s: float, launch_s: float) -> float:
+    """``KernelTime.time_s`` without the object: for callers that price many
+    kernels (a frozen dataclass costs more to make than the sum)."""
+    return max(compute_s, memory_s) + launch_s
+
+
+def kernel_bound(compute_s: float, memory_s: float, launch_s: float) -> str:
+    """``launch`` when the launch outweighs the body, else ``compute`` or ``memory``."""
+    if launch_s > max(compute_s, memory_s):
+        return "launch"
+    return "compute" if compute_s >= memory_s else "memory"
+
+
 @dataclass(frozen=True, slots=True)
 class KernelTime:
     """One kernel's roofline: ``max(compute, memory) + launch``. Compute and
@@ -757,11 +798,8 @@ class KernelTime:
 
     @property
     def time_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.launch_s
+        return kernel_seconds(self.compute_s, self.memory_s, self.launch_s)
 
     @property
     def bound(self) -> str:
-        """``launch`` when the launch outweighs the body, else ``compute`` or ``memory``."""
-        if self.launch_s > max(self.compute_s, self.memory_s):
-            return "launch"
-        return "compute" if self.compute_s >= self.memory_s else "memory"
+        return kernel_bound(self.compute_s, self.memory_s, self.launch_s)

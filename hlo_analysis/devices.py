@@ -68,6 +68,7 @@ class Device:
 
     def __post_init__(self):
         object.__setattr__(self, "bandwidth_curve", tuple(sorted((float(b), float(r)) for b, r in self.bandwidth_curve)))
+        object.__setattr__(self, "_bandwidths", {})  # footprint -> bandwidth_at's answer
 
     def bandwidth_at(self, footprint: float) -> float:
         """Bytes/s for a kernel that touches ``footprint`` bytes: interpolated on the
@@ -75,6 +76,13 @@ class Device:
         curve = self.bandwidth_curve
         if not curve:
             return self.memory_bandwidth
+        known = self._bandwidths.get(footprint)
+        if known is None:
+            known = self._bandwidths[footprint] = self._interpolated_bandwidth(footprint)
+        return known
+
+    def _interpolated_bandwidth(self, footprint: float) -> float:
+        curve = self.bandwidth_curve
         if footprint <= curve[0][0]:
             return curve[0][1]
         for (b0, r0), (b1, r1) in zip(curve, curve[1:]):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from hlo_tools import HloOpcode, Instruction
+from hlo_tools.ir import Computation
 from hlo_tools.attributes import parse_int_list
 from hlo_tools.opcode import ELEMENTWISE
 from hlo_tools.outline import path_around
@@ -124,7 +125,7 @@ def reuses_operand_elements(consumer: Instruction, index: int) -> bool:
     operand = consumer.operand(index)
     if op is HloOpcode.FUSION:
         body = consumer.fused_computation
-        param = next((p for p in body.parameters if p.parameter_number == index), None)
+        param = next((p for p in body if p.opcode is HloOpcode.PARAMETER and p.parameter_number == index), None)
         if param is None:
             return False
         return reused_within(param, body)
@@ -133,18 +134,21 @@ def reuses_operand_elements(consumer: Instruction, index: int) -> bool:
     return op not in _NO_REUSE
 
 
-def reused_within(value: Instruction, members: Iterable[Instruction]) -> bool:
+def reused_within(value: Instruction, members: Iterable[Instruction] | Computation) -> bool:
     """Would a fusion of ``members`` read an element of ``value`` more than once?
     Elements flow through members that read each element once (elementwise ops,
     bitcasts, slices); the first member on such a path that reuses its operand
     (a broadcast, a gather) makes the whole fusion recompute ``value`` per reuse.
-    Checking only the direct users misses ``broadcast(bitcast(rsqrt(x)))``."""
-    inside = {id(m) for m in members}
+    Checking only the direct users misses ``broadcast(bitcast(rsqrt(x)))``.
+    ``members`` may be a fused computation: all of it, asked of each user's
+    parent (no set of its members made per question)."""
+    body = members if isinstance(members, Computation) else None
+    inside = {id(m) for m in members} if body is None else None
     stack, seen = [value], set()
     while stack:
         v = stack.pop()
         for u, index in v.uses():
-            if id(u) not in inside or (id(u), index) in seen:
+            if (u.parent is not body if body is not None else id(u) not in inside) or (id(u), index) in seen:
                 continue
             seen.add((id(u), index))
             if reuses_operand_elements(u, index):
@@ -162,19 +166,28 @@ def shape_key(instr: Instruction) -> tuple:
     return (tuple(s.dims), tuple(layout) if layout is not None else None)
 
 
-_FUSIBLE: contextvars.ContextVar[dict[int, Decision] | None] = contextvars.ContextVar("hlo_fusible", default=None)
+@dataclass
+class _Answers:
+    """Per-instruction answers kept for one block of ``legality_memo``, keyed by id."""
+
+    fusible: dict[int, Decision] = field(default_factory=dict)
+    expensive: dict[int, bool] = field(default_factory=dict)  # is_expensive_producer
+
+
+_MEMO: contextvars.ContextVar[_Answers | None] = contextvars.ContextVar("hlo_legality_memo", default=None)
 
 
 @contextlib.contextmanager
-def fusible_memo() -> Iterator[None]:
-    """Within the block ``fusible`` answers each instruction once: for analyses
-    that ask about one module without changing it (opportunities asks per edge,
-    and a fusion producer on many edges walked its body each time)."""
-    token = _FUSIBLE.set({})
+def legality_memo() -> Iterator[None]:
+    """Within the block ``fusible`` and ``is_expensive_producer`` answer each
+    instruction once: for analyses that ask about one module without changing it
+    (opportunities asks per edge, and a fusion on many edges had its body walked
+    for each)."""
+    token = _MEMO.set(_Answers())
     try:
         yield
     finally:
-        _FUSIBLE.reset(token)
+        _MEMO.reset(token)
 
 
 def fusible(instr: Instruction) -> Decision:
@@ -183,12 +196,12 @@ def fusible(instr: Instruction) -> Decision:
     everything inside it is, nested fusions included (an explicit stack: fusion
     chains of any depth); the reason then names the path to the first that is not:
     "is a fusion whose %g is a fusion whose %x has a side effect"."""
-    memo = _FUSIBLE.get()
+    memo = _MEMO.get()
     if memo is None:
         return _fusible(instr)
-    d = memo.get(id(instr))
+    d = memo.fusible.get(id(instr))
     if d is None:
-        d = memo[id(instr)] = _fusible(instr)
+        d = memo.fusible[id(instr)] = _fusible(instr)
     return d
 
 
@@ -232,10 +245,10 @@ def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
     """``fusible`` for ``instr`` itself; ``_LOOK_INSIDE`` for a kLoop/kInput fusion."""
     op = instr.opcode
     if (op in _PLAIN and not instr.called_computations and instr.shape.is_array
-            and not instr.control_predecessors and not instr.control_successors):
+            and not instr.has_control_dependencies):
         return ALLOW
     if (op is HloOpcode.FUSION and instr.fusion_kind in ("kLoop", "kInput") and instr.fused_computation is not None
-            and not instr.control_predecessors and not instr.control_successors):
+            and not instr.has_control_dependencies):
         # XLA:CPU wraps lone ops (scatter, sort...) in kLoop fusions: look inside;
         # the walk inside asks each member for side effects (one walk, not two)
         return _LOOK_INSIDE
@@ -243,7 +256,7 @@ def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
         return Decision.forbid("is a parameter")
     if op in NON_DETERMINISTIC or effects.instruction(instr):
         return Decision.forbid("has a side effect")
-    if instr.control_predecessors or instr.control_successors:
+    if instr.has_control_dependencies:
         return Decision.forbid("has a control dependency")
     if op in (HloOpcode.DOT, HloOpcode.CONVOLUTION, HloOpcode.RAGGED_DOT, HloOpcode.SCALED_DOT):
         # XLA:CPU calls Eigen/oneDNN (or its own tiled emitter) for these
@@ -408,6 +421,16 @@ def keeps_loop_state_order(producer: Instruction, consumers: Iterable[Instructio
 
 def is_expensive_producer(instr: Instruction) -> bool:
     """``is_expensive`` extended to fusions: a fusion is expensive if anything in it is."""
+    memo = _MEMO.get()
+    if memo is None:
+        return _is_expensive_producer(instr)
+    r = memo.expensive.get(id(instr))
+    if r is None:
+        r = memo.expensive[id(instr)] = _is_expensive_producer(instr)
+    return r
+
+
+def _is_expensive_producer(instr: Instruction) -> bool:
     body = instr.fused_computation
     if body is not None:
         return any(i.opcode is not HloOpcode.PARAMETER and is_expensive(i) for i in body)

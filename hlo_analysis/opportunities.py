@@ -25,10 +25,10 @@ from hlo_tools.ir import Computation, Instruction, Module
 from hlo_tools.opcode import HloOpcode
 from hlo_tools.side_effects import one_memo
 
-from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, is_kernel, shape_size
+from .cost import InstructionCost, ModuleCost, analyze, arithmetic_seconds, is_kernel, kernel_seconds, shape_size
 from .devices import Device
 from .gpu_kernel_model import utilization_memo
-from .legality import can_fuse, creates_cycle, fusible, fusible_memo
+from .legality import can_fuse, creates_cycle, fusible, legality_memo
 from .patterns import Patterns, edge_label
 
 _H = HloOpcode
@@ -36,9 +36,10 @@ _TRANSPARENT = frozenset({_H.BITCAST, _H.GET_TUPLE_ELEMENT})
 SIGNATURE_DEPTH = 4
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Opportunity:
-    """One edge across a kernel boundary."""
+    """One edge across a kernel boundary (not frozen: a module has tens of
+    thousands, and a frozen dataclass's constructor costs three times as much)."""
 
     kind: str  # "producer-consumer" | "sibling"
     computation: str
@@ -93,27 +94,38 @@ def _kernel_users(instr: Instruction, out: dict[Instruction, None] | None = None
     return list(out) if top else []
 
 
-def _chain(instr: Instruction, depth: int) -> list[str]:
+class _Labels(dict):
+    """instruction -> ``_label``, each asked once in a walk over many edges."""
+
+    def __missing__(self, instr: Instruction) -> str:
+        label = self[instr] = _label(instr)
+        return label
+
+
+def _chain(instr: Instruction, depth: int, label=_label) -> list[str]:
     """Opcode labels from ``instr`` down its largest operand (the main data path)."""
     labels = []
     node: Instruction | None = instr
     while node is not None and len(labels) < depth:
-        labels.append(_label(node))
+        labels.append(label(node))
         ops = [_through(o) for o in node.operands]
         ops = [o for o in ops if o.opcode not in (_H.PARAMETER, _H.CONSTANT)]
         node = max(ops, key=lambda o: shape_size(o.shape)) if ops else None
     return labels
 
 
-def signature(producer: Instruction, consumer: Instruction, chains: dict[int, list[str]] | None = None) -> str:
+def signature(producer: Instruction, consumer: Instruction, chains: dict[int, list[str]] | None = None,
+              labels: _Labels | None = None) -> str:
     """``consumer<-producer<-...`` e.g. ``reduce<-exponential<-subtract<-broadcast``.
-    ``chains``: a memo of producers' chains, for a walk over many edges of one module."""
+    ``chains`` and ``labels``: memos of producers' chains and of labels, for a
+    walk over many edges of one module."""
+    label = labels.__getitem__ if labels is not None else _label
     chain = chains.get(id(producer)) if chains is not None else None
     if chain is None:
-        chain = _chain(producer, SIGNATURE_DEPTH - 1)
+        chain = _chain(producer, SIGNATURE_DEPTH - 1, label)
         if chains is not None:
             chains[id(producer)] = chain
-    return "<-".join([_label(consumer), *chain])
+    return "<-".join([label(consumer), *chain])
 
 
 def _legality(producer: Instruction, consumer: Instruction, direct: Instruction, check_cycle: bool,
@@ -137,13 +149,13 @@ def _time(flops: float, trans: float, bytes_: float, device: Device, launches: i
     fused one would be (matmul or not) is not known here, so no matmul peak and no
     per-opcode profile, unlike ``roofline.estimate``."""
     compute = arithmetic_seconds(flops, trans, device.vector_flops, device.transcendentals_per_s)
-    return KernelTime(compute, bytes_ / device.bandwidth_at(bytes_), launches * device.launch_overhead_s).time_s
+    return kernel_seconds(compute, bytes_ / device.bandwidth_at(bytes_), launches * device.launch_overhead_s)
 
 
 def find(module: Module, device: Device, cost: ModuleCost | None = None, *,
          cycle_check_top: int = 64, siblings: bool = True) -> list[Opportunity]:
     """Every producer->consumer and sibling edge across kernels in ``module``."""
-    with one_memo(), fusible_memo(), utilization_memo():  # each asked once per instruction, not once per edge
+    with one_memo(), legality_memo(), utilization_memo():  # each asked once per instruction, not once per edge
         return _find(module, device, cost or analyze(module), cycle_check_top, siblings)
 
 
@@ -169,6 +181,7 @@ def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Devic
              cycle_check_top: int, siblings: bool) -> list[Opportunity]:
     zero = InstructionCost("", "", "", 0, 0, 0, 0, 0)
     edges = []  # (bytes_saved, producer, consumer, direct, time_saved)
+    readers: dict[Instruction, list[Instruction]] = {}  # producer -> _kernel_users
     for consumer in comp:
         if not is_kernel(consumer):
             continue
@@ -179,7 +192,10 @@ def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Devic
                 continue
             pc = costs.get(producer.name, zero)
             read = shape_size(direct.shape)
-            sole = _kernel_users(producer) == [consumer]
+            users = readers.get(producer)
+            if users is None:
+                users = readers[producer] = _kernel_users(producer)
+            sole = users == [consumer]
             if sole:
                 saved = read + min(read, pc.bytes_written)
                 fused = _time(pc.flops + cc.flops, pc.transcendentals + cc.transcendentals,
@@ -194,42 +210,45 @@ def _find_in(comp: Computation, costs: dict[str, InstructionCost], device: Devic
             edges.append((saved, producer, consumer, direct, before - fused))
     edges.sort(key=lambda e: -e[0])
     out = []
-    chains: dict[int, list[str]] = {}
-    position = _positions(comp) if edges and cycle_check_top > 0 else None
+    chains: dict[int, list[str]] = {}  # producer -> its chain, for signature
+    labels = _Labels()
+    position = _positions(comp) if cycle_check_top > 0 else None
     for rank, (saved, producer, consumer, direct, dt) in enumerate(edges):
         legal, reason = _legality(producer, consumer, direct, rank < cycle_check_top, position)
         out.append(Opportunity("producer-consumer", comp.name, producer.name, consumer.name,
-                               signature(producer, consumer, chains), edge_label(patterns, producer, consumer),
+                               signature(producer, consumer, chains, labels), edge_label(patterns, producer, consumer),
                                saved, dt, legal, reason))
     if siblings:
-        out.extend(_siblings(comp, device, patterns, cycle_check_top))
+        out.extend(_siblings(comp, device, patterns, cycle_check_top, labels, position, readers))
     return out
 
 
-def _siblings(comp: Computation, device: Device, patterns: Patterns, cycle_check_top: int) -> list[Opportunity]:
+def _siblings(comp: Computation, device: Device, patterns: Patterns, cycle_check_top: int, labels: _Labels,
+              position: dict[int, int] | None, readers: dict[Instruction, list[Instruction]]) -> list[Opportunity]:
     pairs = []
     for value in comp:
         if value.opcode in _TRANSPARENT or value.opcode is _H.CONSTANT:
             continue
-        users = [u for u in _kernel_users(value) if is_kernel(u) and u.parent is comp]
         size = shape_size(value.shape) if not value.shape.is_tuple else 0
         if size == 0:
             continue
+        users = readers.get(value)
+        if users is None:
+            users = _kernel_users(value)
+        users = [u for u in users if is_kernel(u) and u.parent is comp]
         for a, b in zip(users, users[1:]):  # neighbours in program order: linear, not quadratic
             pairs.append((size, value, a, b))
     pairs.sort(key=lambda p: -p[0])
     fus: dict = {}
     out = []
-    position = None
     for rank, (size, value, a, b) in enumerate(pairs):
-        la, lb = sorted((_label(a), _label(b)))
-        sig = f"{la}|{lb}<-{_label(value)}"
+        la, lb = sorted((labels[a], labels[b]))
+        sig = f"{la}|{lb}<-{labels[value]}"
         da = fus.get(a) or fus.setdefault(a, fusible(a))
         db = fus.get(b) or fus.setdefault(b, fusible(b))
         if not da or not db:
             legal, reason = False, (da.reason if not da else db.reason)
         elif rank < cycle_check_top:
-            position = position or _positions(comp)
             legal = not creates_cycle(a, b, position)
             reason = "" if legal else "would create a cycle"
         else:

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import COLLECTIVES, HloOpcode
 
-from .cost import InstructionCost, KernelTime, ModuleCost, analyze, arithmetic_seconds, executions, kernel_instructions
+from .cost import (InstructionCost, ModuleCost, analyze, arithmetic_seconds, executions, kernel_bound, kernel_instructions,
+                   kernel_seconds)
 from .devices import Device
 from .gpu_kernel_model import combine as gpu_combine
 from .gpu_kernel_model import kernel_cost as gpu_kernel_cost
@@ -160,6 +161,13 @@ def _is_batched_dot(i: Instruction) -> bool:
     return i.opcode is _H.DOT and bool((i.attribute("lhs_batch_dims") or "").strip("{}"))
 
 
+def _named_attention(instr: Instruction) -> bool:
+    """The op_name or the instruction's name mentions attention (asked last: reading
+    the metadata parses the instruction's attributes)."""
+    name = (_op_name(instr) + " " + instr.name).lower()
+    return "attention" in name or "attn" in name
+
+
 def category(instr: Instruction, body: list[Instruction] | None = None) -> str:
     """matmul / attention / memory-bound fusion / collective / copy / other.
 
@@ -169,17 +177,15 @@ def category(instr: Instruction, body: list[Instruction] | None = None) -> str:
     op = instr.opcode
     wrapped = instr.async_wrapped_opcode
     body = _wrapped_body(instr) if body is None else body
-    name = (_op_name(instr) + " " + instr.name).lower()
-    attention = "attention" in name or "attn" in name
     if op in COLLECTIVES or (wrapped is not None and wrapped in COLLECTIVES) or any(i.opcode in COLLECTIVES for i in body):
         return "collective"
     dots = [i for i in body if i.opcode in _MATMUL_OPS] if body else ([instr] if op in _MATMUL_OPS else [])
     target = (instr.custom_call_target or "") if op is _H.CUSTOM_CALL else ""
     if dots or "gemm" in target or "matmul" in target:
-        return "attention" if attention and any(_is_batched_dot(d) for d in dots) else "matmul"
+        return "attention" if any(_is_batched_dot(d) for d in dots) and _named_attention(instr) else "matmul"
     if body:
         ops = {i.opcode for i in body}
-        if attention and _H.EXPONENTIAL in ops and _H.REDUCE in ops:
+        if _H.EXPONENTIAL in ops and _H.REDUCE in ops and _named_attention(instr):
             return "attention"
         if ops <= {_H.PARAMETER, _H.COPY, _H.TRANSPOSE, _H.BITCAST}:
             return "copy"
@@ -264,9 +270,9 @@ def estimate(instr: Instruction, cost: InstructionCost, device: Device, cat: str
         memory = max(cost.bytes_accessed, 0.0) / device.bandwidth_at(cost.bytes_accessed)
         library = dtype and device.library_call_overhead_s and not _is_matrix_vector(instr)
         launch = device.library_call_overhead_s if library else device.launch_overhead_s
-    t = KernelTime(compute, memory, launch)
     return KernelEstimate(cost.name, cost.computation, cost.opcode, cat, flops, cost.transcendentals,
-                          cost.bytes_accessed, compute, memory, launch, t.time_s, t.bound, executions)
+                          cost.bytes_accessed, compute, memory, launch, kernel_seconds(compute, memory, launch),
+                          kernel_bound(compute, memory, launch), executions)
 
 
 def roofline(module: Module, device: Device, cost: ModuleCost | None = None) -> Roofline:

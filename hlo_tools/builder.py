@@ -382,10 +382,13 @@ class Builder:
 
     _LITERAL_CHECK_LIMIT = 200_000  # characters; longer literals are kept unchecked
 
-    def _literal_ok(self, literal: str, shape, shape_text: str) -> bool:
+    @staticmethod
+    def _literal_ok(literal: str, shape, shape_text: str) -> bool:
         """``check_literal`` passes; remembered per (literal, shape as written), which
-        the compiled fast path asks first (`constant(0)` comes back thousands of times)."""
-        if len(literal) > self._LITERAL_CHECK_LIMIT:
+        the compiled fast path asks first (`constant(0)` comes back thousands of times).
+        Static: the core's Linker holds it, and a bound method would tie the builder
+        (and every instruction it made) into a cycle that only a collection frees."""
+        if len(literal) > Builder._LITERAL_CHECK_LIMIT:
             return True
         short = len(literal) <= 32
         if short and (literal, shape_text) in _LITERALS_OK:

@@ -323,6 +323,11 @@ class Instruction:
     def control_successors(self) -> tuple["Instruction", ...]:
         return tuple(self._control_successors)
 
+    @property
+    def has_control_dependencies(self) -> bool:
+        """Control predecessors or successors (XLA's HasControlDependencies); no tuple made."""
+        return bool(self._control_predecessors or self._control_successors)
+
     def add_control_predecessor(self, pred: "Instruction") -> None:
         if pred in self._control_predecessors:
             return
@@ -749,10 +754,12 @@ class Computation:
         computations an instruction counts as calling (default: all it calls)."""
         out: list[Computation] = []
         seen: set[int] = set()
-        called = via or (lambda instr: instr.called_computations)
 
         def callees(comp: Computation):
-            return (callee for instr in comp for callee in called(instr))
+            if via is not None:
+                return (callee for instr in comp for callee in via(instr))
+            # most instructions call nothing: their empty map is skipped without a call
+            return (callee for instr in comp if instr._called for comps in instr._called.values() for callee in comps)
 
         # an explicit stack (call chains of any depth): each callee after its own callees
         stack: list[tuple[Computation | None, Iterator[Computation]]] = [(None, callees(self))]
@@ -853,6 +860,27 @@ class Module:
         self.stack_frames: list[tuple[str, list[str]]] = []  # (section name, lines), verbatim
         self.print_operand_shapes = False  # print `f32[2] %x` operands (older XLA style)
         self._names_cache: dict[str, int] | None = None
+
+    def release(self) -> None:
+        """Empties the module, breaking the reference cycles between its objects
+        (operands and users, the instruction list, parents), so that its memory
+        returns at once by reference counting instead of waiting for a cyclic
+        collection that walks every object: a third of the time, for a tool done
+        with a large module (``hlo scan``'s workers). The module is empty after."""
+        for comp in self.computations:
+            node = comp._head
+            while node is not None:
+                nxt = node._next
+                node._users = node._control_successors = node._prev = node._next = node._parent = None
+                node._operands = node._control_predecessors = ()
+                node._called = {}
+                node = nxt
+            comp._head = comp._tail = comp._root = comp.parent = None
+            comp._names = {}
+            comp._count = 0
+        self.computations = []
+        self.entry = None
+        self._names_cache = None
 
     # -- computations --------------------------------------------------------------
     def add_computation(self, comp: Computation, *, entry: bool = False) -> Computation:

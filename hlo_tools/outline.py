@@ -151,7 +151,7 @@ def check_region(comp: Computation, region: list[Instruction]) -> None:
             raise FusionError(f"%{instr.name} is not in computation %{comp.name}")
         if instr.opcode is HloOpcode.PARAMETER:
             raise FusionError(f"cannot fuse parameter %{instr.name}")
-        if instr.control_predecessors or instr.control_successors:
+        if instr.has_control_dependencies:
             raise FusionError(f"cannot fuse %{instr.name}: it has control dependencies")
     around = path_around(region)
     if around is not None:

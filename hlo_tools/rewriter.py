@@ -219,7 +219,7 @@ class Rewriter:
             self.changed = True
 
     def drop_all_control_deps(self, instr: Instruction) -> None:
-        if instr.control_predecessors or instr.control_successors:
+        if instr.has_control_dependencies:
             instr.drop_all_control_deps()
             self.changed = True
 

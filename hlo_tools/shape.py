@@ -223,8 +223,9 @@ class Shape:
     def is_tuple(self) -> bool:
         return self.element_type is PrimitiveType.TUPLE
 
-    @property
+    @cached_property
     def is_array(self) -> bool:
+        """Kept once asked (the shape is frozen): the analyses ask millions of times."""
         return self.element_type not in (PrimitiveType.TUPLE, PrimitiveType.TOKEN, PrimitiveType.OPAQUE)
 
     @property

@@ -348,3 +348,46 @@ ENTRY %e (p: f32[2]) -> f32[2] {
     assert 'metadata={op_name="jit(f)/neg"}' in out  # what the op is stays
     assert "metadata" not in out.splitlines()[-2]  # nothing left of the add's: no empty braces
     assert hlo_tools.parse(out).to_text() == out
+
+
+def test_release_frees_the_module_without_a_cyclic_collection():
+    """``Module.release`` breaks the module's cycles: its instructions (fused bodies,
+    called computations included) are freed by reference counting alone."""
+    import gc
+    import weakref
+
+    import corpus
+
+    entry = next(e for e in corpus.load() if e.name == "llama3-tiny-train-f32")
+    m = hlo_tools.parse(entry.text("cpu_after_optimizations"))
+    assert any(i.opcode is HloOpcode.FUSION for i in m.instructions())
+    refs = [weakref.ref(i) for i in m.instructions()]
+    refs += [weakref.ref(c) for c in m.computations]
+    assert len(refs) > 100
+    gc.disable()
+    try:
+        m.release()
+        assert m.computations == [] and m.entry is None
+        del m
+        alive = sum(r() is not None for r in refs)
+    finally:
+        gc.enable()
+    assert alive == 0
+
+
+def test_release_frees_control_edges():
+    import gc
+    import weakref
+
+    m = hlo_tools.parse(TEXT)
+    a, mul = m.entry.get_instruction("a"), m.entry.get_instruction("m")
+    mul.add_control_predecessor(a)
+    refs = [weakref.ref(i) for i in m.instructions()]
+    del a, mul
+    gc.disable()
+    try:
+        m.release()
+        del m
+        assert all(r() is None for r in refs)
+    finally:
+        gc.enable()
