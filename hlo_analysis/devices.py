@@ -76,9 +76,12 @@ class Device:
         curve = self.bandwidth_curve
         if not curve:
             return self.memory_bandwidth
-        known = self._bandwidths.get(footprint)
+        memo = self._bandwidths  # kernels of one size come back many times
+        known = memo.get(footprint)
         if known is None:
-            known = self._bandwidths[footprint] = self._interpolated_bandwidth(footprint)
+            if len(memo) > 65536:
+                memo.clear()
+            known = memo[footprint] = self._interpolated_bandwidth(footprint)
         return known
 
     def _interpolated_bandwidth(self, footprint: float) -> float:
