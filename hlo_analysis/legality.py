@@ -125,13 +125,25 @@ def reuses_operand_elements(consumer: Instruction, index: int) -> bool:
     operand = consumer.operand(index)
     if op is HloOpcode.FUSION:
         body = consumer.fused_computation
-        param = next((p for p in body if p.opcode is HloOpcode.PARAMETER and p.parameter_number == index), None)
+        param = _fused_parameters(body).get(index)
         if param is None:
             return False
         return reused_within(param, body)
     if op in (HloOpcode.BROADCAST, HloOpcode.GATHER):
         return consumer.shape.num_elements > operand.shape.num_elements
     return op not in _NO_REUSE
+
+
+def _fused_parameters(body: Computation) -> dict[int, Instruction]:
+    """Parameter number -> parameter of a fused computation (one walk of the body
+    per ``legality_memo`` block, not one per question)."""
+    memo = _MEMO.get()
+    params = memo.parameters.get(id(body)) if memo is not None else None
+    if params is None:
+        params = {p.parameter_number: p for p in body if p.opcode is HloOpcode.PARAMETER}
+        if memo is not None:
+            memo.parameters[id(body)] = params
+    return params
 
 
 def reused_within(value: Instruction, members: Iterable[Instruction] | Computation) -> bool:
@@ -172,6 +184,7 @@ class _Answers:
 
     fusible: dict[int, Decision] = field(default_factory=dict)
     expensive: dict[int, bool] = field(default_factory=dict)  # is_expensive_producer
+    parameters: dict[int, dict[int, Instruction]] = field(default_factory=dict)  # _fused_parameters
 
 
 _MEMO: contextvars.ContextVar[_Answers | None] = contextvars.ContextVar("hlo_legality_memo", default=None)
@@ -179,10 +192,10 @@ _MEMO: contextvars.ContextVar[_Answers | None] = contextvars.ContextVar("hlo_leg
 
 @contextlib.contextmanager
 def legality_memo() -> Iterator[None]:
-    """Within the block ``fusible`` and ``is_expensive_producer`` answer each
-    instruction once: for analyses that ask about one module without changing it
-    (opportunities asks per edge, and a fusion on many edges had its body walked
-    for each)."""
+    """Within the block ``fusible``, ``is_expensive_producer`` and a fused body's
+    parameters are found once per instruction: for analyses that ask about one
+    module without changing it (opportunities asks per edge, and a fusion on many
+    edges had its body walked for each)."""
     token = _MEMO.set(_Answers())
     try:
         yield

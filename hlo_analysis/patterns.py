@@ -140,6 +140,7 @@ class Patterns:
     def __init__(self, module: Module):
         self.flow = Flow(module)
         self._members: dict[int, set[str]] = defaultdict(set)
+        self._marked: set[int] = set()  # computations with a member, or calling one that has (ids)
         self._cache: dict[int, tuple[str, ...]] = {}
         self._softmax_max: set[int] = set()
         self._softmax_out: list[Instruction] = []
@@ -160,6 +161,18 @@ class Patterns:
     def _mark(self, label: str, instrs: Iterable[Instruction]) -> None:
         for i in instrs:
             self._members[id(i)].add(label)
+            self._mark_callers(i.parent)
+
+    def _mark_callers(self, comp: Computation | None) -> None:
+        """Notes that ``comp`` and every computation that fuses or calls it, up the
+        call graph, hold a member: ``labels`` walks only those bodies."""
+        stack = [comp]
+        while stack:
+            c = stack.pop()
+            if c is None or id(c) in self._marked:
+                continue
+            self._marked.add(id(c))
+            stack.extend(site.parent for site in self.flow.sites.get(id(c), ()))
 
     def labels(self, instr: Instruction) -> tuple[str, ...]:
         """The patterns ``instr`` (or anything fused or called inside it) belongs to, most specific first."""
@@ -167,6 +180,8 @@ class Patterns:
         if key not in self._cache:
             found = set(self._members.get(key, ()))
             for comp in instr.called_computations if instr.opcode in (_H.FUSION, _H.CALL) else ():
+                if id(comp) not in self._marked:
+                    continue  # nothing in it or below it belongs to a pattern
                 for inner in comp:  # a plain member's labels are its own: no call, no cache entry
                     if inner.opcode is _H.FUSION or inner.opcode is _H.CALL:
                         found.update(self.labels(inner))

@@ -415,13 +415,23 @@ def _worker_died(task: Task, how: str) -> dict[str, Any]:
 
 # -- workers that never outlive the scan ----------------------------------------------
 
+def _start_method() -> str:
+    """``fork`` while this process runs a single thread: the workers start at once,
+    with the analysis already imported. Else ``forkserver`` (whose server imports
+    this module once): a child forked from a threaded process (jax's threads, the
+    progress bar's) can deadlock. Threads counted by the kernel, native ones too."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:  # not Linux
+        return "forkserver"
+    return "fork" if threads == 1 else "forkserver"
+
+
 def _new_pool(jobs: int) -> ProcessPoolExecutor:
-    """A pool whose workers start from a fork server, never by ``fork`` of the
-    scan: the scan's process runs threads (jax's, the progress bar's), and a
-    child forked from a threaded process can deadlock. The server imports this
-    module once, so each worker starts without importing the analysis again."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["__main__", __name__])  # __main__: the default, for a script's task function
+    """A pool of worker processes that never outlive the scan (``_worker_init``)."""
+    context = multiprocessing.get_context(_start_method())
+    if context.get_start_method() == "forkserver":
+        context.set_forkserver_preload(["__main__", __name__])  # __main__: the default, for a script's task function
     try:
         cwd = os.getcwd()
     except OSError:  # the scan's folder was deleted: absolute paths still work
@@ -503,7 +513,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 
 def _run_batch(fn: Callable, tasks: list[tuple[int, Task]], args: tuple, jobs: int, on_done: Callable,
-               track_dir: str) -> tuple[list[int], list[int]]:
+               track_dir: str, on_started: Callable[[], None] = lambda: None) -> tuple[list[int], list[int]]:
     """Runs ``tasks`` on a fresh pool. Returns ``(done, in_flight_when_broken)``:
     the indices finished, and (if a worker died) the indices being analysed at
     that moment; the rest were never finished and can simply run again."""
@@ -513,6 +523,7 @@ def _run_batch(fn: Callable, tasks: list[tuple[int, Task]], args: tuple, jobs: i
     try:
         futures: dict[Future, tuple[int, Task]] = {pool.submit(_tracked, fn, i, track_dir, t, *args): (i, t)
                                                    for i, t in tasks}
+        on_started()
         pending = set(futures)
         while pending and not broken:
             finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
@@ -550,16 +561,17 @@ def _run_batch(fn: Callable, tasks: list[tuple[int, Task]], args: tuple, jobs: i
 
 
 def _run_pool(tasks: list[Task], device: str, cache_dir: str | None, jobs: int, on_done: Callable,
-              fn: Callable[..., dict[str, Any]] = analyze_task) -> None:
+              fn: Callable[..., dict[str, Any]] = analyze_task, on_started: Callable[[], None] = lambda: None) -> None:
     """Every task on a process pool; when a worker dies (BrokenProcessPool) the
     finished results are kept, the files it was on are tried again alone (one
     that kills its worker again is an error entry), and the rest run on a new
-    pool. ``fn`` is the task function (tests give one that aborts)."""
+    pool. ``fn`` is the task function (tests give one that aborts); ``on_started``
+    is called once the first pool's workers are up."""
     todo = list(enumerate(tasks))
     args = (device, cache_dir)
     with tempfile.TemporaryDirectory(prefix="hlo-scan-") as track_dir:
         while todo:
-            done, suspects = _run_batch(fn, todo, args, max(1, min(jobs, len(todo))), on_done, track_dir)
+            done, suspects = _run_batch(fn, todo, args, max(1, min(jobs, len(todo))), on_done, track_dir, on_started)
             finished = set(done)
             if not suspects and len(finished) == len(todo):
                 return
@@ -693,8 +705,13 @@ def scan(source: str | Path | None, out_dir: str | Path, *, device: str | None =
         bar = Progress(TextColumn("[bold]scan[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                        TextColumn("{task.description}"), transient=False,
                        console=Console(stderr=True))  # stdout is for the result (--json)
-        bar.start()
         tid = bar.add_task("", total=len(tasks))
+
+    def start_bar() -> None:
+        """Once the workers are up: the bar's refresh is a thread, and while this
+        process has one thread its workers are forked (``_start_method``)."""
+        if bar is not None and not bar.live.is_started:
+            bar.start()
 
     def on_done(r: dict[str, Any]) -> None:
         results.append(r)
@@ -710,9 +727,11 @@ def scan(source: str | Path | None, out_dir: str | Path, *, device: str | None =
             else:
                 on_done(r)
         if todo and use_ray:
+            start_bar()
             _run_ray(todo, device, cache_dir, ray_address, jobs, on_done)
         elif todo:
-            _run_pool(todo, device, cache_dir, jobs, on_done, _task_fn)
+            _run_pool(todo, device, cache_dir, jobs, on_done, _task_fn, on_started=start_bar)
+        start_bar()  # a scan the cache held whole shows its bar too
     except BaseException as e:
         if bar is not None:
             bar.stop()
