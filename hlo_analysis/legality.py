@@ -230,6 +230,8 @@ def _fusible(instr: Instruction) -> Decision:
             op = inner.opcode
             if op is HloOpcode.PARAMETER or op is HloOpcode.TUPLE:
                 continue
+            if op in _PLAIN_CALLS_NOTHING and inner.shape.is_array and not inner.has_control_dependencies:
+                continue  # _fusible_here's first answer, asked without the call (most of every body)
             d = _fusible_here(inner, effects)
             if d is _LOOK_INSIDE:
                 path.append(inner.name)
@@ -252,6 +254,9 @@ _LOOK_INSIDE = Decision.forbid("look inside")
 #: Opcodes fusible whenever the instruction calls nothing, has an array shape and
 #: no control edges: most of every fusion body, answered without the checks below.
 _PLAIN = (ELEMENTWISE | LOOP_FUSIBLE) - {HloOpcode.REDUCE, HloOpcode.GATHER} - NON_DETERMINISTIC
+#: The ones of them that never call a computation.
+_PLAIN_CALLS_NOTHING = _PLAIN - {HloOpcode.MAP, HloOpcode.REDUCE_WINDOW, HloOpcode.SCATTER, HloOpcode.SELECT_AND_SCATTER,
+                                 HloOpcode.SORT, HloOpcode.CUSTOM_CALL, HloOpcode.CALL, HloOpcode.FUSION}
 
 
 def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
