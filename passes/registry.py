@@ -113,6 +113,8 @@ def load_passes(path: str | Path) -> list[str]:
 
 #: ``replay:FILE`` names a decisions file written by ``hlo tune`` (``DecisionFusion``).
 REPLAY = "replay:"
+#: ``rule:FILE[#NAME]`` names the rules of a findings file written by ``hlo findings`` (``RuleFusion``).
+RULE = "rule:"
 
 
 def _load_installed(name: str) -> type[Pass] | None:
@@ -131,7 +133,8 @@ def _load_installed(name: str) -> type[Pass] | None:
 
 def get_pass(name: str, **options) -> Pass:
     """A new ``name`` pass built with ``options`` (``replay:FILE``: the decision set
-    in FILE); KeyError listing the known names, or saying what is wrong with FILE."""
+    in FILE; ``rule:FILE[#NAME]``: rules found by ``hlo findings``); KeyError
+    listing the known names, or saying what is wrong with FILE."""
     if name.startswith(REPLAY):
         from .fusion.decisions import DecisionFusion  # it imports the fusion passes listed here
 
@@ -142,6 +145,16 @@ def get_pass(name: str, **options) -> Pass:
             raise KeyError(f"{name}: cannot read {path}: {e.strerror or e}") from None
         except (ValueError, KeyError, TypeError) as e:
             raise KeyError(f"{name}: {path} is not a decisions file written by hlo tune: {e}") from None
+    if name.startswith(RULE):
+        from .fusion.rules import RuleFusion
+
+        spec = name[len(RULE):]
+        try:
+            return RuleFusion.load(spec)
+        except OSError as e:
+            raise KeyError(f"{name}: cannot read {spec.partition('#')[0]}: {e.strerror or e}") from None
+        except (ValueError, KeyError, TypeError) as e:
+            raise KeyError(f"{name}: {e}") from None
     cls = PASSES.get(name) or USER_PASSES.get(name) or _load_installed(name)
     if cls is None:
         raise KeyError(f"unknown pass {name!r}; available: {', '.join(available_passes())} "

@@ -19,8 +19,8 @@ from xla_bridge.compiler import parse_flags
 
 from ..console import stdout_console
 from .inputs import check_inputs
-from . import (analysis, bisect, collectives, divergence, passes, profile, quantize, reduce, regress, tune, upstream,
-               visualize, xla)
+from . import (analysis, bisect, collectives, divergence, findings, passes, profile, quantize, reduce, regress, tune,
+               upstream, visualize, xla)
 from .args import PipelineError, user_pipeline
 
 
@@ -163,14 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
 #: Modules that add subcommands: each has ``register(subparsers)`` and sets
 #: ``func`` on its parsers.
 _EXTENSIONS = (xla, passes, analysis, visualize, tune, bisect, divergence, reduce, upstream, collectives, regress,
-               profile, quantize)
+               profile, quantize, findings)
 
 
 #: Commands whose failures exit 2 ("cannot compile/run"), so that compare's exit 1
 #: keeps meaning "the outputs differ".
 _CANNOT_RUN_EXIT = {"compile": 2, "run": 2, "compare": 2, "bench": 2, "tune": 2,
                     "bisect": 2, "divergence": 2, "reduce": 2, "upstream": 2, "xla": 2, "regress": 2,
-                    "profile": 2, "quantize": 2}
+                    "profile": 2, "quantize": 2, "findings": 2}
 
 
 def _first_line(text: str) -> str:

@@ -1,0 +1,142 @@
+"""``hlo findings``: from what ``hlo tune`` wins on some model families to general
+rules, each a condition and an action (``passes.fusion.rules.Rule``), each a pass
+(``--passes rule:FILE#NAME``), validated on model families it was not derived
+from, and bundled for review with ``hlo upstream``. XLA:CPU, measured.
+
+    evidence (hlo tune per training module) -> derive (levers the winners share,
+    conditioned on a pattern) -> validate (held-out families, against BEST and stock)
+
+The method and the rules found on the corpus: docs/findings.md
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from hlo_tools.fileio import make_dirs, write_output
+from passes.fusion.rules import FORMAT
+
+from .derive import Derived, derive
+from .evidence import CorpusModule, ModuleEvidence, gather
+from .validate import Bench, Validation, validate
+
+#: The families held out by default: one dense Llama-like model and the MoE one
+#: that the training families (llama3, mistral, qwen3_moe) do not share a config with.
+DEFAULT_HELD_OUT = ("gemma2", "mixtral")
+
+
+def corpus_modules(pattern: str = "*-tiny-*") -> list[CorpusModule]:
+    """The bundled corpus's runnable unsharded modules matching ``pattern``, each
+    with its family (the manifest's architecture)."""
+    import fnmatch
+
+    import corpus
+
+    return [CorpusModule(e.name, e.meta.get("architecture") or e.name.split("-")[0], e.text("before_optimizations"))
+            for e in corpus.load() if e.runnable and not e.sharded and fnmatch.fnmatch(e.name, pattern)]
+
+
+def folder_modules(folder: str | Path) -> list[CorpusModule]:
+    """Every HLO text module in ``folder`` (a held-out set of the user's); its
+    family: the file name up to its first ``-``."""
+    from hlo_tools.parser import read_hlo_text
+
+    files = sorted(p for p in Path(folder).iterdir() if p.is_file() and (".hlo" in p.name or ".txt" in p.name))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no HLO text modules (*.hlo, *.hlo.txt, *.txt, optionally .gz)")
+    return [CorpusModule(p.name.split(".")[0], p.name.split("-")[0], read_hlo_text(p)) for p in files]
+
+
+def split(modules: Iterable[CorpusModule], held_out: Iterable[str]) -> tuple[list[CorpusModule], list[CorpusModule]]:
+    """(training, held-out) by family."""
+    held = set(held_out)
+    modules = list(modules)
+    return [m for m in modules if m.family not in held], [m for m in modules if m.family in held]
+
+
+@dataclass
+class Findings:
+    train: list[ModuleEvidence]
+    derived: list[Derived]
+    validations: list[Validation]
+    combined: dict[str, Any]
+    held_out_modules: list[str]
+    settings: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        by_name = {v.rule.name: v for v in self.validations}
+        return {
+            "format": FORMAT,
+            "target": None,
+            "backend": "cpu",
+            "settings": self.settings,
+            "train": [e.as_dict() for e in self.train],
+            "held_out_modules": self.held_out_modules,
+            "rules": [{**d.as_dict(), **by_name[d.rule.name].as_dict()} for d in self.derived],
+            "combined": self.combined,
+        }
+
+
+def find(train: list[CorpusModule], held_out: list[CorpusModule], *, budget: int = 12, reps: int = 100,
+         final_reps: int = 200, workers: int = 2, db: str | None = None, min_support: int = 2, seed: int = 0,
+         progress: Callable[[str], None] = lambda _m: None) -> Findings:
+    """Tunes ``train``, derives rules, validates them on ``held_out``."""
+    if not train:
+        raise ValueError("no training modules: every module is in a held-out family")
+    if not held_out:
+        raise ValueError("no held-out modules to validate the rules on")
+    evidence = gather(train, budget=budget, reps=reps, final_reps=final_reps, workers=workers, db=db, seed=seed,
+                      progress=progress)
+    derived = derive(evidence, min_support=min_support)
+    bench = Bench(reps=final_reps)
+    try:
+        validations, combined = validate([d.rule for d in derived], held_out, bench, progress)
+    finally:
+        bench.close()
+    settings = {"budget": budget, "reps": reps, "final_reps": final_reps, "min_support": min_support, "seed": seed,
+                "train_families": sorted({m.family for m in train}),
+                "held_out_families": sorted({m.family for m in held_out})}
+    return Findings(evidence, derived, validations, combined, [m.name for m in held_out], settings)
+
+
+def write(findings: Findings, out: str | Path) -> Path:
+    """``findings.json`` (also the rules' pass file) and ``findings.md`` in ``out``."""
+    from .report import markdown
+
+    out = make_dirs(out)
+    data = findings.as_dict()
+    write_output(out / "findings.json", json.dumps(data, indent=1) + "\n")
+    write_output(out / "findings.md", markdown(data, out / "findings.json"))
+    return out / "findings.json"
+
+
+def bundle_rules(findings: Findings, findings_file: Path, modules: list[CorpusModule], out: str | Path, *,
+                 reps: int = 50, seconds: float = 60.0, progress: Callable[[str], None] = lambda _m: None
+                 ) -> dict[str, dict[str, Any]]:
+    """An ``hlo upstream`` bundle per rule that held out, made on the held-out
+    module where it gained most: rule name -> the bundle's figures, or its error."""
+    from hlo_tools import parse
+    from passes.fusion.rules import RuleFusion
+
+    from ..debug.upstream import UpstreamError, make_bundle
+
+    texts = {m.name: m.text for m in modules}
+    out_dir = Path(out)
+    bundles: dict[str, dict[str, Any]] = {}
+    for v in findings.validations:
+        if not v.held_out:
+            continue
+        name = v.rule.name
+        trial = max(v.trials, key=lambda t: t.gain or 0.0)
+        spec = f"rule:{findings_file}#{name}"
+        progress(f"hlo upstream bundle of {name} on {trial.module}")
+        try:
+            b = make_bundle(parse(texts[trial.module], source=trial.module), [RuleFusion((v.rule,))], spec,
+                            out_dir / "upstream" / name, reps=reps, seconds=seconds)
+            bundles[name] = {"module": trial.module, **b.as_dict()}
+        except (UpstreamError, OSError) as e:
+            bundles[name] = {"module": trial.module, "error": str(e)}
+    return bundles

@@ -1,0 +1,95 @@
+"""What ``hlo tune`` wins on each module of the families rules are derived from:
+the winning decision set's knobs (edges name one module's instructions and do
+not carry over), how much it beat BEST by, and the patterns the module holds
+(the conditions a rule may take)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from passes.fusion.decisions import KNOBS, FusionDecisions
+from passes.fusion.rules import module_labels
+
+#: The decision-set fields a rule may set: the pipeline shape and every knob.
+FIELDS = ("pipeline", *KNOBS)
+
+
+@dataclass(frozen=True)
+class CorpusModule:
+    """A module to derive from or validate on: its name, model family and HLO text."""
+
+    name: str
+    family: str
+    text: str = field(repr=False)
+
+
+@dataclass
+class ModuleEvidence:
+    """One training module's tune result, as far as rules need it."""
+
+    name: str
+    family: str
+    labels: tuple[str, ...] = ()
+    decisions: dict[str, Any] = field(default_factory=dict)  # the winner's knobs and pipeline (no edges)
+    tuned: dict[str, float | None] = field(default_factory=dict)  # speedup, p10, p90 vs stock
+    best: dict[str, float | None] = field(default_factory=dict)  # BEST's, measured in the same run
+    outputs: str = ""
+    error: str = ""
+
+    @property
+    def won(self) -> bool:
+        """The tuned set beat BEST beyond the noise: its 10th percentile speedup over
+        stock is above BEST's median, both measured with the final repetitions."""
+        t, b = self.tuned.get("p10"), self.best.get("speedup")
+        return not self.error and t is not None and b is not None and t > b
+
+    def levers(self) -> list[tuple[str, Any]]:
+        """The winner's (field, value) pairs that differ from BEST's."""
+        return levers(self.decisions)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "won": self.won, "levers": [list(lv) for lv in self.levers()]}
+
+
+def levers(decisions: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(field, value) of ``decisions`` where it differs from BEST (``FusionDecisions()``)."""
+    default = FusionDecisions()
+    return [(f, decisions[f]) for f in FIELDS if f in decisions and decisions[f] != getattr(default, f)]
+
+
+def _speedups(m) -> dict[str, float | None]:
+    if m is None or not m.ok:
+        return {"speedup": None, "p10": None, "p90": None}
+    return {"speedup": m.speedup, "p10": m.speedup_p10, "p90": m.speedup_p90}
+
+
+def gather(modules: list[CorpusModule], *, budget: int, reps: int, final_reps: int, workers: int,
+           db: str | None, seed: int = 0, progress: Callable[[str], None] = lambda _m: None) -> list[ModuleEvidence]:
+    """``hlo tune`` (hill climbing, no random baseline) on each module; a search
+    run before with the same options is read back from the results database."""
+    from hlo_lab.tune.search import Tuner  # lazy: the passes and the XLA bridge
+
+    out = []
+    for n, m in enumerate(modules, 1):
+        progress(f"tune {m.name} ({n}/{len(modules)})")
+        ev = ModuleEvidence(m.name, m.family)
+        try:
+            tuner = Tuner(m.name, m.text, budget=budget, reps=reps, final_reps=final_reps, workers=workers, db=db,
+                          seed=seed, baseline=False)
+            result = tuner.run()
+        except Exception as e:  # noqa: BLE001 - one module's failure is its row, the others go on
+            ev.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            out.append(ev)
+            continue
+        ev.labels = tuple(sorted(module_labels(tuner.space.module)))
+        if result.main.best is not None:
+            d = result.main.best.proposal.decisions.as_dict()
+            ev.decisions = {f: d[f] for f in FIELDS}
+        ev.tuned, ev.best = _speedups(result.finals.get("tuned")), _speedups(result.finals.get("best"))
+        tuned = result.finals.get("tuned")
+        ev.outputs = tuned.verdict if tuned is not None else ""
+        if tuned is not None and not tuned.ok:
+            ev.error = tuned.error or tuned.status
+        out.append(ev)
+    return out

@@ -1,0 +1,164 @@
+"""Each rule on modules it was not derived from: on every held-out module where
+its condition holds, BEST with the rule against BEST alone, both measured against
+stock XLA:CPU in one worker (paired ABBA runs, outputs compared first). A rule
+holds out when it applies somewhere, no module gets slower beyond the noise, and
+its geomean gain over BEST is above 1.0. Then every rule that held, together
+(``apply_rules``), against stock: the findings pipeline's held-out figure."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hlo_tools import parse
+from passes.fusion.decisions import FusionDecisions
+from passes.fusion.rules import Rule, apply_rules, module_labels
+
+from .evidence import CorpusModule
+
+
+@dataclass
+class Timing:
+    """One decision set against stock on one module."""
+
+    speedup: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+    outputs: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.speedup is not None and self.outputs in ("exact", "close")
+
+
+@dataclass
+class Trial:
+    """A rule on one held-out module: the rule's timing and BEST's."""
+
+    module: str
+    family: str
+    rule: Timing
+    best: Timing
+
+    @property
+    def gain(self) -> float | None:
+        """The rule's speedup over BEST (both against stock)."""
+        return self.rule.speedup / self.best.speedup if self.rule.ok and self.best.ok else None
+
+    @property
+    def verdict(self) -> str:
+        """faster / slower / within noise / failed: the rule's p10-p90 range against BEST's."""
+        r, b = self.rule, self.best
+        if not (r.ok and b.ok):
+            return "failed"
+        if r.p10 > b.p90:
+            return "faster"
+        if r.p90 < b.p10:
+            return "slower"
+        return "within noise"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"module": self.module, "family": self.family, "rule": vars(self.rule), "best": vars(self.best),
+                "gain": self.gain, "verdict": self.verdict}
+
+
+@dataclass
+class Validation:
+    rule: Rule
+    trials: list[Trial] = field(default_factory=list)
+    not_applicable: list[str] = field(default_factory=list)  # held-out modules where the condition does not hold
+
+    @property
+    def geomean_gain(self) -> float | None:
+        return geomean([t.gain for t in self.trials])
+
+    @property
+    def hurts(self) -> list[str]:
+        return [t.module for t in self.trials if t.verdict in ("slower", "failed")]
+
+    @property
+    def held_out(self) -> bool:
+        g = self.geomean_gain
+        return bool(self.trials) and not self.hurts and g is not None and g > 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"held_out": self.held_out, "geomean_gain_over_best": self.geomean_gain, "hurts": self.hurts,
+                "not_applicable": self.not_applicable, "trials": [t.as_dict() for t in self.trials]}
+
+
+def geomean(xs) -> float | None:
+    xs = [x for x in xs if x is not None and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+class Bench:
+    """Measures decision sets against stock in one XLA worker process (an abort
+    is that timing's error), each (module, decision set) once."""
+
+    def __init__(self, *, reps: int):
+        from xla_bridge import worker  # lazy: the bridge
+
+        self.reps = reps
+        self.worker = worker.Worker()
+        self._memo: dict[tuple[str, str], Timing] = {}
+
+    def labels(self, m: CorpusModule) -> set[str]:
+        """The patterns of the module XLA hands the fusion hook (where the rule runs)."""
+        from hlo_lab.tune import evaluate  # lazy: the bridge
+
+        prep = self.worker.call(evaluate.prepare, (m.text, "cpu", None), {}, phase="compiling", module=m.name)
+        return module_labels(parse(prep["seen"], source=f"<{m.name} at the hook>"))
+
+    def time(self, m: CorpusModule, decisions: FusionDecisions) -> Timing:
+        from hlo_lab.tune import evaluate  # lazy: the bridge
+
+        key = (m.name, decisions.key())
+        if key not in self._memo:
+            try:
+                r = self.worker.call(evaluate.evaluate, (m.text, decisions.as_dict(), decisions.key()),
+                                     {"reps": self.reps}, phase="measuring", module=m.name)
+                self._memo[key] = Timing(r.speedup, r.speedup_p10, r.speedup_p90, r.verdict,
+                                         "" if r.ok else (r.error or r.status))
+            except Exception as e:  # noqa: BLE001 - an abort or compile error: this timing's error
+                self._memo[key] = Timing(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        return self._memo[key]
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def validate(rules: list[Rule], modules: list[CorpusModule], bench: Bench,
+             progress: Callable[[str], None] = lambda _m: None) -> tuple[list[Validation], dict[str, Any]]:
+    """Each rule on ``modules``, then the rules that held together; returns the
+    validations and the combined figures (per module, and geomeans vs stock)."""
+    labels = {}
+    for m in modules:
+        progress(f"reading {m.name} at the hook")
+        labels[m.name] = bench.labels(m)
+    out = []
+    for rule in rules:
+        v = Validation(rule)
+        for m in modules:
+            if not rule.holds(labels[m.name]):
+                v.not_applicable.append(m.name)
+                continue
+            progress(f"{rule.name} on {m.name}")
+            v.trials.append(Trial(m.name, m.family, bench.time(m, apply_rules([rule], labels[m.name])),
+                                  bench.time(m, FusionDecisions())))
+        out.append(v)
+    held = [v.rule for v in out if v.held_out]
+    rows = []
+    for m in modules:
+        progress(f"the rules that held, together, on {m.name}")
+        d = apply_rules(held, labels[m.name])
+        rows.append({"module": m.name, "family": m.family, "decisions_changed": d != FusionDecisions(),
+                     "findings": vars(bench.time(m, d)), "best": vars(bench.time(m, FusionDecisions()))})
+    combined = {
+        "rules": [r.name for r in held],
+        "modules": rows,
+        "held_out_geomean": geomean(r["findings"]["speedup"] for r in rows),
+        "best_geomean": geomean(r["best"]["speedup"] for r in rows),
+    }
+    return out, combined

@@ -1,0 +1,126 @@
+"""``hlo findings``: rules stated, derived from tune winners, run as passes, and
+validated end to end on a held-out module with the real XLA:CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import corpus
+import hlo_tools
+from hlo_lab.findings.derive import derive
+from hlo_lab.findings.evidence import ModuleEvidence
+from passes import PassManager
+from passes.fusion.decisions import FusionDecisions
+from passes.fusion.rules import FORMAT, Rule, RuleFusion, apply_rules, module_labels
+from passes.registry import get_pass
+from tests.conftest import run_hlo
+
+
+def _text(name: str, stage: str = "before_optimizations") -> str:
+    return next(e for e in corpus.load() if e.name == name).text(stage)
+
+
+def test_rules_state_their_condition_and_action():
+    r = Rule("no-lib", "pipeline", "best-no-library-dot", "softmax", False)
+    assert r.statement == ("When the module has no softmax pattern, leave dots to XLA:CPU's own dot emitter "
+                           "(no library-dot rewrite into YNNPACK/oneDNN calls).")
+    assert Rule("h", "horizontal_max_bytes", 16384).statement == \
+        "On every module, set horizontal_max_bytes to 16384 (BEST: 65536)."
+    assert r.holds({"RMSNorm"}) and not r.holds({"softmax"})
+    with pytest.raises(ValueError, match="unknown field"):
+        Rule("x", "edges", ())
+    with pytest.raises(ValueError, match="unknown pattern"):
+        Rule("x", "duplicate", False, "Attention")
+    with pytest.raises(ValueError, match="unknown pipeline"):
+        Rule("x", "pipeline", "fastest")
+
+
+def test_apply_rules_sets_each_field_once_where_the_condition_holds():
+    rules = [Rule("a", "pipeline", "loop-only", "softmax"), Rule("b", "pipeline", "priority"),
+             Rule("c", "duplicate", False, "RoPE", False)]
+    assert apply_rules(rules, {"softmax", "RoPE"}) == FusionDecisions(pipeline="loop-only")
+    assert apply_rules(rules, set()) == FusionDecisions(pipeline="priority", duplicate=False)
+
+
+def test_derive_conditions_a_lever_on_the_pattern_its_winners_share():
+    def row(name, won, pipeline, labels):
+        t = {"speedup": 1.5, "p10": 1.4 if won else 1.0, "p90": 1.6}
+        return ModuleEvidence(name, name.split("-")[0], tuple(labels), {"pipeline": pipeline}, t,
+                              {"speedup": 1.1, "p10": 1.0, "p90": 1.2}, "exact")
+
+    rows = [row("a-1", True, "loop-only", ["softmax"]), row("b-1", True, "loop-only", ["softmax", "RoPE"]),
+            row("c-1", False, "best", ["RoPE"]), row("d-1", True, "best-no-sibling", ["RMSNorm"]),
+            row("e-1", False, "loop-only", ["RMSNorm"])]  # took the lever, but did not beat BEST
+    [d] = derive(rows, min_support=2)
+    assert (d.rule.field, d.rule.value, d.rule.label, d.rule.present) == ("pipeline", "loop-only", "softmax", True)
+    assert d.support == ("a-1", "b-1") and d.precision == 1.0 and d.recall == 1.0
+    assert d.rule.name == "loop-only-with-softmax"
+    assert len(derive(rows, min_support=1)) == 2  # best-no-sibling, on d-1 alone
+
+
+def _findings_file(tmp_path, rules, held):
+    body = {"format": FORMAT, "target": None,
+            "rules": [{"rule": r.as_dict(), "held_out": h} for r, h in zip(rules, held)]}
+    path = tmp_path / "findings.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def test_a_rule_is_a_pass_that_runs_its_decisions_where_it_holds(tmp_path):
+    module = hlo_tools.parse(_text("llama3-tiny-prefill-f32"))
+    labels = module_labels(module)
+    assert "softmax" in labels
+    holds, fails = Rule("lo", "pipeline", "loop-only", "softmax"), Rule("nl", "pipeline", "loop-only", "softmax", False)
+    path = _findings_file(tmp_path, [holds, fails], [True, False])
+
+    def run(passes):
+        m = module.clone()
+        PassManager(passes).run(m)
+        return m.to_text()
+
+    loop_only, best = run(FusionDecisions(pipeline="loop-only").passes()), run(FusionDecisions().passes())
+    assert loop_only != best
+    assert run([get_pass(f"rule:{path}#lo")]) == loop_only
+    assert run([get_pass(f"rule:{path}#nl")]) == best  # its condition is false here: BEST
+    every = get_pass(f"rule:{path}")
+    assert isinstance(every, RuleFusion) and [r.name for r in every.rules] == ["lo"]  # the rules that held
+    with pytest.raises(KeyError, match="has no rule 'nope'"):
+        get_pass(f"rule:{path}#nope")
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(KeyError, match="not a findings file"):
+        get_pass(f"rule:{tmp_path / 'other.json'}")
+    with pytest.raises(KeyError, match="cannot read"):
+        get_pass(f"rule:{tmp_path / 'missing.json'}")
+
+
+def test_findings_end_to_end_on_a_held_out_module(tmp_path):
+    """One training module tuned (small budget), its winner's levers as rules
+    (support 1), each validated on a held-out module of another family, every
+    timing with outputs equal to stock's. The speedups themselves are the bench's
+    (bench/findings_holdout.py): here only what must hold whatever the noise."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "gemma2-tiny-prefill-f32.hlo").write_text(_text("gemma2-tiny-prefill-f32"))
+    out = tmp_path / "out"
+    r = run_hlo("findings", "corpus", "--only", "llama3-tiny-prefill-f32", "--held-out-dir", held, "-o", out,
+                "--budget", 3, "--reps", 10, "--final-reps", 20, "--min-support", 1, "--no-upstream",
+                "--db", tmp_path / "r.db", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data == json.loads((out / "findings.json").read_text())
+    [ev] = data["train"]
+    assert ev["name"] == "llama3-tiny-prefill-f32" and not ev["error"]
+    assert ev["outputs"] in ("exact", "close") and ev["tuned"]["speedup"] > 0 and ev["best"]["speedup"] > 0
+    assert "softmax" in ev["labels"]
+    for rule in data["rules"]:
+        lever = [rule["rule"]["field"], rule["rule"]["value"]]
+        assert ev["won"] and lever in ev["levers"] and rule["support"] == [ev["name"]]
+        for t in rule["trials"]:
+            assert t["module"] == "gemma2-tiny-prefill-f32"
+            assert t["rule"]["outputs"] in ("exact", "close") and t["best"]["outputs"] in ("exact", "close")
+    [row] = data["combined"]["modules"]
+    assert row["best"]["outputs"] in ("exact", "close") and row["findings"]["outputs"] in ("exact", "close")
+    md = (out / "findings.md").read_text()
+    assert "## Training: what hlo tune won" in md and "llama3-tiny-prefill-f32" in md
