@@ -230,7 +230,8 @@ def _fusible(instr: Instruction) -> Decision:
             op = inner.opcode
             if op is HloOpcode.PARAMETER or op is HloOpcode.TUPLE:
                 continue
-            if op in _PLAIN_CALLS_NOTHING and inner.shape.is_array and not inner.has_control_dependencies:
+            if (op in _PLAIN_CALLS_NOTHING and inner.shape.is_array and not inner.called_computations
+                    and not inner.has_control_dependencies):
                 continue  # _fusible_here's first answer, asked without the call (most of every body)
             d = _fusible_here(inner, effects)
             if d is _LOOK_INSIDE:

@@ -445,8 +445,8 @@ def _worker_init(scan_pid: int, cwd: str | None) -> None:
     keeps the one it started in; a scan's paths may be relative). Ctrl-C is the
     scan's to handle (it stops the workers); and a worker dies with the scan even
     when the scan is killed with SIGKILL: Linux's parent-death signal (the
-    parent is the fork server, which ends with the scan), and a thread that
-    watches the parent and the scan."""
+    parent is the scan, or the fork server, which ends with the scan), and a
+    thread that watches the parent and the scan."""
     if cwd is not None:
         os.chdir(cwd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -35,6 +35,8 @@ def test_rules_state_their_condition_and_action():
         Rule("x", "duplicate", False, "Attention")
     with pytest.raises(ValueError, match="unknown pipeline"):
         Rule("x", "pipeline", "fastest")
+    with pytest.raises(ValueError, match="duplicate takes True, False, not 3"):
+        Rule("x", "duplicate", 3)
 
 
 def test_apply_rules_sets_each_field_once_where_the_condition_holds():
@@ -93,6 +95,12 @@ def test_a_rule_is_a_pass_that_runs_its_decisions_where_it_holds(tmp_path):
         get_pass(f"rule:{tmp_path / 'other.json'}")
     with pytest.raises(KeyError, match="cannot read"):
         get_pass(f"rule:{tmp_path / 'missing.json'}")
+    odd = tmp_path / "a#b"
+    odd.mkdir()
+    none_held = _findings_file(odd, [holds], [False])
+    assert [r.name for r in get_pass(f"rule:{none_held}#lo").rules] == ["lo"]  # the name follows the last '#'
+    with pytest.raises(KeyError, match="no rule held out; name one with #NAME"):
+        get_pass(f"rule:{none_held}")
 
 
 def test_findings_end_to_end_on_a_held_out_module(tmp_path):

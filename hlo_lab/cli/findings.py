@@ -61,8 +61,9 @@ def _cmd_findings(args) -> int:
     else:
         modules = F.folder_modules(args.corpus)
     train, held = F.split(modules, held_families)
-    if args.held_out_dir:
-        train, held = modules, F.folder_modules(args.held_out_dir)
+    if args.held_out_dir:  # validated on the user's modules; no family of theirs (or --held-out's) is derived from
+        held = F.folder_modules(args.held_out_dir)
+        train = [m for m in train if m.family not in {h.family for h in held}]
     if not train or not held:
         print(f"hlo findings: {len(train)} training and {len(held)} held-out modules: both are needed "
               f"(families here: {', '.join(sorted({m.family for m in modules}))})", file=sys.stderr)
@@ -86,9 +87,9 @@ def _cmd_findings(args) -> int:
           f"validated on {len(held)} held-out modules ({', '.join(data['settings']['held_out_families'])})")
     for r in data["rules"]:
         g = r["geomean_gain_over_best"]
-        print(f"  {'holds' if r['held_out'] else 'fails'}  {r['rule']['name']}: {r['statement']} "
-              f"held-out gain over BEST {g:.3f}x" if g else f"  fails  {r['rule']['name']}: {r['statement']} "
-              "(applies to no held-out module)")
+        figure = (f"held-out gain over BEST {g:.3f}x" if g is not None else
+                  "every held-out timing failed" if r["trials"] else "applies to no held-out module")
+        print(f"  {'holds' if r['held_out'] else 'fails'}  {r['rule']['name']}: {r['statement']} ({figure})")
         if r["hurts"]:
             print(f"         hurts: {', '.join(r['hurts'])}")
     best, held_g = c["best_geomean"], c["held_out_geomean"]

@@ -40,14 +40,24 @@ def corpus_modules(pattern: str = "*-tiny-*") -> list[CorpusModule]:
 
 
 def folder_modules(folder: str | Path) -> list[CorpusModule]:
-    """Every HLO text module in ``folder`` (a held-out set of the user's); its
-    family: the file name up to its first ``-``."""
-    from hlo_tools.parser import read_hlo_text
+    """Every module file in ``folder`` (a held-out set of the user's: HLO text, an
+    ``.hlo.pb`` or StableHLO, as ``hlo scan`` finds them; XLA's side files are
+    not modules). Its name: the file name without its suffixes; its family: that
+    name up to its first ``-`` (``gemma2-tiny-prefill.hlo``: gemma2)."""
+    from hlo_tools.formats import walk_module_files
+    from xla_bridge import load
 
-    files = sorted(p for p in Path(folder).iterdir() if p.is_file() and (".hlo" in p.name or ".txt" in p.name))
+    files = walk_module_files(folder, recursive=False).files
     if not files:
-        raise FileNotFoundError(f"{folder}: no HLO text modules (*.hlo, *.hlo.txt, *.txt, optionally .gz)")
-    return [CorpusModule(p.name.split(".")[0], p.name.split("-")[0], read_hlo_text(p)) for p in files]
+        raise FileNotFoundError(f"{folder}: no module files (.hlo, .txt, .hlo.pb, .mlir, optionally .gz)")
+    out, seen = [], {}
+    for p in files:
+        name = p.name.split(".")[0]
+        if name in seen:
+            raise ValueError(f"{folder}: {seen[name].name} and {p.name} both name module {name!r}: rename one")
+        seen[name] = p
+        out.append(CorpusModule(name, name.split("-")[0], load(p).to_text()))
+    return out
 
 
 def split(modules: Iterable[CorpusModule], held_out: Iterable[str]) -> tuple[list[CorpusModule], list[CorpusModule]]:
@@ -131,7 +141,8 @@ def bundle_rules(findings: Findings, findings_file: Path, modules: list[CorpusMo
             continue
         name = v.rule.name
         trial = max(v.trials, key=lambda t: t.gain or 0.0)
-        spec = f"rule:{findings_file}#{name}"
+        spec = f"rule:{findings_file}#{name}"  # RuleFusion.load splits at the last '#'
+
         progress(f"hlo upstream bundle of {name} on {trial.module}")
         try:
             b = make_bundle(parse(texts[trial.module], source=trial.module), [RuleFusion((v.rule,))], spec,

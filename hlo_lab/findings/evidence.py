@@ -39,8 +39,9 @@ class ModuleEvidence:
 
     @property
     def won(self) -> bool:
-        """The tuned set beat BEST beyond the noise: its 10th percentile speedup over
-        stock is above BEST's median, both measured with the final repetitions."""
+        """The tuned set beat BEST: its 10th percentile speedup over stock is above
+        BEST's median, both measured with the final repetitions (one-sided: the
+        held-out verdicts ask more, the whole p10-p90 ranges apart)."""
         t, b = self.tuned.get("p10"), self.best.get("speedup")
         return not self.error and t is not None and b is not None and t > b
 

@@ -51,6 +51,9 @@ class Rule:
                 raise ValueError(f"rule {self.name}: unknown pipeline shape {self.value!r}")
         elif self.field not in KNOBS:
             raise ValueError(f"rule {self.name}: unknown field {self.field!r} (pipeline or one of {', '.join(KNOBS)})")
+        elif self.value not in KNOBS[self.field]:
+            raise ValueError(f"rule {self.name}: {self.field} takes {', '.join(map(str, KNOBS[self.field]))}, "
+                             f"not {self.value!r}")
         if self.label is not None and self.label not in LABELS:
             raise ValueError(f"rule {self.name}: unknown pattern {self.label!r} (one of {', '.join(LABELS)})")
 
@@ -122,8 +125,9 @@ class RuleFusion(FusionPass):
 
     @classmethod
     def load(cls, spec: str) -> "RuleFusion":
-        """``FILE`` (every rule that held out, in the file's order) or ``FILE#NAME`` (that rule)."""
-        path, _, name = spec.partition("#")
+        """``FILE`` (every rule that held out, in the file's order) or ``FILE#NAME``
+        (that rule; the name follows the last ``#``, a path may hold one)."""
+        path, _, name = spec.rpartition("#") if "#" in spec and not Path(spec).is_file() else (spec, "", "")
         data = json.loads(Path(path).read_text())
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{path}: not a findings file (format {FORMAT!r} expected)")
@@ -134,4 +138,7 @@ class RuleFusion(FusionPass):
                 raise ValueError(f"{path} has no rule {name!r} (rules: {', '.join(e['rule']['name'] for e in entries)})")
         else:
             picked = [e for e in entries if e.get("held_out")]
+            if not picked:
+                raise ValueError(f"{path}: no rule held out; name one with #NAME "
+                                 f"(rules: {', '.join(e['rule']['name'] for e in entries) or 'none'})")
         return cls(tuple(Rule.from_dict(e["rule"]) for e in picked), data.get("target"), spec)
