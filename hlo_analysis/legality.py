@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from hlo_tools import HloOpcode, Instruction
 from hlo_tools.ir import Computation
@@ -209,13 +209,19 @@ def fusible(instr: Instruction) -> Decision:
     everything inside it is, nested fusions included (an explicit stack: fusion
     chains of any depth); the reason then names the path to the first that is not:
     "is a fusion whose %g is a fusion whose %x has a side effect"."""
+    return _asked_once("fusible", instr, _fusible)
+
+
+def _asked_once(table: str, instr: Instruction, answer: Callable[[Instruction], Any]) -> Any:
+    """``answer(instr)``, kept in ``table`` of the enclosing ``legality_memo`` block (if any)."""
     memo = _MEMO.get()
     if memo is None:
-        return _fusible(instr)
-    d = memo.fusible.get(id(instr))
-    if d is None:
-        d = memo.fusible[id(instr)] = _fusible(instr)
-    return d
+        return answer(instr)
+    known = getattr(memo, table)
+    r = known.get(id(instr))
+    if r is None:
+        r = known[id(instr)] = answer(instr)
+    return r
 
 
 def _fusible(instr: Instruction) -> Decision:
@@ -440,13 +446,7 @@ def keeps_loop_state_order(producer: Instruction, consumers: Iterable[Instructio
 
 def is_expensive_producer(instr: Instruction) -> bool:
     """``is_expensive`` extended to fusions: a fusion is expensive if anything in it is."""
-    memo = _MEMO.get()
-    if memo is None:
-        return _is_expensive_producer(instr)
-    r = memo.expensive.get(id(instr))
-    if r is None:
-        r = memo.expensive[id(instr)] = _is_expensive_producer(instr)
-    return r
+    return _asked_once("expensive", instr, _is_expensive_producer)
 
 
 def _is_expensive_producer(instr: Instruction) -> bool:

@@ -135,31 +135,30 @@ def get_pass(name: str, **options) -> Pass:
     """A new ``name`` pass built with ``options`` (``replay:FILE``: the decision set
     in FILE; ``rule:FILE[#NAME]``: rules found by ``hlo findings``); KeyError
     listing the known names, or saying what is wrong with FILE."""
-    if name.startswith(REPLAY):
-        from .fusion.decisions import DecisionFusion  # it imports the fusion passes listed here
-
-        path = name[len(REPLAY):]
-        try:
-            return DecisionFusion.load(path)
-        except OSError as e:
-            raise KeyError(f"{name}: cannot read {path}: {e.strerror or e}") from None
-        except (ValueError, KeyError, TypeError) as e:
-            raise KeyError(f"{name}: {path} is not a decisions file written by hlo tune: {e}") from None
-    if name.startswith(RULE):
-        from .fusion.rules import RuleFusion
-
-        spec = name[len(RULE):]
-        try:
-            return RuleFusion.load(spec)
-        except OSError as e:
-            raise KeyError(f"{name}: cannot read {spec.partition('#')[0]}: {e.strerror or e}") from None
-        except (ValueError, KeyError, TypeError) as e:
-            raise KeyError(f"{name}: {e}") from None
+    if name.startswith((REPLAY, RULE)):
+        return _file_pass(name)
     cls = PASSES.get(name) or USER_PASSES.get(name) or _load_installed(name)
     if cls is None:
         raise KeyError(f"unknown pass {name!r}; available: {', '.join(available_passes())} "
                        "(--load FILE.py adds passes of your own)")
     return cls(**options)
+
+
+def _file_pass(name: str) -> Pass:
+    """The pass a ``replay:FILE`` or ``rule:FILE[#NAME]`` spec names; a KeyError
+    saying what is wrong with the file."""
+    from .fusion.decisions import DecisionFusion  # they import the fusion passes listed here
+    from .fusion.rules import RuleFusion
+
+    replay = name.startswith(REPLAY)
+    spec = name[len(REPLAY if replay else RULE):]
+    try:
+        return DecisionFusion.load(spec) if replay else RuleFusion.load(spec)
+    except OSError as e:
+        raise KeyError(f"{name}: cannot read {e.filename or spec}: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise KeyError(f"{name}: {spec} is not a decisions file written by hlo tune: {e}" if replay
+                       else f"{name}: {e}") from None
 
 
 #: The best pipeline found on the bundled corpus (XLA:CPU, hooked route): every
