@@ -35,13 +35,18 @@ def main() -> int:
     ap.add_argument("--min-support", type=int, default=2)
     ap.add_argument("--db", help="results database (default: the user's)")
     ap.add_argument("-o", "--output", help="keep findings.json/.md here (default: a temporary folder)")
+    ap.add_argument("--upstream", action="store_true", help="also an hlo upstream bundle per rule that held, in -o")
     args = ap.parse_args()
     t0 = time.time()
     train, held = F.split(F.corpus_modules(args.only), args.held_out.split(","))
     result = F.find(train, held, budget=args.budget, reps=args.reps, final_reps=args.final_reps, db=args.db,
                     min_support=args.min_support, progress=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     out = Path(args.output or tempfile.mkdtemp(prefix="findings_holdout_"))
-    F.write(result, out)
+    path = F.write(result, out)
+    if args.upstream:
+        bundles = F.bundle_rules(result, path, held, out, progress=lambda m: print(f"  {m}", file=sys.stderr))
+        for name, b in bundles.items():
+            print(f"upstream bundle {name}: {b.get('folder') or b.get('error')}", file=sys.stderr)
     print((out / "findings.md").read_text())
     c = result.combined
     held_rules = [v.rule.name for v in result.validations if v.held_out]

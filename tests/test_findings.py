@@ -48,7 +48,7 @@ def test_apply_rules_sets_each_field_once_where_the_condition_holds():
 
 def test_derive_conditions_a_lever_on_the_pattern_its_winners_share():
     def row(name, won, pipeline, labels):
-        t = {"speedup": 1.5, "p10": 1.4 if won else 1.0, "p90": 1.6}
+        t = {"speedup": 1.5 if won else 1.05, "p10": 1.4, "p90": 1.6}
         return ModuleEvidence(name, name.split("-")[0], tuple(labels), {"pipeline": pipeline}, t,
                               {"speedup": 1.1, "p10": 1.0, "p90": 1.2}, "exact")
 

@@ -39,10 +39,11 @@ class ModuleEvidence:
 
     @property
     def won(self) -> bool:
-        """The tuned set beat BEST: its 10th percentile speedup over stock is above
-        BEST's median, both measured with the final repetitions (one-sided: the
-        held-out verdicts ask more, the whole p10-p90 ranges apart)."""
-        t, b = self.tuned.get("p10"), self.best.get("speedup")
+        """The tuned set beat BEST: its median speedup over stock is above BEST's,
+        both measured once more with the final repetitions. A weak test on
+        purpose: the derivation only proposes rules; the held-out modules, which
+        the winners never saw, decide which hold."""
+        t, b = self.tuned.get("speedup"), self.best.get("speedup")
         return not self.error and t is not None and b is not None and t > b
 
     def levers(self) -> list[tuple[str, Any]]:
