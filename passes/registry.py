@@ -148,7 +148,7 @@ def _file_pass(name: str) -> Pass:
     """The pass a ``replay:FILE`` or ``rule:FILE[#NAME]`` spec names; a KeyError
     saying what is wrong with the file."""
     from .fusion.decisions import DecisionFusion  # they import the fusion passes listed here
-    from .fusion.rules import RuleFusion
+    from .fusion.rules import RuleFusion  # as above
 
     replay = name.startswith(REPLAY)
     spec = name[len(REPLAY if replay else RULE):]

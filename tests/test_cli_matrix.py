@@ -73,6 +73,7 @@ COMMANDS: dict[str, dict[str, list[list[str]]]] = {
     "reduce": {"input": [["reduce", "{IN}", "--until", "true", "-q"], ["reduce", "{IN}", "--until-abort", "-q"]],
                "passes": [["reduce", "{GOOD}", "--until-fires", "dce,nosuch", "-q"]],
                "output": [["reduce", "{GOOD}", "--until", "true", "-q", "-o", "{BAD}/r.hlo"]]},
+    "findings": {"output": [["findings", "corpus", "-q", "-o", "{BAD}/f"]]},
     "upstream": {"input": [["upstream", "{IN}", "--passes", "dce", "-q", "-o", "{OUT}/u"]],
                  "passes": [["upstream", "{GOOD}", "--passes", "dce,nosuch", "-o", "{OUT}/u"]],
                  "output": [["upstream", "{GOOD}", "--passes", "dce", "-q", "-o", "{BAD}/u"]]},

@@ -11,16 +11,22 @@ The method and the rules found on the corpus: docs/findings.md
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import corpus
+from hlo_tools import parse
 from hlo_tools.fileio import make_dirs, write_output
-from passes.fusion.rules import FORMAT
+from hlo_tools.formats import walk_module_files
+from passes.fusion.rules import FORMAT, RuleFusion
+from xla_bridge import load
 
 from .derive import Derived, derive
 from .evidence import CorpusModule, ModuleEvidence, gather
+from .report import markdown
 from .validate import Bench, Validation, validate
 
 #: The families held out by default: one dense Llama-like model and the MoE one
@@ -31,10 +37,6 @@ DEFAULT_HELD_OUT = ("gemma2", "mixtral")
 def corpus_modules(pattern: str = "*-tiny-*") -> list[CorpusModule]:
     """The bundled corpus's runnable unsharded modules matching ``pattern``, each
     with its family (the manifest's architecture)."""
-    import fnmatch
-
-    import corpus
-
     return [CorpusModule(e.name, e.meta.get("architecture") or e.name.split("-")[0], e.text("before_optimizations"))
             for e in corpus.load() if e.runnable and not e.sharded and fnmatch.fnmatch(e.name, pattern)]
 
@@ -44,9 +46,6 @@ def folder_modules(folder: str | Path) -> list[CorpusModule]:
     ``.hlo.pb`` or StableHLO, as ``hlo scan`` finds them; XLA's side files are
     not modules). Its name: the file name without its suffixes; its family: that
     name up to its first ``-`` (``gemma2-tiny-prefill.hlo``: gemma2)."""
-    from hlo_tools.formats import walk_module_files
-    from xla_bridge import load
-
     files = walk_module_files(folder, recursive=False).files
     if not files:
         raise FileNotFoundError(f"{folder}: no module files (.hlo, .txt, .hlo.pb, .mlir, optionally .gz)")
@@ -114,8 +113,6 @@ def find(train: list[CorpusModule], held_out: list[CorpusModule], *, budget: int
 
 def write(findings: Findings, out: str | Path) -> Path:
     """``findings.json`` (also the rules' pass file) and ``findings.md`` in ``out``."""
-    from .report import markdown
-
     out = make_dirs(out)
     data = findings.as_dict()
     write_output(out / "findings.json", json.dumps(data, indent=1) + "\n")
@@ -128,10 +125,7 @@ def bundle_rules(findings: Findings, findings_file: Path, modules: list[CorpusMo
                  ) -> dict[str, dict[str, Any]]:
     """An ``hlo upstream`` bundle per rule that held out, made on the held-out
     module where it gained most: rule name -> the bundle's figures, or its error."""
-    from hlo_tools import parse
-    from passes.fusion.rules import RuleFusion
-
-    from ..debug.upstream import UpstreamError, make_bundle
+    from ..debug.upstream import UpstreamError, make_bundle  # lazy: the reducer, for runs that bundle only
 
     texts = {m.name: m.text for m in modules}
     out_dir = Path(out)
