@@ -70,7 +70,7 @@ def gather(modules: list[CorpusModule], *, budget: int, reps: int, final_reps: i
            db: str | None, seed: int = 0, progress: Callable[[str], None] = lambda _m: None) -> list[ModuleEvidence]:
     """``hlo tune`` (hill climbing, no random baseline) on each module; a search
     run before with the same options is read back from the results database."""
-    from hlo_lab.tune.search import Tuner  # lazy: the passes and the XLA bridge
+    from hlo_lab.tune.search import Tuner, _first_line  # lazy: the passes and the XLA bridge
 
     out = []
     for n, m in enumerate(modules, 1):
@@ -81,7 +81,7 @@ def gather(modules: list[CorpusModule], *, budget: int, reps: int, final_reps: i
                           seed=seed, baseline=False)
             result = tuner.run()
         except Exception as e:  # noqa: BLE001 - one module's failure is its row, the others go on
-            ev.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            ev.error = _first_line(e)
             out.append(ev)
             continue
         ev.labels = tuple(sorted(module_labels(tuner.space.module)))

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from hlo_lab.tune.search import _first_line  # the one wording of a failed timing, as hlo tune's rows
 from hlo_tools import parse
 from passes.fusion.decisions import FusionDecisions
 from passes.fusion.rules import Rule, apply_rules, module_labels
@@ -122,7 +123,7 @@ class Bench:
                 self._memo[key] = Timing(r.speedup, r.speedup_p10, r.speedup_p90, r.verdict,
                                          "" if r.ok else (r.error or r.status))
             except Exception as e:  # noqa: BLE001 - an abort or compile error: this timing's error
-                self._memo[key] = Timing(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                self._memo[key] = Timing(error=_first_line(e))
         return self._memo[key]
 
     def close(self) -> None:
@@ -139,7 +140,7 @@ def validate(rules: list[Rule], modules: list[CorpusModule], bench: Bench,
         try:
             labels[m.name] = bench.labels(m)
         except Exception as e:  # noqa: BLE001 - XLA cannot compile it: reported, the others go on
-            unread[m.name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            unread[m.name] = _first_line(e)
     modules = [m for m in modules if m.name in labels]
     out = []
     for rule in rules:
