@@ -17,13 +17,13 @@ $(BIN)/python:
 
 # setup.py builds the parser's compiled core from hlo_tools/_scan.pyx (skipped without a C compiler)
 $(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard hlo_tools/_scan*.pyx hlo_tools/_scan*.pxi)
-	@# setuptools prints a page about editable installs as a warning: not for the user
-	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e '.[dev]'
-	@# XLA:GPU without a GPU (deviceless compiles for H100 etc.): the CUDA plugin
-	@# matching jaxlib, installed --no-deps (no nvidia-* runtime wheels), plus ptxas.
-	JAXLIB=$$($(BIN)/python -c 'import jaxlib; print(jaxlib.__version__)'); \
-	$(BIN)/pip install --quiet --no-deps "jax-cuda12-pjrt==$$JAXLIB" "jax-cuda12-plugin==$$JAXLIB" "nvidia-cuda-nvcc-cu12>=12.4,<13" || \
-	  echo "warning: CUDA plugin not installed; deviceless GPU tests will skip"
+	@# setuptools prints a page about editable installs as a warning: not for the user.
+	@# XLA:GPU without a GPU (deviceless compiles for H100 etc.) needs jax's CUDA plugin
+	@# at jaxlib's exact version: jax[cuda12-local] lets pip pick the newest jax that has
+	@# one (no nvidia-* runtime wheels), plus ptxas from nvcc.  Without it, plain jax.
+	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e '.[dev]' 'jax[cuda12-local]' 'nvidia-cuda-nvcc-cu12>=12.4,<13' || \
+	  { echo "warning: no CUDA plugin for jax; deviceless GPU tests will skip"; \
+	    PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e '.[dev]'; }
 	touch $(STAMP)
 
 venv: $(STAMP)

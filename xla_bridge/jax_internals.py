@@ -353,17 +353,22 @@ def registered_hook(callback: Callable[[bytes], bytes | None], *, name: str, sta
 
 def cuda_plugin_available() -> bool:
     """True when jax's CUDA PJRT plugin is installed (needed to compile for GPU)."""
+    return _spec("jax_plugins.xla_cuda12") is not None or _spec("jax_cuda12_plugin") is not None
+
+
+def _spec(name: str):
+    """``find_spec`` that says None, not ModuleNotFoundError, when a parent package is absent."""
     import importlib.util
 
-    return importlib.util.find_spec("jax_plugins.xla_cuda12") is not None or \
-        importlib.util.find_spec("jax_cuda12_plugin") is not None
+    try:
+        return importlib.util.find_spec(name)
+    except ModuleNotFoundError:
+        return None
 
 
 def cuda_plugin_library() -> str | None:
     """Path of ``xla_cuda_plugin.so`` (its data holds XLA's GPU target configs)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("jax_plugins.xla_cuda12")
+    spec = _spec("jax_plugins.xla_cuda12")
     if spec is None or not spec.submodule_search_locations:
         return None
     for d in spec.submodule_search_locations:
