@@ -19,9 +19,9 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard hlo_tools/_scan*.pyx hlo_tools/_scan*.pxi)
 	@# setuptools prints a page about editable installs as a warning: not for the user.
 	@# XLA:GPU without a GPU (deviceless compiles for H100 etc.) needs jax's CUDA plugin
-	@# at jaxlib's exact version: jax[cuda12-local] lets pip pick the newest jax that has
+	@# at jaxlib's exact version: jax[cuda12-local] (in our jax range) lets pip pick the newest jax with
 	@# one (no nvidia-* runtime wheels), plus ptxas from nvcc.  Without it, plain jax.
-	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e '.[dev]' 'jax[cuda12-local]' 'nvidia-cuda-nvcc-cu12>=12.4,<13' || \
+	PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e '.[dev]' 'jax[cuda12-local]>=0.10,<0.13' 'nvidia-cuda-nvcc-cu12>=12.4,<13' || \
 	  { echo "warning: no CUDA plugin for jax; deviceless GPU tests will skip"; \
 	    PYTHONWARNINGS=ignore $(BIN)/pip install --quiet -e '.[dev]'; }
 	touch $(STAMP)
