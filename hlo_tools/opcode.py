@@ -74,6 +74,7 @@ class HloOpcode(enum.Enum):
     EXPONENTIAL_MINUS_ONE = "exponential-minus-one"
     FFT = "fft"
     FLOOR = "floor"
+    FMA = "fma"  # a*b+c rounded once (jax.lax.fma, jaxlib >= 0.12.1)
     FUSION = "fusion"
     GATHER = "gather"
     GET_DIMENSION_SIZE = "get-dimension-size"
@@ -168,7 +169,7 @@ BINARY_ELEMENTWISE = frozenset(
         "SHIFT_RIGHT_ARITHMETIC SHIFT_RIGHT_LOGICAL STOCHASTIC_CONVERT SUBTRACT XOR"
     ).split()
 )
-TERNARY_ELEMENTWISE = frozenset({HloOpcode.SELECT, HloOpcode.CLAMP})
+TERNARY_ELEMENTWISE = frozenset({HloOpcode.SELECT, HloOpcode.CLAMP, HloOpcode.FMA})
 ELEMENTWISE = UNARY_ELEMENTWISE | BINARY_ELEMENTWISE | TERNARY_ELEMENTWISE
 
 COLLECTIVES = frozenset(

@@ -90,6 +90,14 @@ def infer_shape(opcode: HloOpcode, operands: list[Shape], attrs: dict[str, str |
             if b.dims and b.dims != x.dims:
                 raise ShapeInferenceError(f"clamp bound {b} does not match operand {x}")
         return _like(x, x.element_type, *(b for b in (lo, hi) if b.dims))
+    if op is HloOpcode.FMA:
+        _need(op, operands, 3)
+        a, b, c = operands
+        _same_dims(op, a, b)
+        _same_dims(op, a, c)
+        if not a.element_type is b.element_type is c.element_type:
+            raise ShapeInferenceError(f"fma needs operands of one element type, got {a}, {b} and {c}")
+        return _like(a, a.element_type, b, c)
     if op is HloOpcode.TUPLE:
         return Shape.tuple_of(operands)
     if op is HloOpcode.GET_TUPLE_ELEMENT:

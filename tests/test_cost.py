@@ -212,3 +212,27 @@ def test_tuple_results_are_sized_by_their_array_leaves(name):
     ours, theirs = _both(_module(body, extra))
     assert theirs["bytes accessed"] == expected
     assert ours == {k: theirs.get(k, 0.0) for k in KEYS}
+
+
+FMA = _module("%a = f32[8,32]{1,0} parameter(0)\n  %b = f32[8,32]{1,0} parameter(1)\n  %c = f32[8,32]{1,0} parameter(2)\n"
+              "  ROOT %f = f32[8,32]{1,0} fma(%a, %b, %c)")
+
+
+def _xla_knows_fma() -> bool:
+    """jaxlib >= 0.12.1 parses ``fma`` (jax.lax.fma); older ones reject the opcode."""
+    try:
+        return bool(jax_internals.cost_analysis_of_text(FMA).get("flops"))
+    except Exception:  # noqa: BLE001 - the old parser's "unknown opcode"
+        return False
+
+
+def test_fma_is_a_multiply_and_an_add():
+    ours = cost.module_cost(hlo_tools.parse(FMA))
+    # jaxlib 0.12.1's own cost analysis of this module: 512 flops, 4096 bytes
+    assert (ours["flops"], ours["transcendentals"], ours["bytes accessed"]) == (2 * 8 * 32, 0, 4 * 4 * 8 * 32)
+
+
+@pytest.mark.skipif(not _xla_knows_fma(), reason="this jaxlib's XLA has no fma opcode (jaxlib >= 0.12.1 has)")
+def test_fma_agrees_with_xla_cost_analysis():
+    ours, theirs = _both(FMA)
+    assert ours == {k: theirs.get(k, 0.0) for k in KEYS}

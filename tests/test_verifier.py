@@ -167,6 +167,10 @@ _REDUCER = "add {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s 
         ("  p = f32[4]{0} parameter(0)\n  ROOT c = f32[8]{0} concatenate(p, p), dimensions={1}", "concatenate dimension 1 is out of range"),
         ("  ROOT d = f32[4]{0} dynamic-update-slice()", "needs an array operand to slice"),
         ("  p = f32[4]{0} parameter(0)\n  ROOT r = f32[4]{0} all-reduce(p), to_apply=add, use_global_device_ids=true", "use_global_device_ids=true needs a channel_id"),
+        # fma (jaxlib >= 0.12.1): three operands of one shape and element type
+        ("  p = f32[4]{0} parameter(0)\n  ROOT f = f32[4]{0} fma(p, p)", "takes 3 operands, has 2"),
+        ("  p = f32[4]{0} parameter(0)\n  q = f32[2]{0} parameter(1)\n  ROOT f = f32[4]{0} fma(p, p, q)", "different dimensions"),
+        ("  p = f32[4]{0} parameter(0)\n  q = bf16[4]{0} parameter(1)\n  ROOT f = f32[4]{0} fma(p, q, p)", "one element type"),
     ],
 )
 def test_what_xla_rejects_is_a_verification_error(body, problem):
@@ -246,3 +250,13 @@ def test_shapes_whose_size_overflows_int64_are_rejected_as_xla_does(shape, messa
             compile(text, "cpu", "stock", contained=True)
     assert not verify(hlo_tools.parse(_one("  p = f32[1048576,1024] parameter(0)\n  ROOT n = f32[1048576,1024] negate(p)")),
                       raise_on_error=False)
+
+
+def test_fma_round_trips_and_verifies():
+    """jaxlib 0.12.1 writes ``fma`` for jax.lax.fma/fmuladd (an Adam update)."""
+    text = _one("  a = f32[8,32]{1,0} parameter(0)\n  b = f32[8,32]{1,0} parameter(1)\n"
+                "  ROOT f = f32[8,32]{1,0} fma(a, b, a), metadata={op_name=\"fmuladd\"}", _REDUCER)
+    m = hlo_tools.parse(text)
+    assert not verify(m, raise_on_error=False)
+    assert hlo_tools.parse(m.to_text()).to_text() == m.to_text()
+    assert m.entry.root.opcode.value == "fma"
