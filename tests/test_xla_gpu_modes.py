@@ -6,7 +6,6 @@ missing.  The passes of gpu-best are also run on XLA:CPU with outputs compared."
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -14,7 +13,6 @@ import pytest
 import corpus
 from hlo_analysis import devices
 from hlo_lab.measured import xla_gpu_model
-from hlo_analysis.fusion_kind import fusion_kind
 from hlo_analysis.rank_stats import spearman
 from hlo_analysis.gpu_legality import gpu_outputs_compatible
 from hlo_analysis.roofline import roofline
@@ -24,6 +22,7 @@ from hlo_tools import parse
 from passes.fusion.gpu_profile import FasterOn
 from passes.registry import GPU_BEST, pass_names, parse_pipeline
 from passes.registry import get_pass
+from passes.fusion.decisions import labelled_for_cpu
 from passes.fusion.producer_consumer import FusionLog, GpuProducerConsumerFusion, ProducerConsumerFusion
 from xla_bridge import jax_internals
 from xla_bridge.measure import FUSION_MODES, Measurement, XlaPipeline
@@ -141,19 +140,12 @@ def test_calibrated_roofline_agrees_with_xla_where_xla_priced():
     assert spearman([a for a, _ in pairs], [b for _, b in pairs]) > 0.95
 
 
-def _labelled_for_cpu(name: str):
-    """A gpu-best pass deciding the same fusions, labelled so that XLA:CPU takes
-    them (kInput only for a reduction: XLA:CPU has no kInput transpose)."""
-    p = get_pass(name)
-    return dataclasses.replace(p, kind=fusion_kind) if hasattr(p, "kind") else p
-
-
 @pytest.mark.parametrize("spec", ["gpu-producer-consumer-fusion", "gpu-multi-output-fusion", "gpu-best"])
 def test_gpu_best_passes_keep_outputs_equal_on_xla_cpu(spec):
     """Backend-neutral rewrites: each GPU pass of gpu-best (its other passes are
     XLA:CPU's own, tested in test_fusion_corpus) and all of it run on XLA:CPU's
     module at its hook, outputs compared with stock XLA:CPU."""
-    pipeline = [_labelled_for_cpu(n) for n in pass_names(spec)]
+    pipeline = labelled_for_cpu([get_pass(n) for n in pass_names(spec)])
     row = cpu_study(DECODE, _text(DECODE), pipeline, reps=2, warmup=1)
     assert row.outputs in ("exact", "close"), (spec, row.outputs)
     assert row.kept

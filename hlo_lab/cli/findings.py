@@ -7,7 +7,7 @@ import json
 import sys
 
 from .. import progress
-from .args import at_least_one, positive_seconds, seed
+from .args import at_least_one, gpu_target, positive_seconds, seed
 
 
 def register(sub) -> None:
@@ -24,8 +24,11 @@ def register(sub) -> None:
                                                     "first '-')")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--backend", default="cpu", choices=["cpu"], help="where rules are measured (XLA:CPU)")
-    p.add_argument("--target", help="not yet: GPU findings (predicted) are not built; give --backend cpu")
+    p.add_argument("--target", type=gpu_target, help="no GPU here: find rules for XLA:GPU on this GPU (h100, h200...), compiled without "
+                                    "one and predicted by our roofline and XLA's GPU model; outputs checked on XLA:CPU")
     p.add_argument("--only", default="*-tiny-*", help="bundled modules to use (glob, default *-tiny-*: the runnable ones)")
+    p.add_argument("--validate-on", metavar="GLOB", help="bundled held-out modules to validate on (default: --only's; "
+                                                         "with --target, '*' adds the full-size ones)")
     p.add_argument("--held-out", default="gemma2,mixtral",
                    help="model families kept out of the derivation and used to validate (default gemma2,mixtral)")
     p.add_argument("--held-out-dir", metavar="DIR", help="validate on the HLO modules in DIR instead")
@@ -50,17 +53,14 @@ def _cmd_findings(args) -> int:
 
     from .. import findings as F  # lazy: the tuner, the passes and the bridge
 
-    if args.target:
-        print("hlo findings: --target (GPU findings, predicted) is not built yet; rules are measured on XLA:CPU "
-              "(--backend cpu)", file=sys.stderr)
-        return 1
     check_writable(args.output, directory=True)
     held_families = [f.strip() for f in args.held_out.split(",") if f.strip()]
     if args.corpus == "corpus":
-        modules = F.corpus_modules(args.only)
+        train, _ = F.split(F.corpus_modules(args.only), held_families)
+        _, held = F.split(F.corpus_modules(args.validate_on or args.only, runnable_only=not args.target), held_families)
     else:
-        modules = F.folder_modules(args.corpus)
-    train, held = F.split(modules, held_families)
+        train, held = F.split(F.folder_modules(args.corpus), held_families)
+    modules = train + held
     if args.held_out_dir:  # validated on the user's modules; no family of theirs (or --held-out's) is derived from
         held = F.folder_modules(args.held_out_dir)
         train = [m for m in train if m.family not in {h.family for h in held}]
@@ -71,9 +71,12 @@ def _cmd_findings(args) -> int:
     with progress.line("findings", progress.wanted(args)) as update:
         say = lambda msg: update(msg)  # noqa: E731
         result = F.find(train, held, budget=args.budget, reps=args.reps, final_reps=args.final_reps,
-                        db=args.db, min_support=args.min_support, seed=args.seed, progress=say)
+                        db=args.db, min_support=args.min_support, seed=args.seed, target=args.target, progress=say)
         path = F.write(result, args.output)
-        if not args.no_upstream:
+        if args.target and not args.no_upstream:
+            print("hlo findings: no hlo upstream bundles for a GPU target: hlo upstream measures on XLA:CPU",
+                  file=sys.stderr)
+        elif not args.no_upstream:
             bundles = F.bundle_rules(result, path, held, args.output, seconds=args.upstream_seconds, progress=say)
             data = json.loads(path.read_text())
             data["upstream"] = bundles
@@ -87,13 +90,15 @@ def _cmd_findings(args) -> int:
           f"validated on {len(held)} held-out modules ({', '.join(data['settings']['held_out_families'])})")
     for r in data["rules"]:
         g = r["geomean_gain_over_best"]
-        figure = (f"held-out gain over BEST {g:.3f}x" if g is not None else
+        figure = (f"held-out gain over {'gpu-best' if args.target else 'BEST'} {g:.3f}x" if g is not None else
                   "every held-out timing failed" if r["trials"] else "applies to no held-out module")
         print(f"  {'holds' if r['held_out'] else 'fails'}  {r['rule']['name']}: {r['statement']} ({figure})")
         if r["hurts"]:
             print(f"         hurts: {', '.join(r['hurts'])}")
     best, held_g = c["best_geomean"], c["held_out_geomean"]
     if held_g and best:
-        print(f"held-out geomean vs stock: {held_g:.3f}x with the rules that held, {best:.3f}x BEST alone")
+        base = "gpu-best" if args.target else "BEST"
+        print(f"held-out geomean vs stock{' (predicted)' if args.target else ''}: {held_g:.3f}x with the rules that "
+              f"held, {best:.3f}x {base} alone")
     print(f"-> {args.output}/findings.md, {path}")
     return 0

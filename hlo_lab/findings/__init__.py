@@ -1,7 +1,8 @@
 """``hlo findings``: from what ``hlo tune`` wins on some model families to general
 rules, each a condition and an action (``passes.fusion.rules.Rule``), each a pass
 (``--passes rule:FILE#NAME``), validated on model families it was not derived
-from, and bundled for review with ``hlo upstream``. XLA:CPU, measured.
+from, and bundled for review with ``hlo upstream``. XLA:CPU, measured; or an
+XLA:GPU target compiled without a GPU, predicted by our roofline and XLA's model.
 
     evidence (hlo tune per training module) -> derive (levers the winners share,
     conditioned on a pattern) -> validate (held-out families, against BEST and stock)
@@ -34,11 +35,14 @@ from .validate import Bench, Validation, validate
 DEFAULT_HELD_OUT = ("gemma2", "mixtral")
 
 
-def corpus_modules(pattern: str = "*-tiny-*") -> list[CorpusModule]:
-    """The bundled corpus's runnable unsharded modules matching ``pattern``, each
-    with its family (the manifest's architecture)."""
-    return [CorpusModule(e.name, e.meta.get("architecture") or e.name.split("-")[0], e.text("before_optimizations"))
-            for e in corpus.load() if e.runnable and not e.sharded and fnmatch.fnmatch(e.name, pattern)]
+def corpus_modules(pattern: str = "*-tiny-*", *, runnable_only: bool = True) -> list[CorpusModule]:
+    """The bundled corpus's unsharded modules matching ``pattern`` (only the
+    runnable ones unless ``runnable_only`` is False: a GPU target's predictions
+    need no run), each with its family (the manifest's architecture)."""
+    return [CorpusModule(e.name, e.meta.get("architecture") or e.name.split("-")[0], e.text("before_optimizations"),
+                         e.runnable)
+            for e in corpus.load() if (e.runnable or not runnable_only) and not e.sharded
+            and fnmatch.fnmatch(e.name, pattern)]
 
 
 def folder_modules(folder: str | Path) -> list[CorpusModule]:
@@ -79,8 +83,8 @@ class Findings:
         by_name = {v.rule.name: v for v in self.validations}
         return {
             "format": FORMAT,
-            "target": None,
-            "backend": "cpu",
+            "target": self.settings.get("target"),
+            "backend": "gpu" if self.settings.get("target") else "cpu",
             "settings": self.settings,
             "train": [e.as_dict() for e in self.train],
             "held_out_modules": self.held_out_modules,
@@ -91,21 +95,23 @@ class Findings:
 
 def find(train: list[CorpusModule], held_out: list[CorpusModule], *, budget: int = 12, reps: int = 100,
          final_reps: int = 200, workers: int = 2, db: str | None = None, min_support: int = 2, seed: int = 0,
-         progress: Callable[[str], None] = lambda _m: None) -> Findings:
-    """Tunes ``train``, derives rules, validates them on ``held_out``."""
+         target: str | None = None, progress: Callable[[str], None] = lambda _m: None) -> Findings:
+    """Tunes ``train``, derives rules, validates them on ``held_out``: measured on
+    XLA:CPU, or predicted for XLA:GPU ``target``."""
     if not train:
         raise ValueError("no training modules: every module is in a held-out family")
     if not held_out:
         raise ValueError("no held-out modules to validate the rules on")
     evidence = gather(train, budget=budget, reps=reps, final_reps=final_reps, workers=workers, db=db, seed=seed,
-                      progress=progress)
+                      target=target, progress=progress)
     derived = derive(evidence, min_support=min_support)
-    bench = Bench(reps=final_reps)
+    bench = Bench(reps=final_reps, target=target)
     try:
         validations, combined = validate([d.rule for d in derived], held_out, bench, progress)
     finally:
         bench.close()
-    settings = {"budget": budget, "reps": reps, "final_reps": final_reps, "min_support": min_support, "seed": seed,
+    settings = {"target": target, "budget": budget, "reps": reps, "final_reps": final_reps,
+                "min_support": min_support, "seed": seed,
                 "train_families": sorted({m.family for m in train}),
                 "held_out_families": sorted({m.family for m in held_out})}
     return Findings(evidence, derived, validations, combined, [m.name for m in held_out], settings)

@@ -62,6 +62,6 @@ def derive(evidence: list[ModuleEvidence], *, min_support: int = 2) -> list[Deri
         conditions = [(None, True)] + [(lab, p) for lab in LABELS for p in (True, False)]
         best = max(conditions, key=lambda c: _score(rows, took, *c)[0])  # max keeps the first on a tie
         f1, precision, recall = _score(rows, took, *best)
-        rule = Rule(_name(field, value, *best), field, value, best[0], best[1])
+        rule = Rule(_name(field, value, *best), field, value, best[0], best[1], winners[0].target)
         out.append(Derived(rule, tuple(sorted(took)), precision, recall))
     return out

@@ -14,30 +14,44 @@ def _x(v: float | None) -> str:
 def _range(t: dict[str, Any]) -> str:
     if t.get("error"):
         return f"error: {t['error']}"
+    if t.get("xla") is not None:  # predicted: ours, then XLA's GPU model's
+        return f"{_x(t['speedup'])} (XLA's model {_x(t['xla'])})"
+    if t["p10"] == t["p90"]:  # predicted by our roofline alone (hlo tune's figures)
+        return _x(t["speedup"])
     return f"{_x(t['speedup'])} ({_x(t['p10'])}-{_x(t['p90'])})"
+
+
+def _how(data: dict[str, Any]) -> str:
+    """How the figures were made: measured here, or predicted for a GPU."""
+    s = data["settings"]
+    if data.get("target"):
+        return (f"XLA:GPU {data['target']}, predicted: compiled without a GPU (gpu-best's passes on top of stock's "
+                f"fusions), priced by our roofline and, on the held-out modules, by XLA's own GPU model beside it; "
+                f"outputs checked on XLA:CPU where the module runs here")
+    return f"XLA:CPU, measured ({s['final_reps']} repetitions per timing)"
 
 
 def markdown(data: dict[str, Any], path: Path) -> str:
     s = data["settings"]
+    base = "gpu-best" if data.get("target") else "BEST"
     lines = [
         "# Findings: rules from hlo tune's wins, validated on held-out families",
         "",
-        f"XLA:CPU, measured. Derived from {', '.join(s['train_families'])} "
+        f"{_how(data)}. Derived from {', '.join(s['train_families'])} "
         f"({len(data['train'])} modules, hlo tune budget {s['budget']}); validated on "
-        f"{', '.join(s['held_out_families'])} ({len(data['held_out_modules'])} modules, "
-        f"{s['final_reps']} repetitions per timing). A rule is a pass: `--passes rule:{path}#NAME`; "
-        f"every rule that held: `--passes rule:{path}`.",
+        f"{', '.join(s['held_out_families'])} ({len(data['held_out_modules'])} modules). "
+        f"A rule is a pass: `--passes rule:{path}#NAME`; every rule that held: `--passes rule:{path}`.",
         "",
         "## Training: what hlo tune won",
         "",
-        "| module | tuned vs stock | BEST vs stock | beat BEST | levers | patterns |",
+        f"| module | tuned vs stock | {base} vs stock | beat {base} | levers | patterns |",
         "|---|---|---|---|---|---|",
     ]
     for e in data["train"]:
         if e["error"]:
             lines.append(f"| {e['name']} | error: {e['error']} | | | | |")
             continue
-        levers = ", ".join(f"{f}={v}" for f, v in e["levers"]) or "(BEST's)"
+        levers = ", ".join(f"{f}={v}" for f, v in e["levers"]) or f"({base}'s)"
         lines.append(f"| {e['name']} | {_range(e['tuned'])} | "
                      f"{_range(e['best'])} | {'yes' if e['won'] else 'no'} | {levers} | "
                      f"{', '.join(e['labels']) or '-'} |")
@@ -52,23 +66,28 @@ def markdown(data: dict[str, Any], path: Path) -> str:
             r["statement"],
             "",
             f"Derived from: {', '.join(r['support'])} (precision {r['precision']:.2f}, recall {r['recall']:.2f}). "
-            f"Held out: geomean gain over BEST {_x(r['geomean_gain_over_best'])} on {len(r['trials'])} module(s); "
+            f"Held out: geomean gain over {base} {_x(r['geomean_gain_over_best'])}"
+            + (f" (XLA's model: {_x(r.get('xla_geomean_gain_over_best'))})" if data.get("target") else "")
+            + f" on {len(r['trials'])} module(s); "
             f"hurts: {', '.join(r['hurts']) or 'none'}; condition false on: {', '.join(r['not_applicable']) or 'none'}.",
             "",
         ]
         if r["trials"]:
-            lines += ["| held-out module | with the rule vs stock | BEST vs stock | gain | verdict |", "|---|---|---|---|---|"]
-            lines += [f"| {t['module']} | {_range(t['rule'])} | {_range(t['best'])} | {_x(t['gain'])} | {t['verdict']} |"
-                      for t in r["trials"]]
+            lines += [f"| held-out module | with the rule vs stock | {base} vs stock | gain | verdict | outputs |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {t['module']} | {_range(t['rule'])} | {_range(t['best'])} | {_x(t['gain'])} | {t['verdict']} | "
+                      f"{t['rule'].get('outputs') or '-'} |" for t in r["trials"]]
             lines.append("")
     c = data["combined"]
     lines += [
         "## Every rule that held, together, on the held-out modules",
         "",
         f"Rules: {', '.join(c['rules']) or 'none'}. Geomean vs stock: {_x(c['held_out_geomean'])} "
-        f"(BEST alone: {_x(c['best_geomean'])}).",
+        f"({base} alone: {_x(c['best_geomean'])})"
+        + (f"; by XLA's model {_x(c.get('xla_held_out_geomean'))} ({base} alone: {_x(c.get('xla_best_geomean'))})"
+           if data.get("target") else "") + ".",
         "",
-        "| module | findings vs stock | BEST vs stock | rules applied |",
+        f"| module | findings vs stock | {base} vs stock | rules applied |",
         "|---|---|---|---|",
     ]
     lines += [f"| {m['module']} | {_range(m['findings'])} | {_range(m['best'])} | {'yes' if m['decisions_changed'] else 'no'} |"

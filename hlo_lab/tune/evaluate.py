@@ -96,11 +96,34 @@ def _candidate(text: str, decisions: FusionDecisions, backend: str, target: str 
         return _CANDIDATES[key], 0.0
     m = _measurement(backend, target)
     t0 = time.perf_counter()
-    cr = m.compile(text, XlaPipeline.fusion(DecisionFusion(decisions, model), m.backend, MODE[m.backend]))
+    # on XLA:CPU, a GPU profile's fusions (``model``) are labelled as XLA:CPU labels them
+    hooked = DecisionFusion(decisions, model, cpu_kinds=m.backend == "cpu" and model is not None)
+    cr = m.compile(text, XlaPipeline.fusion(hooked, m.backend, MODE[m.backend]))
     _CANDIDATES[key] = cr
     while len(_CANDIDATES) > _KEEP:
         _CANDIDATES.popitem(last=False)
     return cr, time.perf_counter() - t0
+
+
+_STOCK_SIDES: dict[tuple, GpuSide] = {}
+
+
+def predict(text: str, decisions: dict, *, target: str) -> dict[str, float | int | None]:
+    """One decision set against stock XLA:GPU, both compiled for ``target`` without
+    a GPU (ours on top of stock's fusions, as ``hlo tune --target``): the speedup
+    by our roofline (``ours``) and by XLA's own GPU model where it priced the
+    kernels (``xla``, ``GpuSide.xla_where_priced_us``), and both kernel counts."""
+    device = devices.load(target)
+    stock, _, _ = _stock(text, "gpu", target)
+    key = (text_hash(text), target)
+    if key not in _STOCK_SIDES:
+        _STOCK_SIDES[key] = GpuSide.of(stock.optimized_module, device)
+    s = _STOCK_SIDES[key]
+    cr, _ = _candidate(text, FusionDecisions.from_dict(decisions), "gpu", target, target)
+    c = GpuSide.of(cr.optimized_module, device)
+    return {"ours": s.predicted_us / c.predicted_us if c.predicted_us else None,
+            "xla": s.xla_where_priced_us / c.xla_where_priced_us if c.xla_where_priced_us else None,
+            "kernels": c.kernels, "stock_kernels": s.kernels}
 
 
 def evaluate(text: str, decisions: dict, fused_hash: str, *, backend: str = "cpu", target: str | None = None,

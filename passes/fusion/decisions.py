@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from hlo_analysis.fusion_kind import loop_kind
 from hlo_tools import Module
 from hlo_tools.fileio import write_output
 
@@ -168,9 +169,11 @@ class DecisionFusion(FusionPass):
     decisions: FusionDecisions = FusionDecisions()
     target: str | None = None
     source: str = ""  # the file it came from, for messages
+    cpu_kinds: bool = False  # label every fusion as XLA:CPU does (``labelled_for_cpu``)
 
     def run(self, module: Module) -> bool:
-        return PassManager(self.decisions.passes(self.target)).run(module)
+        passes = self.decisions.passes(self.target)
+        return PassManager(labelled_for_cpu(passes) if self.cpu_kinds else passes).run(module)
 
     @classmethod
     def load(cls, path: str | Path) -> "DecisionFusion":
@@ -179,6 +182,14 @@ class DecisionFusion(FusionPass):
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{path}: not a decisions file (format {FORMAT!r} expected)")
         return cls(FusionDecisions.from_dict(data["decisions"]), data.get("target"), str(path))
+
+
+def labelled_for_cpu(passes: list[Pass]) -> list[Pass]:
+    """``passes`` deciding the same fusions, each labelled as XLA:CPU labels its
+    own (``loop_kind``: kLoop, reductions included; XLA:CPU refuses a GPU kInput
+    fusion), so that a GPU profile's choices compile, and their outputs can be
+    checked, on XLA:CPU."""
+    return [dataclasses.replace(p, kind=loop_kind) if hasattr(p, "kind") else p for p in passes]
 
 
 def save(path: str | Path, decisions: FusionDecisions, *, target: str | None = None, **about: Any) -> None:

@@ -37,13 +37,15 @@ _STEP_WORDS = {
 @dataclass(frozen=True)
 class Rule:
     """``field = value`` on the decision set when the module has (``present``) or
-    lacks pattern ``label`` (None: on every module)."""
+    lacks pattern ``label`` (None: on every module). ``target``: the XLA:GPU target
+    the rule was found for (its base is GPU_BEST's shape); None: XLA:CPU (BEST)."""
 
     name: str
     field: str  # a FusionDecisions field other than edges: "pipeline" or a knob
     value: Any
     label: str | None = None
     present: bool = True
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if self.field == "pipeline":
@@ -68,15 +70,20 @@ class Rule:
         return f"when the module has {'a' if self.present else 'no'} {self.label} pattern"
 
     @property
+    def base(self) -> FusionDecisions:
+        """What the rule changes: BEST on XLA:CPU, GPU_BEST's shape on a GPU target."""
+        return FusionDecisions.for_target(self.target)
+
+    @property
     def action(self) -> str:
+        base = "BEST" if self.target is None else "gpu-best"
         if self.field != "pipeline":
-            default = getattr(FusionDecisions(), self.field)
-            return f"set {self.field} to {self.value} (BEST: {default})"
+            return f"set {self.field} to {self.value} ({base}: {getattr(self.base, self.field)})"
         shape = CPU_PIPELINES.get(self.value) or GPU_PIPELINES[self.value]
         dropped = [s for s in CPU_PIPELINES["best"] if s not in shape]
         if self.value.startswith("best-no-") and len(dropped) == 1 and dropped[0] in _STEP_WORDS:
             return _STEP_WORDS[dropped[0]]
-        return f"fuse with the {self.value} pipeline ({' -> '.join(shape)}) instead of BEST's"
+        return f"fuse with the {self.value} pipeline ({' -> '.join(shape)}) instead of {base}'s"
 
     @property
     def statement(self) -> str:
@@ -87,14 +94,16 @@ class Rule:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Rule":
-        return cls(d["name"], d["field"], d["value"], d.get("label"), bool(d.get("present", True)))
+        return cls(d["name"], d["field"], d["value"], d.get("label"), bool(d.get("present", True)), d.get("target"))
 
 
 def apply_rules(rules: Iterable[Rule], labels: Iterable[str], base: FusionDecisions | None = None) -> FusionDecisions:
-    """``base`` (BEST) with each rule whose condition holds applied, in order; a
-    field a rule already set is not set again by a later one."""
+    """``base`` (default: the first rule's, BEST on XLA:CPU) with each rule whose
+    condition holds applied, in order; a field a rule already set is not set again
+    by a later one."""
     labels = set(labels)
-    d = base or FusionDecisions()
+    rules = list(rules)
+    d = base or (rules[0].base if rules else FusionDecisions())
     taken: set[str] = set()
     for r in rules:
         if r.field not in taken and r.holds(labels):
