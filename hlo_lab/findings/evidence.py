@@ -35,13 +35,13 @@ class ModuleEvidence:
 
     name: str
     family: str
-    target: str | None = None  # the XLA:GPU target tuned for (predicted); None: XLA:CPU, measured
     labels: tuple[str, ...] = ()
     decisions: dict[str, Any] = field(default_factory=dict)  # the winner's knobs and pipeline (no edges)
     tuned: dict[str, float | None] = field(default_factory=dict)  # speedup, p10, p90 vs stock
     best: dict[str, float | None] = field(default_factory=dict)  # BEST's, measured in the same run
     outputs: str = ""
     error: str = ""
+    target: str | None = None  # the XLA:GPU target tuned for (predicted); None: XLA:CPU, measured
 
     @property
     def won(self) -> bool:
@@ -87,7 +87,7 @@ def gather(modules: list[CorpusModule], *, budget: int, reps: int, final_reps: i
     out = []
     for n, m in enumerate(modules, 1):
         progress(f"tune {m.name} ({n}/{len(modules)})")
-        ev = ModuleEvidence(m.name, m.family, target)
+        ev = ModuleEvidence(m.name, m.family, target=target)
         try:
             tuner = Tuner(m.name, m.text, budget=budget, reps=reps, final_reps=final_reps, workers=workers, db=db,
                           seed=seed, baseline=False, target=target)
