@@ -11,11 +11,13 @@ import corpus
 import hlo_tools
 from hlo_lab.findings.derive import derive
 from hlo_lab.findings.evidence import ModuleEvidence
+from hlo_lab.findings.validate import Timing, Trial
 from passes import PassManager
 from passes.fusion.decisions import FusionDecisions
 from passes.fusion.rules import FORMAT, Rule, RuleFusion, apply_rules, module_labels
 from passes.registry import get_pass
 from tests.conftest import run_hlo
+from xla_bridge.jax_internals import cuda_plugin_available
 
 
 def _text(name: str, stage: str = "before_optimizations") -> str:
@@ -132,3 +134,57 @@ def test_findings_end_to_end_on_a_held_out_module(tmp_path):
     assert row["best"]["outputs"] in ("exact", "close") and row["findings"]["outputs"] in ("exact", "close")
     md = (out / "findings.md").read_text()
     assert "## Training: what hlo tune won" in md and "llama3-tiny-prefill-f32" in md
+
+
+def test_gpu_rules_change_gpu_best_and_say_so():
+    """A rule found for a GPU target starts from gpu-best, says so, and a lever is
+    a field away from gpu-best's (a win by less than a tenth of a percent is none)."""
+    r = Rule("lo", "pipeline", "gpu-loop-only", "softmax", True, "h100")
+    assert r.statement == ("When the module has a softmax pattern, fuse with the gpu-loop-only pipeline (loop) "
+                           "instead of gpu-best's.")
+    assert Rule.from_dict(r.as_dict()) == r
+    assert apply_rules([r], {"softmax"}) == FusionDecisions(pipeline="gpu-loop-only")
+    assert apply_rules([r], set()) == FusionDecisions(pipeline="gpu-best")
+    assert Rule("m", "max_operands", 8, target="h100").statement.endswith("(gpu-best: 0).")
+    ev = ModuleEvidence("a-1", "a", (), {"pipeline": "gpu-best", "max_operands": 8},
+                        {"speedup": 1.2}, {"speedup": 1.1999}, target="h100")
+    assert ev.levers() == [("max_operands", 8)] and not ev.won
+    assert ModuleEvidence("a-1", "a", (), {}, {"speedup": 1.2}, {"speedup": 1.1}, target="h100").won
+
+
+def test_a_predicted_verdict_needs_both_models():
+    def t(ours, xla):
+        return Timing(ours, ours, ours, "exact", "", xla)
+
+    base = t(1.0, 1.0)
+    assert Trial("m", "f", t(1.1, 1.05), base).verdict == "faster"
+    assert Trial("m", "f", t(1.1, 0.99), base).verdict == "slower"  # XLA's model says slower: it hurts
+    assert Trial("m", "f", t(1.1, 1.0), base).verdict == "tie"  # the models disagree
+    assert Trial("m", "f", t(1.0005, 1.0), base).verdict == "tie"
+    assert Trial("m", "f", Timing(1.1, 1.1, 1.1, "mismatch", "", 1.1), base).verdict == "failed"
+    assert Trial("m", "f", t(1.1, 1.05), base).xla_gain == pytest.approx(1.05)
+
+
+@pytest.mark.skipif(not cuda_plugin_available(), reason="XLA:GPU without a GPU needs the CUDA plugin (make venv)")
+def test_gpu_findings_end_to_end_without_a_gpu(tmp_path):
+    """hlo findings --target h100 on one training module and one held-out one:
+    the figures are both models' predictions, the outputs of every held-out
+    decision set checked on XLA:CPU."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "gemma2-tiny-decode-f32.hlo").write_text(_text("gemma2-tiny-decode-f32"))
+    out = tmp_path / "out"
+    r = run_hlo("findings", "corpus", "--target", "h100", "--only", "llama3-tiny-decode-f32", "--held-out-dir", held,
+                "-o", out, "--budget", 3, "--min-support", 1, "--db", tmp_path / "r.db", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "no hlo upstream bundles for a GPU target" in r.stderr
+    data = json.loads(r.stdout)
+    assert data["target"] == "h100" and data["backend"] == "gpu"
+    [ev] = data["train"]
+    assert not ev["error"] and ev["target"] == "h100" and ev["tuned"]["speedup"] >= ev["best"]["speedup"] > 0
+    for rule in data["rules"]:
+        assert rule["rule"]["target"] == "h100" and "gpu-best" in rule["statement"]
+    [row] = data["combined"]["modules"]
+    for side in (row["best"], row["findings"]):
+        assert side["outputs"] in ("exact", "close") and side["speedup"] > 0 and side["xla"] > 0
+    assert "XLA:GPU h100, predicted" in (out / "findings.md").read_text()
