@@ -19,6 +19,10 @@ class Pass:
 
     name = "pass"
     decides_fusion: ClassVar[bool] = False
+    #: a rewrite of the module as the user gave it (before XLA's pipeline), such as
+    #: ``cache-update-in-place``: where a pipeline mixes it with passes run inside
+    #: XLA (a GPU study's modes), it runs on the module first (``split_on_input``)
+    on_input: ClassVar[bool] = False
     #: the module levels ``run`` takes: "hlo" (our IR), "stablehlo" (``xla_bridge.mlir_rewrite.StableHloModule``)
     levels: ClassVar[tuple[str, ...]] = ("hlo",)
 
@@ -32,6 +36,12 @@ class FusionPass(Pass):
     ``decides_fusion`` is True."""
 
     decides_fusion: ClassVar[bool] = True
+
+
+def split_on_input(passes) -> tuple[list, list]:
+    """(the passes that rewrite the module as given, ``Pass.on_input``; the rest)."""
+    passes = list(passes)
+    return [p for p in passes if getattr(p, "on_input", False)], [p for p in passes if not getattr(p, "on_input", False)]
 
 
 def runs_on(p, level: str) -> bool:

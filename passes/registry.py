@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .base import Pass
+from .cache_update import CacheUpdateInPlace
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion.call_inliner import CallInliner
@@ -32,6 +33,7 @@ from .simplify import AlgebraicSimplifier
 #: Every built-in pass, by its ``name``.
 PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
     BroadcastsOfReshapes,
+    CacheUpdateInPlace,
     CallInliner,
     CommonSubexpressionElimination,
     ConvertsAfterTransposes,
@@ -174,7 +176,7 @@ BEST = ("reduction-epilogue-fusion,producer-consumer-fusion,multi-output-fusion,
 #: included), without the CPU-only reduction-epilogue rule (a reduction under a
 #: broadcast is recomputed per element on a GPU) and library-dot fusion.
 #: Figures in docs/xla_gpu_modes.md.
-GPU_BEST = ("gpu-producer-consumer-fusion,gpu-multi-output-fusion,gpu-producer-consumer-fusion,"
+GPU_BEST = ("cache-update-in-place,gpu-producer-consumer-fusion,gpu-multi-output-fusion,gpu-producer-consumer-fusion,"
             "horizontal-fusion,dce")
 #: The priority-queue alternative.
 PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
