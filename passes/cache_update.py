@@ -209,4 +209,5 @@ class CacheUpdateInPlace(ComputationPass):
         rw = Rewriter(computation)
         for instr, w in targets:
             rw.replace_all_uses_with(instr, _in_place(instr, w, rw))
+            rw.erase_if_dead(instr)  # and the stacking that only it used
         return True
