@@ -101,4 +101,4 @@ def test_full_size_decode_on_h100_by_both_models():
     name = "llama3-full-decode-bf16"
     row = gpu_study(name, _text(name), "cache-update-in-place", "h100", mode="on-top")
     assert row.predicted_speedup > 1.8 and row.xla_where_priced_speedup > 1.8
-    assert row.ours.xla_priced > 0.9 * row.ours.kernels - 64  # XLA priced its own kernels (the 64 updates aside)
+    assert row.ours.xla_priced >= row.stock.xla_priced  # XLA's model priced as many kernels as on stock's side
