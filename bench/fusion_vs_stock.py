@@ -132,7 +132,8 @@ def gpu_table(args) -> int:
         return 0
     modes = [m for m in args.modes.split(",") if m]
     t0 = time.time()
-    print(f"\nXLA:GPU {args.gpu} compiled without a GPU: stock vs {args.gpu_passes} at the post-scheduler hook, "
+    print(f"\nXLA:GPU {args.gpu} compiled without a GPU: stock vs {args.gpu_passes} (rewrites of the module as "
+          f"given, such as cache-update-in-place, first; the rest at the post-scheduler hook), "
           f"modes {', '.join(modes)}. Bytes and flops: our cost model on both sides; time: our roofline "
           "and XLA-where-priced (XLA's own estimate for each kernel it priced, ours for the rest: XLA prices "
           "before our passes run, so the fusions we wrote are priced by ours)")
