@@ -51,21 +51,26 @@ def test_decode_cache_is_updated_in_place(name):
     assert not CacheUpdateInPlace().run(module)  # nothing left to rewrite
 
 
-def test_a_rebuilt_array_without_updates_or_out_of_order_is_left_alone():
-    body = """  p = f32[4,6]{1,0} parameter(0)
+def test_only_an_updated_array_rebuilt_in_order_is_rewritten():
+    """Of three rebuilds of ``p``: without an update (left alone), out of order
+    (not a rebuild), and with an update (written into ``p``, its index clamped to
+    the window as the window's own update clamps it)."""
+    text = """HloModule m
+
+ENTRY e {
+  p = f32[4,6]{1,0} parameter(0)
+  u = f32[4,1]{1,0} parameter(1)
+  i = s32[] parameter(2)
+  z = s32[] constant(0)
   a = f32[4,2]{1,0} slice(p), slice={[0:4], [0:2]}
   b = f32[4,4]{1,0} slice(p), slice={[0:4], [2:6]}
   same = f32[4,6]{1,0} concatenate(a, b), dimensions={1}
   swapped = f32[4,6]{1,0} concatenate(b, a), dimensions={1}
-  u = f32[4,1]{1,0} parameter(1)
-  i = s32[] parameter(2)
-  z = s32[] constant(0)
   a2 = f32[4,2]{1,0} dynamic-update-slice(a, u, z, i)
-  ROOT t = (f32[4,6]{1,0}, f32[4,6]{1,0}, f32[4,6]{1,0}) tuple(same, swapped, concatenate(a2, b), dimensions={1})"""
-    # the third is written out below: one concatenate with an update is what the pass takes
-    body = body.replace("tuple(same, swapped, concatenate(a2, b), dimensions={1})", "tuple(same, swapped, c)")
-    body = body.replace("  ROOT t", "  c = f32[4,6]{1,0} concatenate(a2, b), dimensions={1}\n  ROOT t")
-    text = f"HloModule m\n\nENTRY e {{\n{body}\n}}\n"
+  c = f32[4,6]{1,0} concatenate(a2, b), dimensions={1}
+  ROOT t = (f32[4,6]{1,0}, f32[4,6]{1,0}, f32[4,6]{1,0}) tuple(same, swapped, c)
+}
+"""
     module = hlo_tools.parse(text)
     assert CacheUpdateInPlace().run(module)
     root = module.entry.root
@@ -73,7 +78,7 @@ def test_a_rebuilt_array_without_updates_or_out_of_order_is_left_alone():
                                                  HloOpcode.DYNAMIC_UPDATE_SLICE]
     dus = root.operand(2)
     assert dus.operand(0).name == "p" and dus.operand(1).shape.dims == (4, 1)
-    # an index past the window is clamped to the window (1, as in a's own update), not to p
+    # an index past the window is clamped to the window (to 1, as a's own update does), not to p's 5
     for i in (0, 1, 5, -3):
         assert compare(text, module.to_text(), inputs=_inputs(i)).verdict == "exact", i
 
