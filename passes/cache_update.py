@@ -84,18 +84,8 @@ class _Windows:
         return w
 
     def _read(self, instr: Instruction) -> _Window | None:
-        if not instr.shape.is_array:
-            return None
-        op = instr.opcode
-        if op is _H.SLICE:
-            return self._slice(instr)
-        if op in (_H.RESHAPE, _H.BITCAST):
-            return self._reshape(instr)
-        if op is _H.DYNAMIC_UPDATE_SLICE:
-            return self._update(instr)
-        if op is _H.CONCATENATE:
-            return self._concatenate(instr)
-        return None
+        read = _READ.get(instr.opcode)
+        return read(self, instr) if read is not None and instr.shape.is_array else None
 
     def _slice(self, instr: Instruction) -> _Window | None:
         w = self.of(instr.operand(0))
@@ -156,6 +146,11 @@ class _Windows:
                        tuple(u for p in pieces for u in p.updates))
 
 
+#: The instructions a window is read through; any other is a window of itself.
+_READ = {_H.SLICE: _Windows._slice, _H.RESHAPE: _Windows._reshape, _H.BITCAST: _Windows._reshape,
+         _H.DYNAMIC_UPDATE_SLICE: _Windows._update, _H.CONCATENATE: _Windows._concatenate}
+
+
 def _in_place(instr: Instruction, w: _Window, rw: Rewriter) -> Instruction:
     """``w``'s updates applied to its base, one dynamic-update-slice each, before ``instr``."""
     ins = lambda i: rw.insert_before(instr, i)  # noqa: E731 - local shorthand
@@ -197,12 +192,12 @@ class CacheUpdateInPlace(ComputationPass):
     def run_on_computation(self, computation: Computation) -> bool:
         windows = _Windows()
         targets = []
-        for instr in computation.post_order():
-            if instr.opcode is not _H.CONCATENATE:
+        for instr in computation.post_order():  # operands first: no deep recursion in ``_Windows.of``
+            if instr.opcode not in _READ:
                 continue
             w = windows.of(instr)
-            if w.base is not instr and w.whole and w.updates and w.base.opcode is _H.PARAMETER and \
-                    instr.shape.element_type is w.base.shape.element_type and instr.shape.dims == w.base.shape.dims:
+            if instr.opcode is _H.CONCATENATE and w.whole and w.updates and w.base.opcode is _H.PARAMETER and \
+                    instr.shape == w.base.shape:
                 targets.append((instr, w))
         if not targets:
             return False
