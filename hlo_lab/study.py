@@ -47,12 +47,27 @@ def ours(spec: str | Sequence, backend: str, mode: str = "as-written") -> XlaPip
     return XlaPipeline.fusion(PassManager(parse_pipeline(spec)), backend, mode)
 
 
+def on_input(text: str, passes: Sequence, name: str = "<module>") -> tuple[str, list]:
+    """``text`` rewritten by those of ``passes`` that take the module as given
+    (``Pass.on_input``, such as cache-update-in-place), and the rest, which run
+    inside XLA at its hook: our side of every study starts from that text."""
+    first, hooked = split_on_input(passes)
+    if not first:
+        return text, hooked
+    module = parse(text, source=name)
+    PassManager(first).run(module)
+    return module.to_text(), hooked
+
+
 def _stock_and_ours(measurement: Measurement, text: str, spec: str | Sequence,
                     mode: str = "as-written") -> tuple[CompileResult, CompileResult, frozenset[str]]:
-    """The module compiled stock and under ``ours`` in ``mode``, and the names of
-    the fusions our passes wrote (empty when the hook never ran)."""
-    res = measurement.compile_each(text, {"stock": STOCK, "ours": ours(spec, measurement.backend, mode)})
-    return res["stock"], res["ours"], _fusion_names(res["ours"].hook.after)
+    """The module compiled stock and under ``ours`` in ``mode`` (our passes that
+    take the module as given first, ``on_input``), and the names of the fusions
+    our passes wrote (empty when the hook never ran)."""
+    mine, hooked = on_input(text, parse_pipeline(spec))
+    stock = measurement.compile(text, STOCK)
+    res = measurement.compile(mine, ours(hooked, measurement.backend, mode))
+    return stock, res, _fusion_names(res.hook.after)
 
 
 def _kept(written: frozenset[str], optimized: Module) -> bool:
@@ -223,12 +238,7 @@ def gpu_study_modes(name: str, text: str, spec: str, target: str = "h100", *,
     device = devices.load(target)
     measurement = Measurement("gpu", target=target, flags={xla_gpu_model.COLLECT_FLAG: True})
     stock = GpuSide.of(measurement.compile(text, STOCK).optimized_module, device)
-    first, hooked = split_on_input(gpu_passes(spec, target))
-    mine_text = text
-    if first:  # rewrites of the module as given (cache-update-in-place): before XLA's pipeline, in every mode
-        module = parse(text, source=name)
-        PassManager(first).run(module)
-        mine_text = module.to_text()
+    mine_text, hooked = on_input(text, gpu_passes(spec, target), name)
     rows = []
     for mode in modes:
         mine = measurement.compile(mine_text, ours(hooked, "gpu", mode))
