@@ -146,6 +146,8 @@ def test_gpu_rules_change_gpu_best_and_say_so():
     assert apply_rules([r], {"softmax"}) == FusionDecisions(pipeline="gpu-loop-only")
     assert apply_rules([r], set()) == FusionDecisions(pipeline="gpu-best")
     assert Rule("m", "max_operands", 8, target="h100").statement.endswith("(gpu-best: 0).")
+    assert Rule("h", "horizontal_max_bytes", 1048576, "optimizer update", True, "h100").statement == \
+        "When the module has an optimizer update pattern, set horizontal_max_bytes to 1048576 (gpu-best: 65536)."
     ev = ModuleEvidence("a-1", "a", (), {"pipeline": "gpu-best", "max_operands": 8},
                         {"speedup": 1.2}, {"speedup": 1.1999}, target="h100")
     assert ev.levers() == [("max_operands", 8)] and not ev.won

@@ -67,7 +67,8 @@ class Rule:
     def condition(self) -> str:
         if self.label is None:
             return "on every module"
-        return f"when the module has {'a' if self.present else 'no'} {self.label} pattern"
+        article = ("an" if self.label[0].lower() in "aeiou" else "a") if self.present else "no"
+        return f"when the module has {article} {self.label} pattern"
 
     @property
     def base(self) -> FusionDecisions:
