@@ -87,6 +87,8 @@ def test_text_xla_parser_rejects_is_a_parse_stage_error():
         compile("HloModule nonsense\nENTRY e {\n  ROOT r = f32[2] frobnicate()\n}\n")
     assert info.value.stage == "parse" and info.value.module_name == "nonsense"
     assert "frobnicate" in info.value.xla_message
+    # the one line a command prints says what XLA's parser saw, not only "Syntax error ...:"
+    assert "frobnicate" in str(info.value)
 
 
 def test_dump_dir_gets_every_pass(tmp_path):

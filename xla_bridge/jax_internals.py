@@ -31,8 +31,12 @@ from .hook_stage import HookStage
 
 
 def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else type(e).__name__
+    """XLA's headline; where it ends with ':' (its parser's "Syntax error when trying
+    to parse the text as a HloModule:") the line that says what, too."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 # -- jaxlib handles ---------------------------------------------------------------
