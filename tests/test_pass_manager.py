@@ -22,6 +22,8 @@ BEFORE = {
     "broadcast-of-reshape": "passes.portable.BroadcastsOfReshapes",
     "convert-after-transpose": "passes.portable.ConvertsAfterTransposes",
     "fold-reshape-pair": "passes.portable.FoldReshapePairs",
+    # a stacked KV cache written in place (issue 36), first in gpu-best
+    "cache-update-in-place": "passes.cache_update.CacheUpdateInPlace",
     "call-inliner": "passes.fusion.call_inliner.CallInliner",
     "cse": "passes.cse.CommonSubexpressionElimination",
     "dce": "passes.dce.DeadCodeElimination",
@@ -167,8 +169,8 @@ def test_the_registry_is_the_table_it_was():
     assert all(cls.name == name and issubclass(cls, Pass) for name, cls in PASSES.items())
     assert type(get_pass("dce")) is PASSES["dce"]
     assert get_pass("entry-layout-assignment", parameter_layouts=((0, (0, 1)),)).parameter_layouts == ((0, (0, 1)),)
-    with pytest.raises(KeyError, match="unknown pass 'nope'; available: broadcast-of-reshape, call-inliner, "
-                       "convert-after-transpose, cse, dce, "):
+    with pytest.raises(KeyError, match="unknown pass 'nope'; available: broadcast-of-reshape, cache-update-in-place, "
+                       "call-inliner, convert-after-transpose, cse, dce, "):
         get_pass("nope")
     with pytest.raises(KeyError, match="unknown pass 'nope'"):
         parse_pipeline("dce, nope")
