@@ -18,6 +18,7 @@ from hlo_tools import HloParseError
 from hlo_lab.cli import main
 from hlo_tools.formats import find_module_proto, gunzip, is_module_file, walk_module_files
 from hlo_tools.parser import read_hlo_text
+from tests.dump_model import gpu_flags
 from tests.test_parser_errors import GOOD
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,10 +129,11 @@ def test_module_files_walks_and_stays_inside(tmp_path):
 
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory) -> Path:
-    """A real --xla_dump_to folder: text, per-pass and proto dumps, XLA:CPU and a
-    deviceless XLA:GPU compile, and PJRT's module.mlir (tests/dump_model.py)."""
+    """A real --xla_dump_to folder: text, per-pass and proto dumps, XLA:CPU and (with
+    the CUDA plugin) a deviceless XLA:GPU compile, and PJRT's module.mlir (tests/dump_model.py)."""
     out = tmp_path_factory.mktemp("dump")
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "dump_model.py"), str(out), "--per-pass", "--proto", "--gpu"],
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "dump_model.py"), str(out), "--per-pass", "--proto",
+                        *gpu_flags()],  # the deviceless XLA:GPU compile where the CUDA plugin is installed
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     return out
