@@ -24,6 +24,7 @@ from passes.fusion.producer_consumer import ProducerConsumerFusion
 from passes.fusion.profitability import ForcedEdges
 from passes.registry import get_pass
 from tests.conftest import ROOT, run_hlo
+from xla_bridge.jax_internals import cuda_plugin_available
 
 MODULE = "gemma2-tiny-decode-f32"
 
@@ -175,6 +176,7 @@ def test_a_killed_tune_resumes_without_losing_a_measured_candidate(tmp_path):
     assert json.loads(bench.stdout)["outputs"] in ("exact", "close")
 
 
+@pytest.mark.skipif(not cuda_plugin_available(), reason="XLA:GPU without a GPU needs the CUDA plugin (make venv)")
 def test_tune_for_a_gpu_target_ranks_by_the_roofline_and_says_so(tmp_path):
     done = run_hlo("tune", _module_file(), "--target", "h100", "--budget", "2", "--no-baseline", "--workers", "1",
                    "--db", tmp_path / "r.db", "-o", tmp_path / "g.json", "-q", "--json")
