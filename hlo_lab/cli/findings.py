@@ -51,6 +51,8 @@ def register(sub) -> None:
 def _cmd_findings(args) -> int:
     from hlo_tools.fileio import check_writable, write_output  # lazy: hlo starts on every command
 
+    from passes.fusion.rules import base_name  # lazy: as below
+
     from .. import findings as F  # lazy: the tuner, the passes and the bridge
 
     check_writable(args.output, directory=True)
@@ -90,15 +92,14 @@ def _cmd_findings(args) -> int:
           f"validated on {len(held)} held-out modules ({', '.join(data['settings']['held_out_families'])})")
     for r in data["rules"]:
         g = r["geomean_gain_over_best"]
-        figure = (f"held-out gain over {'gpu-best' if args.target else 'BEST'} {g:.3f}x" if g is not None else
+        figure = (f"held-out gain over {base_name(args.target)} {g:.3f}x" if g is not None else
                   "every held-out timing failed" if r["trials"] else "applies to no held-out module")
         print(f"  {'holds' if r['held_out'] else 'fails'}  {r['rule']['name']}: {r['statement']} ({figure})")
         if r["hurts"]:
             print(f"         hurts: {', '.join(r['hurts'])}")
     best, held_g = c["best_geomean"], c["held_out_geomean"]
     if held_g and best:
-        base = "gpu-best" if args.target else "BEST"
         print(f"held-out geomean vs stock{' (predicted)' if args.target else ''}: {held_g:.3f}x with the rules that "
-              f"held, {best:.3f}x {base} alone")
+              f"held, {best:.3f}x {base_name(args.target)} alone")
     print(f"-> {args.output}/findings.md, {path}")
     return 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from passes.fusion.rules import base_name
+
 
 def _x(v: float | None) -> str:
     return f"{v:.3f}x" if v is not None else "-"
@@ -33,7 +35,7 @@ def _how(data: dict[str, Any]) -> str:
 
 def markdown(data: dict[str, Any], path: Path) -> str:
     s = data["settings"]
-    base = "gpu-best" if data.get("target") else "BEST"
+    base = base_name(data.get("target"))
     lines = [
         "# Findings: rules from hlo tune's wins, validated on held-out families",
         "",

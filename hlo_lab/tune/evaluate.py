@@ -35,7 +35,7 @@ from .store import Measured
 #: XLA:GPU ours go on top of stock's (docs/xla_gpu_modes.md: the best mode).
 MODE = {"cpu": "as-written", "gpu": "on-top"}
 
-_STOCK: dict[tuple, tuple[CompileResult, str, float | None]] = {}
+_STOCK: dict[tuple, tuple[CompileResult, str, GpuSide | None]] = {}
 _CANDIDATES: "OrderedDict[tuple, CompileResult]" = OrderedDict()
 _KEEP = 6
 
@@ -49,17 +49,19 @@ def _measurement(backend: str, target: str | None) -> Measurement:
     return Measurement("gpu" if target else backend, target=target)
 
 
-def _predicted(cr: CompileResult, target: str) -> float:
-    return GpuSide.of(cr.optimized_module, devices.load(target)).predicted_us
+def _side(cr: CompileResult, target: str) -> GpuSide:
+    return GpuSide.of(cr.optimized_module, devices.load(target))
 
 
-def _stock(text: str, backend: str, target: str | None) -> tuple[CompileResult, str, float | None]:
+def _stock(text: str, backend: str, target: str | None) -> tuple[CompileResult, str, GpuSide | None]:
+    """Stock's compile, the module the hook is handed, and (for ``target``) stock's
+    figures on that GPU, each made once per module."""
     key = (text_hash(text), backend, target)
     if key not in _STOCK:
         m = _measurement(backend, target)
         stock = m.compile(text, STOCK)
         seen = m.compile(text, XlaPipeline.fusion(_see, m.backend, MODE[m.backend]))
-        _STOCK[key] = (stock, seen.hook.seen[-1], _predicted(stock, target) if target else None)
+        _STOCK[key] = (stock, seen.hook.seen[-1], _side(stock, target) if target else None)
     return _STOCK[key]
 
 
@@ -105,25 +107,16 @@ def _candidate(text: str, decisions: FusionDecisions, backend: str, target: str 
     return cr, time.perf_counter() - t0
 
 
-_STOCK_SIDES: dict[tuple, GpuSide] = {}
-
-
-def predict(text: str, decisions: dict, *, target: str) -> dict[str, float | int | None]:
+def predict(text: str, decisions: dict, *, target: str) -> dict[str, float | None]:
     """One decision set against stock XLA:GPU, both compiled for ``target`` without
     a GPU (ours on top of stock's fusions, as ``hlo tune --target``): the speedup
     by our roofline (``ours``) and by XLA's own GPU model where it priced the
-    kernels (``xla``, ``GpuSide.xla_where_priced_us``), and both kernel counts."""
-    device = devices.load(target)
-    stock, _, _ = _stock(text, "gpu", target)
-    key = (text_hash(text), target)
-    if key not in _STOCK_SIDES:
-        _STOCK_SIDES[key] = GpuSide.of(stock.optimized_module, device)
-    s = _STOCK_SIDES[key]
+    kernels (``xla``, ``GpuSide.xla_where_priced_us``)."""
+    _, _, s = _stock(text, "gpu", target)
     cr, _ = _candidate(text, FusionDecisions.from_dict(decisions), "gpu", target, target)
-    c = GpuSide.of(cr.optimized_module, device)
+    c = _side(cr, target)
     return {"ours": s.predicted_us / c.predicted_us if c.predicted_us else None,
-            "xla": s.xla_where_priced_us / c.xla_where_priced_us if c.xla_where_priced_us else None,
-            "kernels": c.kernels, "stock_kernels": s.kernels}
+            "xla": s.xla_where_priced_us / c.xla_where_priced_us if c.xla_where_priced_us else None}
 
 
 def evaluate(text: str, decisions: dict, fused_hash: str, *, backend: str = "cpu", target: str | None = None,
@@ -133,12 +126,12 @@ def evaluate(text: str, decisions: dict, fused_hash: str, *, backend: str = "cpu
     outputs compared first) or, for ``target``, predicted by the GPU roofline.
     ``model``: the GPU the GPU-profile passes price on (None on XLA:CPU)."""
     with _lock(lock, exclusive=False):
-        stock, _, stock_pred = _stock(text, backend, target)
+        stock, _, stock_side = _stock(text, backend, target)
         cr, compile_s = _candidate(text, FusionDecisions.from_dict(decisions), backend, target, model)
     hook_hash = text_hash(cr.hook.after.to_text()) if cr.hook is not None and cr.hook.after is not None else None
     n_kernels = kernels(cr.optimized_module)
     if target:
-        pred = _predicted(cr, target)
+        stock_pred, pred = stock_side.predicted_us, _side(cr, target).predicted_us
         s = stock_pred / pred if pred else None
         return Measured(fused_hash, "ok", s, s, s, stock_pred, pred, compile_s, "unchecked", kernels=n_kernels,
                         reps=0, hook_hash=hook_hash)

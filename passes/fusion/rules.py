@@ -34,6 +34,11 @@ _STEP_WORDS = {
 }
 
 
+def base_name(target: str | None) -> str:
+    """The decision set a rule changes, as statements and reports name it."""
+    return "gpu-best" if target else "BEST"
+
+
 @dataclass(frozen=True)
 class Rule:
     """``field = value`` on the decision set when the module has (``present``) or
@@ -77,7 +82,7 @@ class Rule:
 
     @property
     def action(self) -> str:
-        base = "BEST" if self.target is None else "gpu-best"
+        base = base_name(self.target)
         if self.field != "pipeline":
             return f"set {self.field} to {self.value} ({base}: {getattr(self.base, self.field)})"
         shape = CPU_PIPELINES.get(self.value) or GPU_PIPELINES[self.value]
