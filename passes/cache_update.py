@@ -40,11 +40,11 @@ class _Update:
     update: Instruction
     #: per update dimension, the X dimension it writes along (None: a unit dimension X lacks there)
     dims: tuple[int | None, ...]
-    #: per update dimension, its index instruction and the window's (start, size) along its X dimension
+    #: per update dimension, its index instruction (an offset into the window)
     indices: tuple[Instruction, ...]
-    windows: tuple[tuple[int, int] | None, ...]
-    #: X's start of the window along every X dimension no update dimension writes
-    fixed: tuple[int, ...]
+    #: the window updated, along every X dimension
+    start: tuple[int, ...]
+    size: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -113,10 +113,7 @@ class _Windows:
         upd = instr.operand(1)
         if upd.shape.rank != len(w.dims):
             return None
-        covered = {d for d in w.dims if d is not None}
-        u = _Update(upd, w.dims, tuple(instr.operands[2:]),
-                    tuple((w.start[d], w.size[d]) if d is not None else None for d in w.dims),
-                    tuple(w.start[x] if x not in covered else -1 for x in range(len(w.start))))
+        u = _Update(upd, w.dims, tuple(instr.operands[2:]), w.start, w.size)
         return replace(w, updates=(*w.updates, u))
 
     def _concatenate(self, instr: Instruction) -> _Window | None:
@@ -166,15 +163,14 @@ def _in_place(instr: Instruction, w: _Window, rw: Rewriter) -> Instruction:
             if d is None:
                 continue
             dims_x[d] = u.update.shape.dims[k]
-            start, size = u.windows[k]
             lo = ins(Instruction.create(_H.CONSTANT, scalar, [], f"cache.lo.{n}", literal=0))
-            hi = ins(Instruction.create(_H.CONSTANT, scalar, [], f"cache.hi.{n}", literal=size - dims_x[d]))
+            hi = ins(Instruction.create(_H.CONSTANT, scalar, [], f"cache.hi.{n}", literal=u.size[d] - dims_x[d]))
             clamped = ins(Instruction.create(_H.CLAMP, scalar, [lo, u.indices[k], hi], f"cache.index.{n}"))
-            at = ins(Instruction.create(_H.CONSTANT, scalar, [], f"cache.start.{n}", literal=start))
+            at = ins(Instruction.create(_H.CONSTANT, scalar, [], f"cache.start.{n}", literal=u.start[d]))
             index[d] = ins(Instruction.create(_H.ADD, scalar, [clamped, at], f"cache.index.{n}"))
         for x in range(rank):
-            if index[x] is None:
-                index[x] = ins(Instruction.create(_H.CONSTANT, scalar, [], f"cache.start.{n}", literal=u.fixed[x]))
+            if index[x] is None:  # a dimension the update does not index: the window's start
+                index[x] = ins(Instruction.create(_H.CONSTANT, scalar, [], f"cache.start.{n}", literal=u.start[x]))
         shape = Shape.array(base.shape.element_type, dims_x)
         upd = u.update if list(u.update.shape.dims) == dims_x else \
             ins(Instruction.create(_H.RESHAPE, shape, [u.update], f"cache.update.{n}"))
