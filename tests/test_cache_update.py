@@ -4,12 +4,12 @@ and what it gives XLA:GPU on a full-size decode step, by both models."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import corpus
 import hlo_tools
 from hlo_tools import HloOpcode, verify
-from passes import PassManager
 from passes.base import split_on_input
 from passes.cache_update import CacheUpdateInPlace
 from passes.registry import parse_pipeline
@@ -84,8 +84,6 @@ ENTRY e {
 
 
 def _inputs(i: int):
-    import numpy as np
-
     rng = np.random.default_rng(0)
     return [rng.standard_normal((4, 6), dtype=np.float32), rng.standard_normal((4, 1), dtype=np.float32),
             np.array(i, dtype=np.int32)]
