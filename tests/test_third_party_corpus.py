@@ -71,3 +71,16 @@ def test_best_keeps_a_flax_train_step_equal_to_stock(tmp_path):
     done = run_hlo("bench", path, "--passes", "best", "--reps", "3", "--no-record", "--json", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["outputs"] in ("exact", "close")
+
+
+def test_a_module_xla_partitioned_says_why_it_cannot_run_here(tmp_path):
+    """The fsdp=4 x tensor=2 train step after XLA's partitioning has per-device
+    shapes and collectives over 8 devices: run, compare and divergence say so in
+    one line (XLA's RET_CHECK on replica ids before)."""
+    entry = next(e for e in ENTRIES if e.name == "maxtext-llama-tiny-train-fsdp4tp2")
+    f = tmp_path / "after.hlo"
+    f.write_text(entry.text("cpu_after_optimizations"))
+    for argv in (["run", f, "-q"], ["compare", f, f, "-q"], ["divergence", f, f, "-q"]):
+        r = run_hlo(*argv, timeout=300)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert "partitioned this module over 8 devices" in r.stderr.strip().splitlines()[-1], r.stderr[-1000:]

@@ -127,3 +127,17 @@ ENTRY e {
     assert "CHECK: = f32[2]{0} constant({1, 2})" in checks
     assert run_filecheck(after.to_text(), checks)
     assert not run_filecheck(before.to_text(), checks)
+
+
+def test_a_rewrite_is_judged_against_a_moved_baseline_as_bench_judges_it(tmp_path):
+    """A bf16 train step: XLA's fusion off (the hook's as-written base) already
+    moves stock's outputs by bf16 rounding, so the passes are judged against that
+    baseline, as ``hlo bench`` does, and the bundle says so; before, upstream
+    refused MaxText's and Flax's steps as 'outputs differ'."""
+    out = tmp_path / "bundle"
+    r = hlo("upstream", ROOT / "tests" / "data" / "bf16_scan_train_step.hlo", "--passes", "producer-consumer-fusion,dce",
+            "-o", out, "--reps", "3", "--seconds", "20", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    b = json.loads(r.stdout)
+    assert b["outputs"].startswith(("close (baseline moved", "exact (baseline moved")), b["outputs"]
+    assert "baseline moved" in (out / "README.md").read_text()

@@ -197,7 +197,17 @@ class CompileResult:
     @property
     def runnable(self) -> bool:
         return (self.executable is not None and self.device_handle is not None and self.target is None
-                and self.partitions == 1)
+                and self.partitions == 1 and self.partitioned_over == 1)
+
+    @property
+    def partitioned_over(self) -> int:
+        """The devices an optimized module handed over was partitioned for by XLA
+        (its ``num_partitions``: per-device shapes, collectives across them); 1
+        for any other module (shardings alone compile and run on one device)."""
+        if not self.handed_over:
+            return 1
+        m = _PARTITIONS_RE.search(self.source_text[:65536])
+        return int(m.group(1)) if m else 1
 
     def __reduce__(self):
         """Pickles without the executable and device (they cannot leave this

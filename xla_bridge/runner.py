@@ -88,6 +88,10 @@ def run(compiled, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _not_runnable(compiled) -> str:
+    if (n := getattr(compiled, "partitioned_over", 1)) > 1:
+        return (f"XLA partitioned this module over {n} devices (num_partitions={n}: per-device shapes, collectives "
+                "across them) and nothing here runs a module over several devices; run the module before "
+                "optimizations (its shardings alone run on one device)")
     if getattr(compiled, "partitions", 1) > 1:
         return f"compiled for {compiled.partitions} SPMD partitions: run_module and compare run one device"
     if getattr(compiled, "contained", False) and compiled.target is None:

@@ -155,6 +155,8 @@ def _cmd_bench(args) -> int:
     if args.mode:
         print("hlo bench: --mode needs --target (the GPU study compiled without a GPU)", file=sys.stderr)
         return 2
+    from ..debug.rewrite import baseline_moved  # lazy: imports the passes, as in _bench_b
+
     baseline, against_baseline = "", None
     try:
         if args.hook and not args.passes:
@@ -170,8 +172,8 @@ def _cmd_bench(args) -> int:
             res = measurement.benchmark(original, rewritten, pipeline_a, pipeline_b, reps=args.reps,
                                         warmup=args.warmup)
             vs = _vs_stock(measurement, original, res, pipeline_a) if args.vs_stock else None
-            baseline, against_baseline = _baseline_moved(measurement, original, rewritten, res, pipeline_a,
-                                                         pipeline_b, args)
+            baseline, against_baseline = baseline_moved(measurement, original, rewritten, res, pipeline_a,
+                                                        pipeline_b)
         if pipeline_b.pass_ is not None and res.hook_b is not None and res.hook_b.after is not None:
             rewritten = res.hook_b.after
     except HloParseError as e:
@@ -232,26 +234,6 @@ def _bench_b(args, original, pipeline: list) -> tuple[XlaPipeline, object, str, 
                 + ("" if changed else "; the passes changed nothing"))
     return (pipeline_b, original, f"stock vs {route}",
             "a fusion pass: it decides the fusions inside XLA, whose own fusion is off on B")
-
-
-def _baseline_moved(measurement: Measurement, original, rewritten, res, pipeline_a: XlaPipeline,
-                    pipeline_b: XlaPipeline, args) -> tuple[str, str | None]:
-    """When B's outputs differ and B compiles on another base than A (XLA's fusion
-    off), whether that base alone, with no pass, already differs from A: then the
-    baseline moved, and B is compared against that baseline too.  Returns what to
-    say ("" when nothing) and B's verdict against the moved baseline (None when
-    it did not move)."""
-    if res.verdict != "mismatch" or pipeline_b.base == pipeline_a.base:
-        return "", None
-    base = compare(original, original, backend=args.backend, pipeline_a=pipeline_a.base, pipeline_b=pipeline_b.base,
-                   flags=_flags(args), contained=True)
-    if base.ok:
-        return (f"baseline: {pipeline_b.base} without the passes matches {pipeline_a.base} ({base.verdict}): "
-                f"the difference comes from the passes"), None
-    against = measurement.benchmark(original, rewritten, XlaPipeline(pipeline_b.base), pipeline_b, reps=1, warmup=0)
-    return (f"baseline moved: {pipeline_b.base} without any pass already differs from {pipeline_a.base} "
-            f"({base.first_difference}); against that baseline the passes' outputs are {against.verdict}"
-            + (f" ({against.mismatch})" if against.mismatch else "")), against.verdict
 
 
 def _vs_stock(measurement: Measurement, original, res, pipeline_a: XlaPipeline) -> dict:

@@ -13,6 +13,7 @@ from passes import Pass, PassManager, decides_fusion
 from xla_bridge.hook_stage import HookStage
 from xla_bridge.measure import STOCK, Measurement, XlaPipeline
 from xla_bridge.bench import BenchResult
+from xla_bridge.runner import compare
 
 
 def has_fusion_pass(passes: Sequence[Pass]) -> bool:
@@ -53,3 +54,24 @@ def measure_rewrite(measurement: Measurement, module: Module, passes: Sequence[P
     if not PassManager(passes).run(rewritten):
         return None, route
     return measurement.benchmark(module, rewritten, STOCK, pipeline_b, reps=reps), route
+
+
+def baseline_moved(measurement: Measurement, original: Module, rewritten: Module, res: BenchResult,
+                   pipeline_a: XlaPipeline, pipeline_b: XlaPipeline) -> tuple[str, str | None]:
+    """When B's outputs differ from A's and B compiles on another base than A
+    (XLA's fusion off), whether that base alone, with no pass, already differs
+    from A: then the baseline moved (XLA's fusions round bf16 differently), and B
+    is compared against that baseline too.  Returns what to say ("" when
+    nothing) and B's verdict against the moved baseline (None when it did not
+    move)."""
+    if res.verdict != "mismatch" or pipeline_b.base == pipeline_a.base:
+        return "", None
+    base = compare(original, original, backend=measurement.backend, pipeline_a=pipeline_a.base,
+                   pipeline_b=pipeline_b.base, flags=measurement.flags, contained=True)
+    if base.ok:
+        return (f"baseline: {pipeline_b.base} without the passes matches {pipeline_a.base} ({base.verdict}): "
+                f"the difference comes from the passes"), None
+    against = measurement.benchmark(original, rewritten, XlaPipeline(pipeline_b.base), pipeline_b, reps=1, warmup=0)
+    return (f"baseline moved: {pipeline_b.base} without any pass already differs from {pipeline_a.base} "
+            f"({base.first_difference}); against that baseline the passes' outputs are {against.verdict}"
+            + (f" ({against.mismatch})" if against.mismatch else "")), against.verdict

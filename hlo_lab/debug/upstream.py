@@ -34,9 +34,9 @@ from hlo_tools.testing import check_lines, run_filecheck
 from passes import Pass, PassManager, registry
 from xla_bridge.display import speedup_verdict as verdict  # the one rule, shared with hlo bench and tune
 from xla_bridge.errors import XlaCompileError
-from xla_bridge.measure import Measurement
+from xla_bridge.measure import STOCK, Measurement
 
-from .rewrite import measure_rewrite
+from .rewrite import baseline_moved, measure_rewrite, rewrite_route
 from .reduce.predicates import NothingToReduce, pass_fires
 from .reduce.reducer import reduce_module
 
@@ -75,6 +75,19 @@ class Bundle:
 
 
 
+def _outputs(measurement: Measurement, module: Module, passes: Sequence[Pass], res) -> str | None:
+    """The rewrite's outputs in words, or None when they differ: from stock's, or,
+    where XLA's fusion off already moves stock's outputs (bf16 rounding), from
+    that moved baseline's (``rewrite.baseline_moved``, as ``hlo bench`` judges)."""
+    if res.verdict in ("exact", "close"):
+        return res.verdict
+    pipeline_b, on_text, _ = rewrite_route(passes, measurement.backend)
+    if res.verdict != "mismatch" or on_text:
+        return None
+    said, against = baseline_moved(measurement, module, module, res, STOCK, pipeline_b)
+    return f"{against} ({said})" if against in ("exact", "close") else None
+
+
 def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Path, *, backend: str = "cpu",
                 reps: int = 50, seconds: float = 120.0, progress: Callable[[str], None] | None = None) -> Bundle:
     """Validates ``passes`` (named ``spec``) on ``module`` against stock XLA, reduces
@@ -87,7 +100,8 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     res, route = measure_rewrite(measurement, module, passes, reps)
     if res is None:
         raise UpstreamError(f"{spec} changes nothing in {module.name}: there is no rewrite to hand upstream")
-    if res.verdict not in ("exact", "close"):
+    outputs = _outputs(measurement, module, passes, res)
+    if outputs is None:
         raise UpstreamError(f"{spec}: outputs differ from stock XLA's ({res.verdict}); "
                             f"find the culprit with hlo bisect --passes {spec}")
     # The module as given is reduced (not XLA's module at the hook, which has been through
@@ -105,16 +119,17 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     PassManager(passes).run(after)
     try:
         small, _ = measure_rewrite(measurement, before, passes, reps=5)
-        reduced_outputs = small.verdict if small is not None else "unchanged at the hook"
+        reduced_outputs = ((_outputs(measurement, before, passes, small) or small.verdict) if small is not None
+                           else "unchanged at the hook")
     except XlaCompileError as e:
         reduced_outputs = f"not run: {(str(e).splitlines() or [''])[0]}"
     checks = check_lines(before, after, prefix="// ")
     load = "".join(f" --load source/{name}" for name in _user_files(passes))
     test_text = "\n".join([RUN_LINE.format(load=load, spec=spec), "", before.to_text().rstrip(), "", checks.rstrip(), ""])
     _verify_test(test_text, passes, before.to_text())
-    files = _write(out, spec, passes, before, after, test_text, res, route, red, reduced_outputs)
+    files = _write(out, spec, passes, before, after, test_text, res, outputs, route, red, reduced_outputs)
     return Bundle(str(out), spec, route, res.a.median_us, res.b.median_us, res.speedup, res.speedup_p10,
-                  res.speedup_p90, res.verdict, module.instruction_count, before.instruction_count, reduced_outputs,
+                  res.speedup_p90, outputs, module.instruction_count, before.instruction_count, reduced_outputs,
                   checks.count("CHECK:"), red.seconds, files)
 
 
@@ -161,15 +176,15 @@ def _sources(passes: list[Pass]) -> dict[str, str]:
     return out
 
 
-def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Module, test_text: str, res, route: str,
-           red, reduced_outputs: str) -> list[str]:
+def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Module, test_text: str, res, outputs: str,
+           route: str, red, reduced_outputs: str) -> list[str]:
     name = passes[-1].name if len(passes) == 1 else spec.replace(",", "_")
     test_file = f"{file_stem(name)}_test.hlo"  # a user's pass name may hold "../": the file stays in ``out``
     table = "\n".join([
         "| module | instructions | stock us | ours us | speedup (p10-p90) | outputs |",
         "|---|---|---|---|---|---|",
         f"| {res.name_a} (as given) | {red.original_instructions} | {res.a.median_us:.1f} | {res.b.median_us:.1f} | "
-        f"{res.speedup:.3f} ({res.speedup_p10:.3f}-{res.speedup_p90:.3f}) | {res.verdict} |",
+        f"{res.speedup:.3f} ({res.speedup_p10:.3f}-{res.speedup_p90:.3f}) | {outputs} |",
         f"| reduced (before.hlo) | {before.instruction_count} | | | | {reduced_outputs} |",
     ])
     measured = (f"# Measured\n\n{table}\n\nXLA:{res.backend.upper()} on {res.device}, {res.reps} ABBA pairs; "
@@ -180,7 +195,7 @@ def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Modu
 {docs}
 
 Measured on {res.name_a} against stock XLA ({platform.machine()}, {time.strftime('%Y-%m-%d')}):
-speedup {res.speedup:.3f} (p10-p90 {res.speedup_p10:.3f}-{res.speedup_p90:.3f}), outputs {res.verdict}.
+speedup {res.speedup:.3f} (p10-p90 {res.speedup_p10:.3f}-{res.speedup_p90:.3f}), outputs {outputs}.
 {verdict(res.speedup_p10, res.speedup_p90)}
 
 | file | what |
@@ -199,6 +214,6 @@ Run the test from this folder: `hlo opt {test_file}{''.join(f' --load source/{n}
     for rel, text in files.items():
         write_output(out / rel, text)
     manifest = {"passes": spec, "route": route, "files": sorted(files), "speedup": res.speedup,
-                "outputs": res.verdict, "reduced_outputs": reduced_outputs}
+                "outputs": outputs, "reduced_outputs": reduced_outputs}
     write_output(out / "bundle.json", json.dumps(manifest, indent=1) + "\n")
     return sorted(files) + ["bundle.json"]
