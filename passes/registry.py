@@ -22,7 +22,7 @@ from .fusion.horizontal import HorizontalFusion
 from .fusion.library_dot import LibraryDotFusion
 from .fusion.multi_output import GpuMultiOutputFusion, MultiOutputFusion
 from .fusion.outline import InlineFusions
-from .fusion.priority import PriorityFusion
+from .fusion.priority import GpuPriorityFusion, PriorityFusion
 from .fusion.producer_consumer import GpuProducerConsumerFusion, ProducerConsumerFusion
 from .fusion.reduction_epilogue import ReductionEpilogueFusion
 from .portable import BroadcastsOfReshapes, ConvertsAfterTransposes, FoldReshapePairs
@@ -41,6 +41,7 @@ PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
     FoldReshapePairs,
     EntryLayoutAssignment,
     GpuMultiOutputFusion,
+    GpuPriorityFusion,
     GpuProducerConsumerFusion,
     HorizontalFusion,
     InlineFusions,

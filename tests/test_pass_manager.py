@@ -30,6 +30,7 @@ BEFORE = {
     "entry-layout-assignment": "passes.layout.EntryLayoutAssignment",
     # the XLA:GPU fusion profile (issue 17), registered like the others
     "gpu-multi-output-fusion": "passes.fusion.multi_output.GpuMultiOutputFusion",
+    "gpu-priority-fusion": "passes.fusion.priority.GpuPriorityFusion",  # XLA:GPU's producer-first rule (issue 36)
     "gpu-producer-consumer-fusion": "passes.fusion.producer_consumer.GpuProducerConsumerFusion",
     "horizontal-fusion": "passes.fusion.horizontal.HorizontalFusion",
     "inline-fusions": "passes.fusion.outline.InlineFusions",

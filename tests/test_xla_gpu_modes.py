@@ -23,6 +23,8 @@ from passes.fusion.gpu_profile import FasterOn
 from passes.registry import GPU_BEST, pass_names, parse_pipeline
 from passes.registry import get_pass
 from passes.fusion.decisions import labelled_for_cpu
+from passes.dce import DeadCodeElimination
+from passes.fusion.priority import GpuPriorityFusion, PriorityLog
 from passes.fusion.producer_consumer import FusionLog, GpuProducerConsumerFusion, ProducerConsumerFusion
 from xla_bridge import jax_internals
 from xla_bridge.measure import FUSION_MODES, Measurement, XlaPipeline
@@ -107,6 +109,46 @@ ENTRY e {
     assert priced_out & set(cpu.fused()), "the GPU profile refused nothing the CPU pass fuses"
 
 
+SOFTMAX = """
+HloModule softmax
+max { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT m = f32[] maximum(a, b) }
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = bf16[2048,4096] parameter(0)
+  xf = f32[2048,4096] convert(x)
+  ninf = f32[] constant(-inf)
+  m = f32[2048] reduce(xf, ninf), dimensions={1}, to_apply=max
+  mb = f32[2048,4096] broadcast(m), dimensions={0}
+  s = f32[2048,4096] subtract(xf, mb)
+  ex = f32[2048,4096] exponential(s)
+  z = f32[] constant(0)
+  r = f32[2048] reduce(ex, z), dimensions={1}, to_apply=add
+  rb = f32[2048,4096] broadcast(r), dimensions={0}
+  d = f32[2048,4096] divide(ex, rb)
+  ROOT o = bf16[2048,4096] convert(d)
+}"""
+
+
+def test_gpu_priority_fusion_takes_a_producer_into_all_its_consumers():
+    """A softmax as XLA:GPU's priority fusion makes it: three kernels (max, sum,
+    normalize), ``exp(x - max)``, already a fusion of several instructions,
+    recomputed inside the last two.  Fusing consumer by consumer never sees that
+    exp's own kernel goes only when both take it, and leaves four; the GPU
+    roofline prices the three faster."""
+    dev = devices.load("h100")
+    by_consumer, by_producer = parse(SOFTMAX), parse(SOFTMAX)
+    GpuProducerConsumerFusion().run(by_consumer)
+    log = PriorityLog()
+    GpuPriorityFusion(log=log).run(by_producer)
+    for m in (by_consumer, by_producer):
+        DeadCodeElimination().run(m)
+    kernels = [i for i in by_producer.entry if i.opcode.value == "fusion"]
+    assert len(kernels) == 3 == len(roofline(by_producer, dev).kernels) < len(roofline(by_consumer, dev).kernels)
+    assert roofline(by_producer, dev).time_s < roofline(by_consumer, dev).time_s
+    assert ("ex", ("r", "d")) in [(p, c) for p, c, _, how in log.steps if how == "duplicate"]
+    assert sum(i.opcode.value == "exponential" for k in kernels for i in k.fused_computation) == 2
+
+
 def test_gpu_best_names_the_gpu_passes():
     names = [p.name for p in parse_pipeline("gpu-best")]
     assert names == pass_names(GPU_BEST)
@@ -140,7 +182,8 @@ def test_calibrated_roofline_agrees_with_xla_where_xla_priced():
     assert spearman([a for a, _ in pairs], [b for _, b in pairs]) > 0.95
 
 
-@pytest.mark.parametrize("spec", ["gpu-producer-consumer-fusion", "gpu-multi-output-fusion", "gpu-best"])
+@pytest.mark.parametrize("spec", ["gpu-priority-fusion", "gpu-producer-consumer-fusion", "gpu-multi-output-fusion",
+                                  "gpu-best"])
 def test_gpu_best_passes_keep_outputs_equal_on_xla_cpu(spec):
     """Backend-neutral rewrites: each GPU pass of gpu-best (its other passes are
     XLA:CPU's own, tested in test_fusion_corpus) and all of it run on XLA:CPU's

@@ -202,6 +202,20 @@ class Clusters:
         self.clones.append((producer, clone))
         return clone
 
+    def duplicate_cluster_into(self, c: Cluster, consumer: Cluster) -> None:
+        """Clones into ``consumer`` every member of ``c`` it reads, directly or
+        through the clones (``duplicate_into`` per member, users first), so that
+        ``consumer`` computes ``c``'s value itself (XLA:GPU's priority fusion
+        duplicates a fusion into each of its consumers this way)."""
+        pending = list(c.members)
+        while True:
+            ready = [m for m in pending if any(self._of[id(u)] is consumer for u in m.users)]
+            if not ready:
+                return
+            for m in ready:
+                self.duplicate_into(m, consumer)
+                pending.remove(m)
+
     def _renumber(self) -> None:
         """A fresh topological order of the contracted graph (Kahn's algorithm,
         ties by the old numbers)."""
@@ -244,7 +258,7 @@ class Clusters:
             has_fusion = any(m.opcode is HloOpcode.FUSION for m in c.members)
             return len(real) >= min_size and not (len(real) == 1 and has_fusion)
 
-        chosen = sorted((c for c in self if outlined(c)), key=lambda c: c.index)
+        chosen = sorted((c for c in self if outlined(c) and self.outputs(c)), key=lambda c: c.index)
         keep = {id(c) for c in chosen}
         for c in self:
             if id(c) in keep:
@@ -269,9 +283,9 @@ class Clusters:
             outputs = [r for r in region if r is self.comp.root or any(id(u) not in inside for u in r.users)]
             fusions.append(outline_fusion(self.comp, region, kind=kind(region, outputs), name=name, keep_order=False,
                                           rewriter=rw))
-        for original, _ in self.clones:
-            if original.parent is self.comp and not original.users and original is not self.comp.root:
-                rw.erase(original)
+        for original, _ in self.clones:  # duplicated into all its users: gone, with what only it read
+            if original.parent is self.comp:
+                rw.erase_if_dead(original)
         if bodies and self.comp.parent is not None:
             remove_uncalled(self.comp.parent, bodies, rw)
         if fusions:

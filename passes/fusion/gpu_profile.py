@@ -76,6 +76,24 @@ class FasterOn:
         fused = self.time_s(members + [producer], root=root)
         return self.saving(apart, fused, f"%{producer.name} into its consumers")
 
+    def benefit(self, c) -> float:
+        """Seconds saved by a priority-fusion ``Candidate`` (``priority.Candidate``):
+        the producer's kernel and its consumers' apart, against the kernels the
+        fusion makes (the producer's own still runs where ``keeps_original``).  A
+        tie counts as a saving of ``TIE`` (a bitcast joining changes nothing but
+        the text); a duplicate into a kernel with several outputs is not priced
+        (-inf)."""
+        alone = self.time_s(list(c.members))
+        apart = alone + sum(self.time_s(list(t)) for t in c.targets)
+        if not c.duplicate:  # moved into the one consumer (kept as an output when multi_output)
+            fused = self.time_s([*c.targets[0], *c.members])
+        elif None in c.roots:
+            return float("-inf")
+        else:
+            fused = (alone if c.keeps_original else 0.0) + sum(
+                self.time_s([*t, *c.members], root=r) for t, r in zip(c.targets, c.roots))
+        return apart - fused + TIE * apart
+
     def siblings(self, shared: Instruction, a: Cluster, b: Cluster, clusters: Clusters) -> Decision:
         """Merging sibling clusters ``a`` and ``b`` (both read ``shared``)."""
         apart = self.time_s(a.members) + self.time_s(b.members)

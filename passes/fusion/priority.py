@@ -14,13 +14,14 @@ from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
 from hlo_analysis.cost import bytes_saved, result_bytes, reread_bytes
-from hlo_analysis.fusion_kind import loop_kind
+from hlo_analysis.fusion_kind import gpu_fusion_kind, loop_kind
 from hlo_analysis.legality import ALLOW, Decision, can_join, fits_in_budget, fusible, keeps_loop_state_order, shape_key
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
 from .clusters import Cluster, Clusters, fusible_computations
+from .gpu_profile import FasterOn
 from .producer_consumer import FusionLog
-from .profitability import Profitability, default_profitability
+from .profitability import Profitability, default_profitability, priced_duplication
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,10 @@ class Candidate:
     ``duplicate``: the producer is copied into each group instead of moved;
     ``keeps_original``: some users (or the root) still need the original;
     ``multi_output``: the producer cluster moves into the one consumer cluster
-    and stays an output of it (a multi-output fusion, nothing duplicated)."""
+    and stays an output of it (a multi-output fusion, nothing duplicated).
+    ``targets``: all members of each group's cluster, and ``roots`` each one's
+    single output (None when it has several), for costs that price whole
+    kernels (``gpu_profile.FasterOn.benefit``)."""
 
     producer: Instruction
     members: tuple[Instruction, ...]
@@ -38,6 +42,8 @@ class Candidate:
     duplicate: bool
     keeps_original: bool
     multi_output: bool = False
+    targets: tuple[tuple[Instruction, ...], ...] = ()
+    roots: tuple[Instruction | None, ...] = ()
 
     @property
     def consumers(self) -> tuple[Instruction, ...]:
@@ -78,13 +84,14 @@ class PriorityQueueFusion:
     """The planning half of the pass on one computation: fills ``clusters``."""
 
     def __init__(self, comp: Computation, cost: Cost = default_cost, profitable: Profitability = default_profitability,
-                 max_operands: int = 0, multi_output: bool = False):
+                 max_operands: int = 0, multi_output: bool = False, duplicate_clusters: bool = False):
         self.comp = comp
         self.clusters = Clusters(comp)
         self.cost = cost
         self.profitable = profitable
         self.max_operands = max_operands
         self.multi_output = multi_output
+        self.duplicate_clusters = duplicate_clusters
         self._version: dict[int, int] = {}
         self._heap: list[tuple[float, int, int, int, Cluster]] = []
         self._tie = 0
@@ -120,6 +127,8 @@ class PriorityQueueFusion:
         blocked = False
         grown = len(pc.members) > 1
         for uc in clusters.users(pc):
+            if not clusters.outputs(uc):
+                continue  # a producer duplicated into all its users: dead, removed at the end
             group = tuple(m for m in uc.members if prod in m.operands)
             d = self._group_legal(pc, prod, uc, group)
             if d:
@@ -132,13 +141,19 @@ class PriorityQueueFusion:
         duplicate = keeps or len(groups) > 1
         consumers = tuple(m for g in groups for m in g)
         if duplicate:
-            if grown:
+            if grown and not self.duplicate_clusters:
                 d = Decision.forbid("producer cluster has several users: only single instructions are duplicated")
+            elif grown and any(m.shape.is_tuple for m in pc.members):
+                d = Decision.forbid("producer cluster has a multi-output member: not duplicated")
             else:
-                d = self.profitable(prod, consumers, True)
-            for g in groups if d else ():
-                d = keeps_loop_state_order(prod, clusters.of(g[0]).members, moved=False,
-                                           writers=clusters.loop_state_writers)
+                d = ALLOW
+            for m in pc.members if d else ():
+                d = self.profitable(m, consumers, True)
+                for g in groups if d else ():
+                    d = keeps_loop_state_order(m, clusters.of(g[0]).members, moved=False,
+                                               writers=clusters.loop_state_writers)
+                    if not d:
+                        break
                 if not d:
                     break
             if not d and self.multi_output and prod is not self.comp.root:
@@ -154,7 +169,14 @@ class PriorityQueueFusion:
             for m in consumers:
                 self._refuse(prod, m, d.reason)
             return None
-        return Candidate(prod, tuple(pc.members), tuple(groups), duplicate, keeps)
+        return Candidate(prod, tuple(pc.members), tuple(groups), duplicate, keeps, **self._targets(groups))
+
+    def _targets(self, groups) -> dict[str, tuple]:
+        """``Candidate.targets`` and ``roots`` of ``groups``."""
+        ucs = [self.clusters.of(g[0]) for g in groups]
+        outs = [self.clusters.outputs(uc) for uc in ucs]
+        return {"targets": tuple(tuple(uc.members) for uc in ucs),
+                "roots": tuple(o[0] if len(o) == 1 else None for o in outs)}
 
     def _multi_output_candidate(self, pc: Cluster, prod: Instruction,
                                 groups: list[tuple[Instruction, ...]]) -> Candidate | None:
@@ -173,7 +195,8 @@ class PriorityQueueFusion:
             else:
                 d = self._moves_in_order(pc, uc)
                 if d:
-                    return Candidate(prod, tuple(pc.members), (group,), False, True, multi_output=True)
+                    return Candidate(prod, tuple(pc.members), (group,), False, True, multi_output=True,
+                                     **self._targets([group]))
             for m in group:
                 self._refuse(prod, m, d.reason)
         return None
@@ -252,7 +275,10 @@ class PriorityQueueFusion:
         touched: list[Cluster] = [pc]
         for group in cand.groups:
             uc = clusters.of(group[0])
-            clusters.duplicate_into(prod, uc)
+            if len(pc.members) > 1:
+                clusters.duplicate_cluster_into(pc, uc)
+            else:
+                clusters.duplicate_into(prod, uc)
             touched.append(uc)
             touched.extend(clusters.operands(uc))
         return touched
@@ -277,13 +303,41 @@ class PriorityFusion(FusionPass):
     max_operands: int = 0  # 0: unbounded
     #: merge producers that may not be duplicated into one consumer as an extra output
     multi_output: bool = False
+    #: duplicate a producer that is already a fusion of several instructions (XLA:GPU does)
+    duplicate_clusters: bool = False
 
     def run(self, module: Module) -> bool:
         rewriter = Rewriter()
+        cost = self.run_cost()
         for comp in fusible_computations(module):
-            planner = PriorityQueueFusion(comp, self.cost, self.profitable, self.max_operands, self.multi_output)
+            planner = PriorityQueueFusion(comp, cost, self.profitable, self.max_operands, self.multi_output,
+                                          self.duplicate_clusters)
             clusters = planner.run()
             if self.log is not None:
                 planner.log_into(self.log)
             clusters.apply(kind=self.kind, name="priority_fusion", rewriter=rewriter)
         return rewriter.changed
+
+    def run_cost(self) -> Cost:
+        """The cost of one run (a cost that memoizes is made fresh per run)."""
+        return self.cost
+
+
+@dataclass(frozen=True)
+class GpuPriorityFusion(PriorityFusion):
+    """Priority fusion under the XLA:GPU profile, as XLA:GPU decides: a producer
+    goes into all its consumers at once (duplicated where it has several), priced
+    by the GPU roofline of ``target`` on the kernels apart against the kernels it
+    makes (``gpu_profile.FasterOn.benefit``), the largest time saved first.  A
+    producer with several consumers leaves its own kernel only when every one of
+    them takes it, which fusing consumer by consumer never sees (softmax's
+    ``exp(x - max)`` read by its sum and its divide)."""
+
+    name = "gpu-priority-fusion"
+    profitable: Callable = priced_duplication
+    kind: Callable = gpu_fusion_kind
+    duplicate_clusters: bool = True
+    target: str = "h100"
+
+    def run_cost(self) -> Cost:
+        return FasterOn(self.target).benefit

@@ -77,6 +77,15 @@ def gpu_profitability(producer: Instruction, consumers: Sequence[Instruction], d
     return ALLOW
 
 
+def priced_duplication(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> Decision:
+    """XLA:GPU's priority fusion: any producer may be duplicated, an ``exp`` too,
+    when the time saved is priced with the recomputation in it
+    (``gpu_profile.FasterOn.benefit``); only the users are bounded."""
+    if duplicate and producer.user_count > 1000:
+        return Decision.forbid(f"cost: producer has {producer.user_count} users, duplication too high")
+    return ALLOW
+
+
 def never_duplicate(producer: Instruction, consumers: Sequence[Instruction], duplicate: bool) -> Decision:
     """Fuse only producers whose every user is in the fusion."""
     return Decision.forbid("cost: duplication disabled") if duplicate else ALLOW
