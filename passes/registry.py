@@ -175,10 +175,11 @@ BEST = ("reduction-epilogue-fusion,producer-consumer-fusion,multi-output-fusion,
 #: profile (``gpu_profile``: every producer-consumer and sibling fusion priced by
 #: the GPU roofline, launches counted; siblings whose heroes agree, reductions
 #: included), without the CPU-only reduction-epilogue rule (a reduction under a
-#: broadcast is recomputed per element on a GPU) and library-dot fusion.
+#: broadcast is recomputed per element on a GPU) and library-dot fusion, led by
+#: XLA:GPU's producer-first priority fusion (a producer into all its consumers).
 #: Figures in docs/xla_gpu_modes.md.
-GPU_BEST = ("cache-update-in-place,gpu-producer-consumer-fusion,gpu-multi-output-fusion,gpu-producer-consumer-fusion,"
-            "horizontal-fusion,dce")
+GPU_BEST = ("cache-update-in-place,gpu-priority-fusion,gpu-producer-consumer-fusion,gpu-multi-output-fusion,"
+            "gpu-producer-consumer-fusion,horizontal-fusion,dce")
 #: The priority-queue alternative.
 PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
 #: Cleanups before fusing the pre-optimization module (text route).
