@@ -342,7 +342,7 @@ def _loop_unroll(fusion: Instruction, shape: Shape, device: Device, fig: GpuFigu
     return max(unroll, math.ceil(8 / bits))
 
 
-def _physical_dims(shape: Shape) -> list[tuple[int, int]]:
+def physical_dims(shape: Shape) -> list[tuple[int, int]]:
     """(logical dim, size) from major to minor."""
     m2m = shape.layout.minor_to_major if shape.layout and shape.layout.minor_to_major else tuple(range(shape.rank - 1, -1, -1))
     return [(d, shape.dims[d]) for d in reversed(m2m)]
@@ -354,7 +354,7 @@ def _reduction_launch(reduce: Instruction, device: Device) -> Launch:
     up to 256 threads); a column reduction tiles 32 x 32."""
     src = reduce.operands[0].shape
     reduced = set(reduce.dimensions or ())
-    phys = _physical_dims(src)
+    phys = physical_dims(src)
     minor_reduced = 1
     i = len(phys) - 1
     while i >= 0 and phys[i][0] in reduced:
@@ -429,7 +429,7 @@ def launch_dimensions(kernel: Instruction, device: Device, fig: GpuFigures | Non
     transposes = [i for i in body if transposes_minor(i)]
     if transposes and kernel.fusion_kind == "kInput":
         shape = transposes[0].shape
-        phys = _physical_dims(shape)
+        phys = physical_dims(shape)
         minor = phys[-1][1] if phys else 1
         rest = math.prod(s for _, s in phys[:-1]) if len(phys) > 1 else 1
         return Launch(max(1, math.ceil(minor / 32) * math.ceil(rest / 32)), 128)
@@ -469,8 +469,8 @@ def transposes_minor(instr: Instruction) -> bool:
     src, dst = instr.operands[0].shape, instr.shape
     if not src.is_array or src.rank < 2:
         return False
-    src_phys = [d for d, s in _physical_dims(src) if s > 1]
-    dst_phys = [d for d, s in _physical_dims(dst) if s > 1]
+    src_phys = [d for d, s in physical_dims(src) if s > 1]
+    dst_phys = [d for d, s in physical_dims(dst) if s > 1]
     if instr.opcode is _H.TRANSPOSE:
         perm = instr.dimensions or ()
         dst_phys = [perm[d] for d in dst_phys] if perm else dst_phys

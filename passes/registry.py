@@ -25,6 +25,7 @@ from .fusion.outline import InlineFusions
 from .fusion.priority import GpuPriorityFusion, PriorityFusion
 from .fusion.producer_consumer import GpuProducerConsumerFusion, ProducerConsumerFusion
 from .fusion.reduction_epilogue import ReductionEpilogueFusion
+from .fusion.triton_elementwise import TritonElementwiseFusion
 from .portable import BroadcastsOfReshapes, ConvertsAfterTransposes, FoldReshapePairs
 from .layout import EntryLayoutAssignment, LayoutNormalization, TransposeFolding
 from .scheduling import LatencyHidingScheduler, MemoryScheduler
@@ -55,6 +56,7 @@ PASSES: Mapping[str, type[Pass]] = {cls.name: cls for cls in (
     ReductionEpilogueFusion,
     AlgebraicSimplifier,
     TransposeFolding,
+    TritonElementwiseFusion,
 )}
 
 
@@ -176,10 +178,11 @@ BEST = ("reduction-epilogue-fusion,producer-consumer-fusion,multi-output-fusion,
 #: the GPU roofline, launches counted; siblings whose heroes agree, reductions
 #: included), without the CPU-only reduction-epilogue rule (a reduction under a
 #: broadcast is recomputed per element on a GPU) and library-dot fusion, led by
-#: XLA:GPU's producer-first priority fusion (a producer into all its consumers).
+#: XLA:GPU's producer-first priority fusion (a producer into all its consumers)
+#: and the elementwise work around XLA's Triton normalizations joined to them.
 #: Figures in docs/xla_gpu_modes.md.
-GPU_BEST = ("cache-update-in-place,gpu-priority-fusion,gpu-producer-consumer-fusion,gpu-multi-output-fusion,"
-            "gpu-producer-consumer-fusion,horizontal-fusion,dce")
+GPU_BEST = ("cache-update-in-place,gpu-priority-fusion,triton-elementwise-fusion,gpu-producer-consumer-fusion,"
+            "gpu-multi-output-fusion,gpu-producer-consumer-fusion,horizontal-fusion,dce")
 #: The priority-queue alternative.
 PRIORITY = "priority-fusion,horizontal-fusion,library-dot-fusion,dce"
 #: Cleanups before fusing the pre-optimization module (text route).

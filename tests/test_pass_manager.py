@@ -44,6 +44,8 @@ BEFORE = {
     "reduction-epilogue-fusion": "passes.fusion.reduction_epilogue.ReductionEpilogueFusion",
     "simplify": "passes.simplify.AlgebraicSimplifier",
     "transpose-folding": "passes.layout.TransposeFolding",
+    # converts and weight multiplies joined to XLA:GPU's Triton normalizations (issue 36)
+    "triton-elementwise-fusion": "passes.fusion.triton_elementwise.TritonElementwiseFusion",
 }
 
 SRC = """HloModule m

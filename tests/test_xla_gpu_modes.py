@@ -149,6 +149,43 @@ def test_gpu_priority_fusion_takes_a_producer_into_all_its_consumers():
     assert sum(i.opcode.value == "exponential" for k in kernels for i in k.fused_computation) == 2
 
 
+RMSNORM = """HloModule rmsnorm
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
+ENTRY e {
+  x = bf16[4096,2304] parameter(0)
+  w = bf16[2304] parameter(1)
+  xf = f32[4096,2304] convert(x)
+  sq = f32[4096,2304] multiply(xf, xf)
+  z = f32[] constant(0)
+  s = f32[4096] reduce(sq, z), dimensions={1}, to_apply=add
+  k = f32[] constant(0.000434)
+  kb = f32[4096] broadcast(k), dimensions={}
+  mean = f32[4096] multiply(s, kb)
+  eps = f32[] constant(1e-6)
+  epsb = f32[4096] broadcast(eps), dimensions={}
+  r = f32[4096] rsqrt(add(mean, epsb))
+  rb = f32[4096,2304] broadcast(r), dimensions={0}
+  n = f32[4096,2304] multiply(xf, rb)
+  wf = f32[2304] convert(w)
+  wb = f32[4096,2304] broadcast(wf), dimensions={1}
+  y = f32[4096,2304] multiply(n, wb)
+  ROOT o = bf16[4096,2304] convert(y)
+}"""
+
+
+@needs_xla_gpu
+def test_triton_elementwise_fusion_joins_the_work_around_a_triton_norm():
+    """With XLA's fusion off (replace), XLA:GPU still makes an RMSNorm a Triton
+    fusion, and the converts and the weight multiply around it stay kernels of
+    their own; joined to it, the module is one kernel again, as on stock, and
+    XLA:GPU compiles the merged Triton fusion with its tiling."""
+    without, with_ = (gpu_study_modes("rmsnorm", RMSNORM, spec, "h100", modes=("replace",))[0]
+                      for spec in ("gpu-priority-fusion,dce", "gpu-priority-fusion,triton-elementwise-fusion,dce"))
+    assert without.ours.kernels > with_.ours.kernels == with_.stock.kernels == 1
+    assert with_.ours.predicted_us < without.ours.predicted_us / 2
+    assert with_.ours.predicted_us == pytest.approx(with_.stock.predicted_us, rel=0.05)
+
+
 def test_gpu_best_names_the_gpu_passes():
     names = [p.name for p in parse_pipeline("gpu-best")]
     assert names == pass_names(GPU_BEST)

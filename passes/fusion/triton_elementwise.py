@@ -1,0 +1,111 @@
+"""Elementwise kernels joined to XLA:GPU's Triton fusions, as XLA:GPU's priority
+fusion joins them on stock XLA.
+
+XLA:GPU rewrites a normalization (RMSNorm, softmax) into a Triton fusion
+(``kCustom``, backend kind ``__triton``: one block computes a tile of rows) before
+its priority fusion runs; on stock XLA the priority fusion then fuses the
+elementwise work around it into it: the convert of a GEMM's bf16 output feeding
+the norm, the weight multiply and the convert back after it.  With XLA's fusion
+off (the ``replace`` mode) that work stays as kernels of their own: on Gemma-2 2B
+prefill 77 converts and about 100 weight multiplies, each writing and reading
+back a full activation.
+
+This pass does what priority fusion does there: a producer that only the Triton
+fusion reads, made of elementwise ops, broadcasts and converts, becomes its
+prologue; a consumer that is the Triton fusion's only user and has its output's
+dimensions, likewise, its epilogue.  Both keep the fusion's tiling valid (the
+output tile covers the same dimensions; a broadcast operand is tiled as XLA
+tiles it), so the fusion keeps its backend config (tile sizes, warps) and XLA's
+Triton emitter compiles it as it is.  Each merge removes a kernel launch and an
+activation's write and read back, so it is done when legal; the GPU roofline
+prices the merged fusion with XLA's tiled model (``gpu_kernel_model.tiled_cost``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlo_tools import Computation, HloOpcode, Instruction, Module
+from hlo_tools.attributes import format_backend_config
+from hlo_tools.opcode import ELEMENTWISE
+from hlo_tools.outline import inline_fusion, outline_fusion, remove_uncalled, restore_topological_order
+from hlo_tools.rewriter import Rewriter
+
+from hlo_analysis.gpu_kernel_model import triton_kind
+from passes.base import FusionPass
+from passes.fuel import consume_fuel
+
+from .clusters import fusible_computations
+
+#: What a prologue or epilogue may hold: ops the Triton emitter tiles like the output.
+_TILEABLE = ELEMENTWISE | {HloOpcode.BROADCAST, HloOpcode.CONSTANT, HloOpcode.PARAMETER}
+
+#: The parts of a Triton fusion's backend config that describe how it is emitted
+#: (XLA's own cost estimates of the old fusion are dropped).
+_KEPT_CONFIG = ("operation_queue_id", "fusion_backend_config")
+
+
+def _elementwise_kernel(instr: Instruction) -> bool:
+    """A loop fusion (or a lone op XLA's fusion wrapper did not wrap) of tileable
+    ops only, with one array result."""
+    if not instr.shape.is_array:
+        return False
+    if instr.opcode is HloOpcode.FUSION:
+        body = instr.fused_computation
+        return instr.fusion_kind == "kLoop" and body is not None and all(i.opcode in _TILEABLE for i in body)
+    return instr.opcode in ELEMENTWISE
+
+
+def _prologue(t: Instruction) -> Instruction | None:
+    """An operand of ``t`` that only ``t`` reads and that can become its prologue."""
+    for o in t.operands:
+        if _elementwise_kernel(o) and all(u is t for u in o.users):
+            return o
+    return None
+
+
+def _epilogue(t: Instruction) -> Instruction | None:
+    """``t``'s only user, when it can become ``t``'s epilogue (same dimensions)."""
+    users = t.users
+    if len(users) != 1 or users[0].parent is not t.parent or t is t.parent.root:
+        return None
+    u = users[0]
+    return u if _elementwise_kernel(u) and u.shape.dims == t.shape.dims else None
+
+
+def _merge(comp: Computation, triton: Instruction, other: Instruction, rw: Rewriter) -> Instruction:
+    """One Triton fusion of ``triton`` and ``other``, with ``triton``'s tiling."""
+    config = triton.backend_config
+    kept = {k: v for k, v in config.items() if k in _KEPT_CONFIG}
+    bodies, region = [], []
+    for m in (other, triton):
+        if m.opcode is HloOpcode.FUSION:
+            bodies.append(m.fused_computation)
+            region.extend(inline_fusion(m, rw, remove_body=False))
+        else:
+            region.append(m)
+    merged = outline_fusion(comp, [r for r in region if r.parent is comp], kind="kCustom", name=triton.name,
+                            computation_name="fused_computation", keep_order=False, rewriter=rw)
+    rw.set_attribute(merged, "backend_config", format_backend_config(kept))
+    remove_uncalled(comp.parent, bodies, rw)
+    restore_topological_order(comp, rw)
+    return merged
+
+
+@dataclass(frozen=True)
+class TritonElementwiseFusion(FusionPass):
+    """Elementwise prologues and epilogues joined to XLA:GPU's Triton (non-GEMM)
+    fusions, as XLA:GPU's priority fusion joins them (module docstring)."""
+
+    name = "triton-elementwise-fusion"
+
+    def run(self, module: Module) -> bool:
+        rw = Rewriter()
+        for comp in fusible_computations(module):
+            for t in [i for i in comp if triton_kind(i) == "__triton"]:
+                while True:
+                    other = _prologue(t) or _epilogue(t)
+                    if other is None or not consume_fuel(lambda: f"join %{other.name} to Triton fusion %{t.name}"):
+                        break
+                    t = _merge(comp, t, other, rw)
+        return rw.changed
