@@ -11,9 +11,11 @@ prefill 77 converts and about 100 weight multiplies, each writing and reading
 back a full activation.
 
 This pass does what priority fusion does there: a producer that only the Triton
-fusion reads, made of elementwise ops, broadcasts and converts, becomes its
-prologue; a consumer that is the Triton fusion's only user and has its output's
-dimensions, likewise, its epilogue.  Both keep the fusion's tiling valid (the
+fusion reads, made of elementwise ops, broadcasts, iotas and converts (a causal
+mask), becomes its prologue; a consumer that is the Triton fusion's only user
+and has its output's dimensions, likewise, its epilogue, and so does a second
+Triton fusion with the same output tiles (a softmax XLA split into its max-exp
+and its sum-divide halves: one kernel again, as on stock).  Both keep the fusion's tiling valid (the
 output tile covers the same dimensions; a broadcast operand is tiled as XLA
 tiles it), so the fusion keeps its backend config (tile sizes, warps) and XLA's
 Triton emitter compiles it as it is.  Each merge removes a kernel launch and an
@@ -38,7 +40,7 @@ from passes.fuel import consume_fuel
 from .clusters import fusible_computations
 
 #: What a prologue or epilogue may hold: ops the Triton emitter tiles like the output.
-_TILEABLE = ELEMENTWISE | {HloOpcode.BROADCAST, HloOpcode.CONSTANT, HloOpcode.PARAMETER}
+_TILEABLE = ELEMENTWISE | {HloOpcode.BROADCAST, HloOpcode.CONSTANT, HloOpcode.PARAMETER, HloOpcode.IOTA}
 
 #: The parts of a Triton fusion's backend config that describe how it is emitted
 #: (XLA's own cost estimates of the old fusion are dropped).
@@ -70,7 +72,14 @@ def _epilogue(t: Instruction) -> Instruction | None:
     if len(users) != 1 or users[0].parent is not t.parent or t is t.parent.root:
         return None
     u = users[0]
-    return u if _elementwise_kernel(u) and u.shape.dims == t.shape.dims else None
+    if u.shape.dims != t.shape.dims:
+        return None
+    return u if _elementwise_kernel(u) or (triton_kind(u) == "__triton" and _tiles(u) == _tiles(t)) else None
+
+
+def _tiles(t: Instruction):
+    """A Triton fusion's output tiles (its block-level config)."""
+    return ((t.backend_config.get("fusion_backend_config") or {}).get("block_level_fusion_config") or {}).get("output_tiles")
 
 
 def _merge(comp: Computation, triton: Instruction, other: Instruction, rw: Rewriter) -> Instruction:
