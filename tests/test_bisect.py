@@ -126,3 +126,13 @@ def test_bisect_says_when_nothing_fails(decode):
     r = hlo("bisect", decode, "--passes", "dce,cse")
     assert r.returncode == 1
     assert "the full pipeline does not fail" in r.stdout
+
+
+def test_bisect_says_when_xlas_pipelines_alone_differ():
+    """A bf16 train step (MaxText's and Flax's, in the small): XLA's fusion off
+    alone moves the outputs, so no pass is to blame against stock; bisect says so
+    and names the reference that bisects the passes themselves."""
+    r = run_hlo("bisect", Path(__file__).parent / "data" / "bf16_scan_train_step.hlo", "--passes",
+                "producer-consumer-fusion", "-q", timeout=300)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "XLA's pipelines alone differ; --reference as-written" in r.stdout.strip().splitlines()[-1]

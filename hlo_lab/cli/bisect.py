@@ -100,8 +100,14 @@ def _print(res) -> None:
         return
     print(f"failure: {res.failure.kind}: {res.failure.message}")
     if res.first_bad_pass is None:
-        print("no single pass found: the module fails with no pass run" if res.route == "ours"
-              else "no single XLA pass whose disabling removes the failure")
+        if res.route != "ours":
+            print("no single XLA pass whose disabling removes the failure")
+        elif res.pipeline != res.reference:  # XLA's fusion off alone moved the outputs (bf16 rounding)
+            print(f"no single pass found: the module fails with no pass run, compiled {res.pipeline} against "
+                  f"{res.reference}: XLA's pipelines alone differ; --reference {res.pipeline} bisects the passes "
+                  "against that baseline")
+        else:
+            print("no single pass found: the module fails with no pass run")
         return
     print(f"first_bad_pass={res.first_bad_pass}")
     if len(res.culprits) > 1:
