@@ -82,3 +82,17 @@ def gpu_outputs_compatible(outputs: Iterable[Instruction]) -> Decision:
         # XLA:GPU (measured, llama3-tiny-decode): only reductions share a kernel
         return Decision.forbid("a reduction and a loop output (only sibling reductions share a kernel)")
     return ALLOW
+
+
+def holds_a_buffer_copy(producer: Instruction) -> Decision:
+    """Refuses to fuse away a ``copy`` (alone, or the one op of a fusion XLA's
+    fusion wrapper made) at the post-scheduler hook, where the GPU passes run:
+    copy insertion put it there so that a buffer written in place (a donated KV
+    cache) is read before it is overwritten; fused into its readers, it would
+    vanish and they would read the buffer itself.  (XLA's own copy fusion keeps
+    such a copy as an extra output of a fusion, never duplicates it.)"""
+    body = producer.fused_computation
+    inner = [i for i in body if i.opcode is not HloOpcode.PARAMETER] if body is not None else [producer]
+    if inner and all(i.opcode is HloOpcode.COPY for i in inner):
+        return Decision.forbid("copy: a buffer copy insertion made, not fused away")
+    return ALLOW

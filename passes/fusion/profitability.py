@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 from hlo_tools import HloOpcode, Instruction
 
 from hlo_analysis.cost import bytes_saved
+from hlo_analysis.gpu_legality import holds_a_buffer_copy
 from hlo_analysis.legality import ALLOW, Decision, is_expensive_producer
 
 
@@ -74,7 +75,10 @@ def gpu_profitability(producer: Instruction, consumers: Sequence[Instruction], d
     """XLA:GPU-like: like XLA:GPU's priority fusion, cheap arithmetic may be
     duplicated into consumers (each GPU kernel recomputes it rather than read it
     back); expensive producers and producers with too many users are not.  The
-    time check is the GPU profile's (``gpu_profile.FasterOn``)."""
+    time check is the GPU profile's (``gpu_profile.FasterOn``).  A buffer copy is
+    never fused away (``gpu_legality.holds_a_buffer_copy``)."""
+    if not (d := holds_a_buffer_copy(producer)):
+        return d
     if duplicate:
         if is_expensive_producer(producer):
             return Decision.forbid("cost: expensive producer would be duplicated")
@@ -87,7 +91,10 @@ def priced_duplication(producer: Instruction, consumers: Sequence[Instruction], 
     """XLA:GPU's priority fusion: any producer may be duplicated, an ``exp`` too,
     when the time saved is priced with the recomputation in it
     (``gpu_profile.FasterOn.benefit``); only the users are bounded, since each
-    copy is priced (``MAX_PRICED_COPIES``)."""
+    copy is priced (``MAX_PRICED_COPIES``); a buffer copy is never fused away
+    (``gpu_legality.holds_a_buffer_copy``)."""
+    if not (d := holds_a_buffer_copy(producer)):
+        return d
     if duplicate and producer.user_count > MAX_PRICED_COPIES:
         return Decision.forbid(f"cost: producer has {producer.user_count} users, duplication too high")
     return ALLOW

@@ -39,8 +39,11 @@ from passes.fuel import consume_fuel
 
 from .clusters import fusible_computations
 
-#: What a prologue or epilogue may hold: ops the Triton emitter tiles like the output.
-_TILEABLE = ELEMENTWISE | {HloOpcode.BROADCAST, HloOpcode.CONSTANT, HloOpcode.PARAMETER, HloOpcode.IOTA}
+#: What a prologue or epilogue may hold: ops the Triton emitter tiles like the output
+#: (not a copy: at the post-scheduler hook a copy is a buffer copy insertion made,
+#: ``gpu_legality.holds_a_buffer_copy``).
+_TILEABLE = (ELEMENTWISE - {HloOpcode.COPY}) | {HloOpcode.BROADCAST, HloOpcode.CONSTANT, HloOpcode.PARAMETER,
+                                               HloOpcode.IOTA}
 
 #: The parts of a Triton fusion's backend config that describe how it is emitted
 #: (XLA's own cost estimates of the old fusion are dropped).
@@ -55,7 +58,7 @@ def _elementwise_kernel(instr: Instruction) -> bool:
     if instr.opcode is HloOpcode.FUSION:
         body = instr.fused_computation
         return instr.fusion_kind == "kLoop" and body is not None and all(i.opcode in _TILEABLE for i in body)
-    return instr.opcode in ELEMENTWISE
+    return instr.opcode in ELEMENTWISE and instr.opcode is not HloOpcode.COPY
 
 
 def _prologue(t: Instruction) -> Instruction | None:
