@@ -115,7 +115,7 @@ class TritonElementwiseFusion(FusionPass):
         rw = Rewriter()
         for comp in fusible_computations(module):
             for t in [i for i in comp if triton_kind(i) == "__triton"]:
-                while True:
+                while t.parent is comp:  # not already joined to an earlier one as its epilogue
                     other = _prologue(t) or _epilogue(t)
                     if other is None or not consume_fuel(lambda: f"join %{other.name} to Triton fusion %{t.name}"):
                         break
