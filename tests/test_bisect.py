@@ -132,7 +132,9 @@ def test_bisect_says_when_xlas_pipelines_alone_differ():
     """A bf16 train step (MaxText's and Flax's, in the small): XLA's fusion off
     alone moves the outputs, so no pass is to blame against stock; bisect says so
     and names the reference that bisects the passes themselves."""
-    r = run_hlo("bisect", Path(__file__).parent / "data" / "bf16_scan_train_step.hlo", "--passes",
-                "producer-consumer-fusion", "-q", timeout=300)
-    assert r.returncode == 1, r.stderr[-2000:]
-    assert "XLA's pipelines alone differ; --reference as-written" in r.stdout.strip().splitlines()[-1]
+    for hook in ([], ["--hook", "pre-scheduler"]):  # the hint names the reference, not the hooked label
+        r = run_hlo("bisect", Path(__file__).parent / "data" / "bf16_scan_train_step.hlo", "--passes",
+                    "producer-consumer-fusion", *hook, "-q", timeout=300)
+        assert r.returncode == 1, r.stderr[-2000:]
+        assert r.stdout.strip().splitlines()[-1].endswith(
+            "XLA's pipelines alone differ; --reference as-written bisects the passes against that baseline")

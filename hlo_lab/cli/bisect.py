@@ -102,9 +102,9 @@ def _print(res) -> None:
     if res.first_bad_pass is None:
         if res.route != "ours":
             print("no single XLA pass whose disabling removes the failure")
-        elif res.pipeline != res.reference:  # XLA's fusion off alone moved the outputs (bf16 rounding)
+        elif res.base != res.reference:  # XLA's fusion off alone moved the outputs (bf16 rounding)
             print(f"no single pass found: the module fails with no pass run, compiled {res.pipeline} against "
-                  f"{res.reference}: XLA's pipelines alone differ; --reference {res.pipeline} bisects the passes "
+                  f"{res.reference}: XLA's pipelines alone differ; --reference {res.base} bisects the passes "
                   "against that baseline")
         else:
             print("no single pass found: the module fails with no pass run")

@@ -59,6 +59,7 @@ class BisectResult:
     first_bad_decision: int | None = None  # 1-based
     decision: str = ""
     note: str = ""  # why decisions were not bisected, when they were not
+    base: str = ""  # ours: the XLA pipeline candidates compile on (``pipeline`` adds the hook)
     culprits: list[str] = field(default_factory=list)  # XLA's: the passes that must all be off (usually one)
     probes: list[Probe] = field(default_factory=list)
     seconds: float = 0.0
@@ -184,7 +185,8 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
     base = pipeline or default_pipeline(passes)  # hooked or not: XLA's fusion off when the passes decide fusion
     label = base if hook is None else f"{base} + passes at {hook}"
     runner = _runner(module, backend, reference, seed, rtol, atol, flags, progress)
-    out = BisectResult(module.name, "ours", label, reference, [p.name for p in passes], probes=runner.probes)
+    out = BisectResult(module.name, "ours", label, reference, [p.name for p in passes], probes=runner.probes,
+                       base=base)
 
     def candidate(k: int, limit: int | None = None) -> list:
         """The prefix of k passes (the k-th with ``limit`` decisions) as the pass list to run."""
