@@ -275,10 +275,7 @@ class PriorityQueueFusion:
         touched: list[Cluster] = [pc]
         for group in cand.groups:
             uc = clusters.of(group[0])
-            if len(pc.members) > 1:
-                clusters.duplicate_cluster_into(pc, uc)
-            else:
-                clusters.duplicate_into(prod, uc)
+            clusters.duplicate_cluster_into(pc, uc)
             touched.append(uc)
             touched.extend(clusters.operands(uc))
         return touched
