@@ -11,28 +11,13 @@ from dataclasses import dataclass
 
 from hlo_tools.ir import Instruction, Module
 from hlo_tools.opcode import HloOpcode
+from hlo_tools.written import WrittenNames, stamped_name
 
 from .devices import Device
 from .roofline import roofline
 
 _H = HloOpcode
 CHANGES = ("same", "changed", "split", "merged", "regrouped", "added", "removed")
-
-
-def stamp_origins(module: Module) -> Module:
-    """Sets every instruction's metadata to ``op_name="<its name>"`` (in place;
-    returns ``module``): what ``origins`` reads back after XLA optimized it.
-    Other metadata (source lines, jax's op paths) is dropped: jax's ``op_name``
-    names a jax operation, which many instructions share."""
-    for comp in module.computations:
-        for ins in comp:
-            ins.metadata = {"op_name": ins.name}
-    return module
-
-
-def _op_name(ins: Instruction) -> str:
-    meta = ins.metadata or {}
-    return str(meta.get("op_name") or "")
 
 
 def _body(kernel: Instruction) -> list[Instruction]:
@@ -53,13 +38,13 @@ def _body(kernel: Instruction) -> list[Instruction]:
 
 def origins(kernel: Instruction) -> frozenset[str]:
     """The original instructions (their stamped ``op_name``) a kernel computes."""
-    return frozenset(n for i in _body(kernel) if i.opcode is not _H.PARAMETER and (n := _op_name(i)))
+    return frozenset(n for i in _body(kernel) if i.opcode is not _H.PARAMETER and (n := stamped_name(i)))
 
 
 def _root_origin(kernel: Instruction) -> str:
     comp = kernel.called_computation("calls") if kernel.opcode is _H.FUSION else None
     root = comp.root if comp is not None and comp.root is not None else kernel
-    return _op_name(root) or _op_name(kernel) or kernel.name
+    return stamped_name(root) or stamped_name(kernel) or kernel.name
 
 
 @dataclass(frozen=True)
@@ -76,21 +61,26 @@ class Kernel:
     time_s: float
     bytes_accessed: float
     flops: float
+    root_computation: str = ""  # where the user's file has ``root_origin`` ("" not known)
 
     @property
     def label(self) -> str:
         return f"{self.name}({self.kind or self.opcode}, {len(self.origins)} ops)"
 
 
-def kernels(module: Module, device: Device) -> list[Kernel]:
-    """Every kernel of ``module`` (entry and control-flow bodies) with its roofline on ``device``."""
+def kernels(module: Module, device: Device, written: WrittenNames | None = None) -> list[Kernel]:
+    """Every kernel of ``module`` (entry and control-flow bodies) with its roofline on
+    ``device``; ``written``, the stamped module as the user wrote it, names the
+    computation each kernel's output comes from."""
     comps = {c.name: c for c in module.computations}
     out = []
     for k in roofline(module, device).kernels:
         ins = comps[k.computation].get_instruction(k.name)
         kind = (ins.attribute("kind") or "") if ins.opcode is _H.FUSION else ""
-        out.append(Kernel(k.name, k.computation, k.opcode, kind, origins(ins), _root_origin(ins),
-                          f"{ins.opcode_text}/{kind}/{ins.shape.to_text()}", k.time_s, k.bytes_accessed, k.flops))
+        root = _root_origin(ins)
+        out.append(Kernel(k.name, k.computation, k.opcode, kind, origins(ins), root,
+                          f"{ins.opcode_text}/{kind}/{ins.shape.to_text()}", k.time_s, k.bytes_accessed, k.flops,
+                          (written.computation_of(root) or "") if written is not None else ""))
     return out
 
 
@@ -143,11 +133,13 @@ class Region:
         if not ks:
             return "?"
         more = len(self.origins) - 1
-        return ks[0].root_origin + (f" (+{more})" if more > 0 else "")
+        where = f" in %{ks[0].root_computation}" if ks[0].root_computation else ""
+        return ks[0].root_origin + where + (f" (+{more})" if more > 0 else "")
 
     def as_dict(self) -> dict:
         def side(ks):
             return [{"name": k.name, "computation": k.computation, "opcode": k.opcode, "kind": k.kind,
+                     "output_of": k.root_origin, "output_of_computation": k.root_computation or None,
                      "origins": sorted(k.origins), "time_s": k.time_s, "bytes": k.bytes_accessed, "flops": k.flops}
                     for k in ks]
 
@@ -288,7 +280,7 @@ def match_kernels(ka: list[Kernel], kb: list[Kernel]) -> tuple[Region, ...]:
     return tuple(regions)
 
 
-def match_regions(a: Module, b: Module, device: Device) -> RegionDiff:
-    """The regions of two optimized modules of one stamped module (``stamp_origins``),
-    each kernel priced on ``device``."""
-    return RegionDiff(device.name, match_kernels(kernels(a, device), kernels(b, device)))
+def match_regions(a: Module, b: Module, device: Device, written: WrittenNames | None = None) -> RegionDiff:
+    """The regions of two optimized modules of one stamped module (``hlo_tools.written.stamp_names``),
+    each kernel priced on ``device``, named in ``written`` (the user's module) when given."""
+    return RegionDiff(device.name, match_kernels(kernels(a, device, written), kernels(b, device, written)))

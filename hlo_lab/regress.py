@@ -2,7 +2,7 @@
 same pre-optimization modules, region by region, and what it costs.
 
 For each module, each side (``sides.Side``: a version and extra flags)
-compiles the stamped module (``regions.stamp_origins``) for XLA:CPU, which is
+compiles the stamped module (``hlo_tools.written.stamp_names``) for XLA:CPU, which is
 run and timed here, and for a GPU without one (deviceless XLA:GPU).  The two
 optimized modules of a backend are matched region by region
 (``regions.match_regions``: kernels paired by the original instructions they
@@ -28,8 +28,9 @@ from corpus import bundled
 from corpus.dump import from_dump_dir
 from hlo_analysis import devices
 from hlo_lab.md import md_code, md_escape
-from hlo_analysis.regions import Region, RegionDiff, match_regions, stamp_origins
+from hlo_analysis.regions import Region, RegionDiff, match_regions
 from hlo_tools.parser import parse
+from hlo_tools.written import WrittenNames, stamp_names
 from hlo_analysis.units import fmt_seconds, fmt_us
 from xla_bridge.proto import read_text
 from xla_bridge.results import record
@@ -164,7 +165,9 @@ def compare_module(src: Source, a: Side, b: Side, *, target: str | None = "h100"
     """``src`` through both sides, matched region by region on each backend
     (XLA:CPU unless ``cpu`` is False; XLA:GPU for ``target`` unless it is None)."""
     t0 = time.perf_counter()
-    text = stamp_origins(parse(src.text, source=src.name)).to_text(tuple_sugar=False)
+    original = parse(src.text, source=src.name)
+    written = WrittenNames(original)
+    text = stamp_names(original).to_text(tuple_sugar=False)
     run_it = measure and src.runnable and cpu
     notes = [] if run_it or not measure or not cpu else [f"not run: {src.note or 'not runnable'}"]
     hold = f"regress:{src.name}"
@@ -175,10 +178,10 @@ def compare_module(src: Source, a: Side, b: Side, *, target: str | None = "h100"
     cpu = gpu = None
     if ra.cpu_text and rb.cpu_text:
         host = host or devices.host()
-        cpu = match_regions(parse(ra.cpu_text, source="A cpu"), parse(rb.cpu_text, source="B cpu"), host)
+        cpu = match_regions(parse(ra.cpu_text, source="A cpu"), parse(rb.cpu_text, source="B cpu"), host, written)
     if ra.gpu_text and rb.gpu_text:
         gpu = match_regions(parse(ra.gpu_text, source="A gpu"), parse(rb.gpu_text, source="B gpu"),
-                            devices.load(target))
+                            devices.load(target), written)
     for r, label in ((ra, "A"), (rb, "B")):
         for what, err in (("XLA:CPU", r.cpu_error), ("XLA:GPU", r.gpu_error), ("measuring", r.measure_note)):
             if err:

@@ -284,8 +284,8 @@ def analyze_module(module, *, label: str, device: str) -> dict[str, Any]:  # mod
         "categories": {c: {"kernels": s.kernels, "time_s": s.time_s, "headroom_s": s.headroom_s,
                            "bytes_accessed": s.bytes_accessed, "flops": s.flops}
                        for c, s in rf.by_category().items()},
-        "top_kernels": [{"name": k.name, "category": k.category, "bound": k.bound, "time_s": k.time_s,
-                         "flops": k.flops, "bytes_accessed": k.bytes_accessed, "executions": k.executions}
+        "top_kernels": [{"name": k.name, "computation": k.computation, "category": k.category, "bound": k.bound,
+                         "time_s": k.time_s, "flops": k.flops, "bytes_accessed": k.bytes_accessed, "executions": k.executions}
                         for k in kernels[:10]],
         "points": [[_round(k.intensity if k.bytes_accessed else 0.0), _round((k.flops + k.transcendentals) / k.time_s),
                     k.category, k.bound, k.name, _round(k.time_s)]

@@ -99,6 +99,12 @@ def test_bisect_finds_the_fusion_that_makes_xla_abort(decode):
     assert res["pipeline"] == "as-written"
     n = res["first_bad_decision"]
     assert n >= 1 and res["decision"].startswith("fuse %")
+    # the decision's instructions named as the file has them, in the computation it puts them in
+    user = parse(decode.read_text())
+    assert len(res["decision_as_written"]) == 2, res["decision_as_written"]
+    for said in res["decision_as_written"]:
+        name, comp = re.match(r"%(\S+) in %(\S+)", said).groups()
+        assert user.get_computation(comp).get_instruction(name) is not None, said
     kinds = {p["what"]: p["kind"] for p in res["probes"]}
     assert kinds["4 passes (..dce)"] == ""  # the cleanups alone compile and match
     assert kinds[f"5 passes (..producer-consumer-fusion[fuel={n}])"] == "abort"

@@ -277,3 +277,5 @@ def test_reduce_enters_a_loop_body():
     assert not any(i.opcode is HloOpcode.WHILE for i in got.module.instructions())
     assert _opcodes(got.module) == ["parameter", "exponential"], got.module.to_text()
     assert any(s.phase == "loop body loop" for s in got.steps)
+    # named as the file has them: the body's copy made the entry, and it takes the body's name back
+    assert got.module.entry.name == "body" and [i.name for i in got.module.entry] == ["m", "e"]

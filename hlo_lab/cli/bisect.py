@@ -115,5 +115,7 @@ def _print(res) -> None:
     if res.first_bad_decision is not None:
         total = f" of {res.decisions}" if res.decisions else ""
         print(f"first_bad_decision={res.first_bad_decision}{total}: {res.decision}")
+        if res.decision_as_written:
+            print("  as written: " + "; ".join(res.decision_as_written))
     elif res.note:
         print(f"decisions not bisected: {res.note}")

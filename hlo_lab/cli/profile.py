@@ -9,7 +9,10 @@ import sys
 
 from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
+from hlo_tools.ir import Module
 from hlo_tools.parser import parse
+from hlo_tools.written import WrittenNames, stamp_names, twins
+from xla_bridge.compiler import compile as xla_compile
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.trace import TraceUnavailable, profile_module, read_trace
 from hlo_analysis.units import finite, fmt_seconds
@@ -30,6 +33,19 @@ def _device_for(events, asked: str | None) -> tuple[str, str]:
     return "host", "XLA:CPU events: the host CPU model"
 
 
+def _as_written(user: Module, optimized: Module) -> dict[tuple[str, str], str]:
+    """Each instruction of XLA's ``optimized`` module of ``user``, described as the
+    user's file has it (``hlo_tools.written``): XLA renames what it compiles, so the
+    user's module is compiled once more with its names stamped into the metadata
+    and the two optimized modules are paired.  Empty when they do not pair."""
+    stamped = xla_compile(stamp_names(user.clone()), "cpu", contained=True).optimized_text
+    pairs = twins(optimized, parse(stamped, source=f"<{user.name} stamped, optimized by XLA:cpu>"))
+    if pairs is None:
+        return {}
+    written = WrittenNames(user)
+    return {key: written.describe(ins, stamped=True) for key, ins in pairs.items()}
+
+
 def _cmd_profile(args) -> int:
     from hlo_analysis import devices, profiles  # lazy: start-up (cli.analysis' docstring)
 
@@ -37,6 +53,7 @@ def _cmd_profile(args) -> int:
         check_writable(args.pgle)  # before any run: a bad path fails at once
     if args.model_explorer:
         check_writable(args.model_explorer, directory=True)
+    as_written: dict[tuple[str, str], str] = {}  # none with --trace: FILE is the module that ran, its names the user's
     try:
         module = load_verified(args.file)
         if args.trace:
@@ -46,8 +63,9 @@ def _cmd_profile(args) -> int:
             with progress.status(f"profiling {module.name}: {args.reps} runs", progress.wanted(args)):
                 text, events = profile_module(module.to_text(), reps=args.reps, warmup=args.warmup, seed=args.seed,
                                               name=module.name)
-            module = parse(text, source=f"<{module.name} optimized by XLA:cpu stock>")
+            user, module = module, parse(text, source=f"<{module.name} optimized by XLA:cpu stock>")
             how = f"{args.reps} runs on XLA:CPU (stock pipeline)"
+            as_written = _as_written(user, module)
         device, why = _device_for(events, args.device)
         model = devices.load(device)
         joined = profiles.join(module, events, model, program_id=args.program_id)
@@ -68,6 +86,8 @@ def _cmd_profile(args) -> int:
         print(f"hlo profile: {e}", file=sys.stderr)
         return 2
     d = joined.as_dict(top=None if args.json else args.top)
+    for k in d["kernels"]:
+        k["as_written"] = as_written.get((k["computation"], k["name"]))
     if args.json:
         print(json.dumps(finite({**d, "source": how, "device_why": why,
                                  **({"model_explorer": explorer} if explorer else {})}), indent=1))
@@ -94,17 +114,26 @@ def _cmd_profile(args) -> int:
         con.print(f"the trace also holds {len(joined.others)} other program(s): "
                   + ", ".join(f"{m} ({p})" for m, p in list(joined.others)[:5]))
     t = Table(title=f"top {args.top} instructions by measured time (per run)")
-    for col in ("instruction", "pattern", "calls", "measured", "predicted", "roofline", "bandwidth", "flop rate", "bound"):
-        t.add_column(col, no_wrap=True, overflow="ellipsis", justify="left" if col in ("instruction", "pattern", "bound")
-                     else "right", max_width=40 if col == "instruction" else None)
+    written_col = ("as written",) if as_written else ()
+    for col in ("instruction", *written_col, "pattern", "calls", "measured", "predicted", "roofline", "bandwidth",
+                "flop rate", "bound"):
+        t.add_column(col, no_wrap=True, overflow="ellipsis", justify="left" if col in ("instruction", "as written",
+                     "pattern", "bound") else "right", max_width=40 if col in ("instruction", "as written") else None)
     for k in d["kernels"]:
         pct = k["roofline_pct"]
-        t.add_row(k["name"], k["label"], f"{k['executions']:g}", fmt_seconds(k["measured_s"]),
+        said = (_written_cell(k["as_written"]),) if as_written else ()
+        t.add_row(k["name"], *said, k["label"], f"{k['executions']:g}", fmt_seconds(k["measured_s"]),
                   fmt_seconds(k["predicted_s"]), "-" if pct is None else f"{pct:.0f}%",
                   fmt_rate(k["bytes_per_s"], "B/s") if k["bytes_per_s"] else "-",
                   fmt_rate(k["flops_per_s"], "FLOP/s") if k["flops_per_s"] else "-", k["bound"])
     con.print(t)
     return 0
+
+
+def _written_cell(described: str | None) -> str:
+    """The table's "as written" cell: the user's instruction and computation, without
+    the XLA name the row already shows."""
+    return "-" if described is None else described.split(" (XLA", 1)[0]
 
 
 def register(subparsers) -> None:

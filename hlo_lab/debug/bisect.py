@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from corpus.dump import from_dump_dir
 from hlo_tools import parse
+from hlo_tools.written import WrittenNames, stamp_names
 from passes.fuel import Fueled, fuel
 from passes.manager import PassManager
 from xla_bridge import make_inputs, run_module, worker
@@ -58,6 +59,7 @@ class BisectResult:
     decisions: int | None = None  # how many the culprit pass made with fuel to spare (None: it takes no fuel)
     first_bad_decision: int | None = None  # 1-based
     decision: str = ""
+    decision_as_written: list[str] = field(default_factory=list)  # the decision's instructions, as the user's file has them
     note: str = ""  # why decisions were not bisected, when they were not
     base: str = ""  # ours: the XLA pipeline candidates compile on (``pipeline`` adds the hook)
     culprits: list[str] = field(default_factory=list)  # XLA's: the passes that must all be off (usually one)
@@ -182,6 +184,9 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
 
     t0 = time.perf_counter()
     passes = list(passes)
+    written = WrittenNames(module)
+    if hook is not None:  # XLA renames what it compiles (docs: hlo_tools.written); the stamps name it back
+        module = stamp_names(module.clone())
     base = pipeline or default_pipeline(passes)  # hooked or not: XLA's fusion off when the passes decide fusion
     label = base if hook is None else f"{base} + passes at {hook}"
     runner = _runner(module, backend, reference, seed, rtol, atol, flags, progress)
@@ -246,6 +251,8 @@ def bisect_passes(module, passes: Sequence, *, backend: str = "cpu", pipeline: s
             return fails(on_text(what(candidate(k, n)), start, [Fueled(culprit, n)]))
 
         _bisect_decisions(out, start, culprit, decision_fails)
+        if out.before is not None:
+            out.decision_as_written = written.describe_names(out.decision, out.before, stamped=hook is not None)
     out.seconds = time.perf_counter() - t0
     return out
 

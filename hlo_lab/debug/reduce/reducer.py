@@ -10,7 +10,9 @@ each fusion and call inlined (when the failure is not about fusing; a call's
 body is then cut into in the next round).  Each candidate is printed once, verified
 (``hlo_tools.verify``: an invalid one is never shown to the predicate) and
 judged once: answers are cached by the candidate's text, as ddmin asks for the
-same subset more than once.
+same subset more than once.  Last, the copies that inlining made
+(``sub.10.1``) take back the names the user's file gives them, if the failure
+stays (``hlo_tools.written``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from hlo_tools import HloError, Module, verify
+from hlo_tools.written import WrittenNames
 
 from . import subgraph
 from .ddmin import Budget, OutOfBudget, ddmin
@@ -177,6 +180,10 @@ def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None
                     step(f"inline {name}")
             if current.instruction_count >= size:
                 break
+        judge.phase = "names as written"
+        renamed = current.clone()
+        if WrittenNames(module).restore(renamed) and judge(renamed):  # copies named back, if the failure stays
+            current = renamed
     except OutOfBudget as e:
         result.stopped = str(e)
     except KeyboardInterrupt:  # a long reduction stopped by hand still answers with what it found
