@@ -63,6 +63,7 @@ COMMANDS: dict[str, list[str]] = {
     "collectives": ["collectives", "{A}"],
     "regress": ["regress", str(THIRD_PARTY), "--only", "{NAME}", "--versions", "current,current", "--backend", "cpu",
                 "--no-measure", "--no-record", "-q"],
+    "profile": ["profile", "{B}", "--reps", "3", "--top", "5"],
     "divergence": ["divergence", "{A}", "{A}", "-q"],
     "reduce": ["reduce", "{B}", "--until-fires", "producer-consumer-fusion", "--seconds", "60", "-q",
                "-o", "{OUT}/reduced.hlo"],
