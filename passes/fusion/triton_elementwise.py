@@ -15,7 +15,10 @@ fusion reads, made of elementwise ops, broadcasts, iotas and converts (a causal
 mask), becomes its prologue; a consumer that is the Triton fusion's only user
 and has its output's dimensions, likewise, its epilogue, and so does a second
 Triton fusion with the same output tiles (a softmax XLA split into its max-exp
-and its sum-divide halves: one kernel again, as on stock).  Both keep the fusion's tiling valid (the
+and its sum-divide halves: one kernel again, as on stock).  A Triton fusion that
+others read too is duplicated into the next when that moves fewer bytes: Gemma-2's
+sandwich norms (post-attention norm and residual add, then the next norm) become
+stock's two kernels of two reductions each.  All keep the fusion's tiling valid (the
 output tile covers the same dimensions; a broadcast operand is tiled as XLA
 tiles it), so the fusion keeps its backend config (tile sizes, warps) and XLA's
 Triton emitter compiles it as it is.  Each merge removes a kernel launch and an
@@ -61,12 +64,46 @@ def _elementwise_kernel(instr: Instruction) -> bool:
     return instr.opcode in ELEMENTWISE and instr.opcode is not HloOpcode.COPY
 
 
-def _prologue(t: Instruction) -> Instruction | None:
-    """An operand of ``t`` that only ``t`` reads and that can become its prologue."""
-    for o in t.operands:
-        if _elementwise_kernel(o) and all(u is t for u in o.users):
-            return o
+def _prologue(t: Instruction) -> tuple[Instruction, bool] | None:
+    """An operand of ``t`` that can become its prologue, and whether it must be
+    duplicated: an elementwise kernel only ``t`` reads, or a Triton fusion with
+    ``t``'s dimensions and tiles (a norm whose output feeds the next norm: XLA:GPU
+    puts both reductions in one kernel).  A Triton producer that others read too is
+    duplicated into ``t`` when that moves fewer bytes (``_duplication_pays``)."""
+    for o in dict.fromkeys(t.operands):
+        only_t = all(u is t for u in o.users)
+        if _elementwise_kernel(o) and only_t:
+            return o, False
+        if _same_tiles(o, t):
+            if only_t:
+                return o, False
+            if o.parent.root is not o and _duplication_pays(o, t):
+                return o, True
     return None
+
+
+def _same_tiles(a: Instruction, b: Instruction) -> bool:
+    return triton_kind(a) == "__triton" == triton_kind(b) and a.shape.dims == b.shape.dims and _tiles(a) == _tiles(b)
+
+
+def _duplication_pays(producer: Instruction, t: Instruction) -> bool:
+    """Does a copy of Triton fusion ``producer`` in ``t`` move fewer bytes?  When
+    every user is a Triton fusion with the same tiles, each takes a copy and the
+    producer goes: its n users read its operands (n * O) instead of its output
+    (n * P), and nobody writes or reads it (O + P), so (n - 1) * O < (n + 1) * P
+    (Gemma-2's post-attention norm and residual add, read by the next norm and the
+    next residual add: stock's two kernels).  Otherwise the producer stays for the
+    others, and the copy pays when it reads no more than ``t`` read of its output
+    (the same norm reading a bf16 GEMM output and writing f32)."""
+    operands, output = _operand_bytes(producer), producer.shape.byte_size
+    users = producer.users
+    if all(_same_tiles(u, t) for u in users):
+        return (len(users) - 1) * operands < (len(users) + 1) * output
+    return operands <= output
+
+
+def _operand_bytes(instr: Instruction) -> int:
+    return sum(o.shape.byte_size for o in dict.fromkeys(instr.operands))
 
 
 def _epilogue(t: Instruction) -> Instruction | None:
@@ -77,7 +114,16 @@ def _epilogue(t: Instruction) -> Instruction | None:
     u = users[0]
     if u.shape.dims != t.shape.dims:
         return None
-    return u if _elementwise_kernel(u) or (triton_kind(u) == "__triton" and _tiles(u) == _tiles(t)) else None
+    return u if _elementwise_kernel(u) or _same_tiles(u, t) else None
+
+
+def _copy_for(t: Instruction, producer: Instruction, rw: Rewriter) -> Instruction:
+    """A copy of ``producer`` that ``t`` reads instead (its other users keep it)."""
+    copy = rw.insert_before(t, producer.clone("dup"))
+    for i, o in enumerate(t.operands):
+        if o is producer:
+            rw.replace_operand(t, i, copy, erase_dead=False)
+    return copy
 
 
 def _tiles(t: Instruction):
@@ -116,8 +162,9 @@ class TritonElementwiseFusion(FusionPass):
         for comp in fusible_computations(module):
             for t in [i for i in comp if triton_kind(i) == "__triton"]:
                 while t.parent is comp:  # not already joined to an earlier one as its epilogue
-                    other = _prologue(t) or _epilogue(t)
-                    if other is None or not consume_fuel(lambda: f"join %{other.name} to Triton fusion %{t.name}"):
+                    other, duplicate = _prologue(t) or (_epilogue(t), False)
+                    if other is None or not consume_fuel(
+                            lambda: f"join {'a copy of ' if duplicate else ''}%{other.name} to Triton fusion %{t.name}"):
                         break
-                    t = _merge(comp, t, other, rw)
+                    t = _merge(comp, t, _copy_for(t, other, rw) if duplicate else other, rw)
         return rw.changed
