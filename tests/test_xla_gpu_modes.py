@@ -186,6 +186,21 @@ def test_triton_elementwise_fusion_joins_the_work_around_a_triton_norm():
     assert with_.ours.predicted_us == pytest.approx(with_.stock.predicted_us, rel=0.05)
 
 
+def test_a_prologue_may_drop_unit_dimensions_only():
+    """Llama's embedding reaches the first norm as bf16[1024,1,4096]: a loop fusion
+    that bitcasts away the unit dimension and converts is tiled like the norm's
+    rows (stock joins it); a bitcast that regroups dimensions is not."""
+    from passes.fusion.triton_elementwise import _elementwise_kernel
+
+    def kernel(shape_in: str, shape_mid: str) -> bool:
+        m = parse(f"""HloModule k
+f {{ p = bf16[{shape_in}] parameter(0)  b = bf16[{shape_mid}] bitcast(p)  ROOT c = f32[{shape_mid}] convert(b) }}
+ENTRY e {{ x = bf16[{shape_in}] parameter(0)  ROOT k = f32[{shape_mid}] fusion(x), kind=kLoop, calls=f }}""")
+        return _elementwise_kernel(m.entry.root)
+
+    assert kernel("1024,1,4096", "1024,4096") and not kernel("1024,2,2048", "1024,4096")
+
+
 def _rms(name: str, x: str) -> str:
     """RMSNorm lines of ``x`` (f32[4096,2304]) into ``name``, weighted by parameter w_``name``."""
     return f"""

@@ -60,8 +60,16 @@ def _elementwise_kernel(instr: Instruction) -> bool:
         return False
     if instr.opcode is HloOpcode.FUSION:
         body = instr.fused_computation
-        return instr.fusion_kind == "kLoop" and body is not None and all(i.opcode in _TILEABLE for i in body)
+        return instr.fusion_kind == "kLoop" and body is not None and all(_tileable(i) for i in body)
     return instr.opcode in ELEMENTWISE and instr.opcode is not HloOpcode.COPY
+
+
+def _tileable(instr: Instruction) -> bool:
+    """Tiled like the output: a ``_TILEABLE`` op, or a bitcast that only drops or adds
+    dimensions of size 1 (Llama's embedding, bf16[1024,1,4096], read by the first norm)."""
+    if instr.opcode is HloOpcode.BITCAST:
+        return [d for d in instr.shape.dims if d != 1] == [d for d in instr.operands[0].shape.dims if d != 1]
+    return instr.opcode in _TILEABLE
 
 
 def _prologue(t: Instruction) -> tuple[Instruction, bool] | None:
