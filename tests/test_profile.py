@@ -298,3 +298,20 @@ def test_a_sharded_programs_trace_joins_per_device(tmp_path):
     (reduce,) = [k for k in j.kernels if k.opcode == "all-reduce"]
     assert reduce.measured_s > 0 and reduce.predicted_s is not None and set(by_name) >= {
         i.name for i in cost.kernel_instructions(module)}
+
+
+def test_hlo_profile_names_xlas_kernels_as_the_file_has_them(tmp_path):
+    """XLA renames what it compiles (jaxlib's StableHLO round trip); each kernel row
+    also names the instruction of the user's file it outputs, with its computation."""
+    e = next(corpus.load("llama3-tiny-decode-f32"))
+    f = tmp_path / "decode.hlo"
+    f.write_text(e.text("before_optimizations"))
+    r = run_hlo("profile", f, "--reps", "2", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    kernels = json.loads(r.stdout)["kernels"]
+    user = parse(f.read_text())
+    named = [k["as_written"] for k in kernels if k["as_written"]]
+    assert len(named) >= 0.8 * len(kernels) > 0
+    assert sum(k["as_written"]["name"] != k["name"] for k in kernels if k["as_written"]) > 0  # XLA's names are not the file's
+    for w in named:
+        assert user.get_computation(w["computation"]).get_instruction(w["name"]) is not None, w

@@ -11,7 +11,7 @@ from hlo_tools.errors import HloError, HloParseError
 from hlo_tools.fileio import check_writable, write_output
 from hlo_tools.ir import Module
 from hlo_tools.parser import parse
-from hlo_tools.written import WrittenNames, stamp_names, twins
+from hlo_tools.written import Written, WrittenNames, stamp_names, twins
 from xla_bridge.compiler import compile as xla_compile
 from xla_bridge.errors import XlaCompileError
 from xla_bridge.trace import TraceUnavailable, profile_module, read_trace
@@ -33,17 +33,17 @@ def _device_for(events, asked: str | None) -> tuple[str, str]:
     return "host", "XLA:CPU events: the host CPU model"
 
 
-def _as_written(user: Module, optimized: Module) -> dict[tuple[str, str], str]:
-    """Each instruction of XLA's ``optimized`` module of ``user``, described as the
-    user's file has it (``hlo_tools.written``): XLA renames what it compiles, so the
-    user's module is compiled once more with its names stamped into the metadata
-    and the two optimized modules are paired.  Empty when they do not pair."""
+def _as_written(user: Module, optimized: Module) -> dict[tuple[str, str], Written | None]:
+    """Each instruction of XLA's ``optimized`` module of ``user`` as the user's file
+    has it (``hlo_tools.written``; None: XLA made it): XLA renames what it compiles,
+    so the user's module is compiled once more with its names stamped into the
+    metadata and the two optimized modules are paired.  Empty when they do not pair."""
     stamped = xla_compile(stamp_names(user.clone()), "cpu", contained=True).optimized_text
     pairs = twins(optimized, parse(stamped, source=f"<{user.name} stamped, optimized by XLA:cpu>"))
     if pairs is None:
         return {}
     written = WrittenNames(user)
-    return {key: written.describe(ins, stamped=True) for key, ins in pairs.items()}
+    return {key: written.find(ins, stamped=True) for key, ins in pairs.items()}
 
 
 def _cmd_profile(args) -> int:
@@ -53,7 +53,7 @@ def _cmd_profile(args) -> int:
         check_writable(args.pgle)  # before any run: a bad path fails at once
     if args.model_explorer:
         check_writable(args.model_explorer, directory=True)
-    as_written: dict[tuple[str, str], str] = {}  # none with --trace: FILE is the module that ran, its names the user's
+    as_written: dict[tuple[str, str], Written | None] = {}  # none with --trace: FILE is the module that ran, its names the user's
     try:
         module = load_verified(args.file)
         if args.trace:
@@ -86,8 +86,10 @@ def _cmd_profile(args) -> int:
         print(f"hlo profile: {e}", file=sys.stderr)
         return 2
     d = joined.as_dict(top=None if args.json else args.top)
+    written_of = {(k["computation"], k["name"]): as_written.get((k["computation"], k["name"])) for k in d["kernels"]}
     for k in d["kernels"]:
-        k["as_written"] = as_written.get((k["computation"], k["name"]))
+        w = written_of[(k["computation"], k["name"])]
+        k["as_written"] = w.as_dict() if w is not None else None
     if args.json:
         print(json.dumps(finite({**d, "source": how, "device_why": why,
                                  **({"model_explorer": explorer} if explorer else {})}), indent=1))
@@ -121,19 +123,14 @@ def _cmd_profile(args) -> int:
                      "pattern", "bound") else "right", max_width=40 if col in ("instruction", "as written") else None)
     for k in d["kernels"]:
         pct = k["roofline_pct"]
-        said = (_written_cell(k["as_written"]),) if as_written else ()
+        w = written_of[(k["computation"], k["name"])]
+        said = (str(w) if w is not None else "-",) if as_written else ()
         t.add_row(k["name"], *said, k["label"], f"{k['executions']:g}", fmt_seconds(k["measured_s"]),
                   fmt_seconds(k["predicted_s"]), "-" if pct is None else f"{pct:.0f}%",
                   fmt_rate(k["bytes_per_s"], "B/s") if k["bytes_per_s"] else "-",
                   fmt_rate(k["flops_per_s"], "FLOP/s") if k["flops_per_s"] else "-", k["bound"])
     con.print(t)
     return 0
-
-
-def _written_cell(described: str | None) -> str:
-    """The table's "as written" cell: the user's instruction and computation, without
-    the XLA name the row already shows."""
-    return "-" if described is None else described.split(" (XLA", 1)[0]
 
 
 def register(subparsers) -> None:
