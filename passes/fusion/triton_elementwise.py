@@ -42,11 +42,23 @@ from passes.fuel import consume_fuel
 
 from .clusters import fusible_computations
 
-#: What a prologue or epilogue may hold: ops the Triton emitter tiles like the output
-#: (not a copy: at the post-scheduler hook a copy is a buffer copy insertion made,
-#: ``gpu_legality.holds_a_buffer_copy``).
-_TILEABLE = (ELEMENTWISE - {HloOpcode.COPY}) | {HloOpcode.BROADCAST, HloOpcode.CONSTANT, HloOpcode.PARAMETER,
-                                               HloOpcode.IOTA}
+_H = HloOpcode
+
+#: What a prologue or epilogue may hold besides elementwise ops: ops the Triton emitter
+#: tiles like the output (not a copy: at the post-scheduler hook a copy is a buffer
+#: copy insertion made, ``gpu_legality.holds_a_buffer_copy``).
+_TILED_AS_OUTPUT = {_H.BROADCAST, _H.CONSTANT, _H.PARAMETER, _H.IOTA}
+
+#: The elementwise ops XLA's Triton emitter supports (xla/backends/gpu/codegen/triton/
+#: support.cc): on any type but pred, on pred, and on f32/bf16/f64 only.  Not shifts,
+#: whatever the type: Mixtral's router shifts s32 (XLA: "Unsupported elementwise operation").
+_TRITON_ANY = {_H.CONVERT, _H.ABS, _H.NEGATE, _H.ADD, _H.COMPARE, _H.MAXIMUM, _H.MINIMUM, _H.MULTIPLY, _H.SUBTRACT,
+               _H.SELECT, _H.CLAMP}
+_TRITON_PRED = {_H.CONVERT, _H.NOT, _H.AND, _H.OR, _H.XOR, _H.COMPARE, _H.SELECT}
+_TRITON_FLOAT = _TRITON_ANY | {_H.COSINE, _H.EXPONENTIAL, _H.EXPONENTIAL_MINUS_ONE, _H.FLOOR, _H.CEIL, _H.LOG,
+                               _H.LOG_PLUS_ONE, _H.RSQRT, _H.SINE, _H.SQRT, _H.CBRT, _H.TAN, _H.TANH, _H.ERF,
+                               _H.ATAN2, _H.DIVIDE, _H.POWER}
+_FLOAT_TYPES = {"f32", "bf16", "f64"}
 
 #: The parts of a Triton fusion's backend config that describe how it is emitted
 #: (XLA's own cost estimates of the old fusion are dropped).
@@ -61,15 +73,25 @@ def _elementwise_kernel(instr: Instruction) -> bool:
     if instr.opcode is HloOpcode.FUSION:
         body = instr.fused_computation
         return instr.fusion_kind == "kLoop" and body is not None and all(_tileable(i) for i in body)
-    return instr.opcode in ELEMENTWISE and instr.opcode is not HloOpcode.COPY
+    return _triton_elementwise(instr)
 
 
 def _tileable(instr: Instruction) -> bool:
-    """Tiled like the output: a ``_TILEABLE`` op, or a bitcast that only drops or adds
-    dimensions of size 1 (Llama's embedding, bf16[1024,1,4096], read by the first norm)."""
+    """Tiled like the output: an elementwise op Triton emits, a broadcast, constant,
+    parameter or iota, or a bitcast that only drops or adds dimensions of size 1
+    (Llama's embedding, bf16[1024,1,4096], read by the first norm)."""
     if instr.opcode is HloOpcode.BITCAST:
         return [d for d in instr.shape.dims if d != 1] == [d for d in instr.operands[0].shape.dims if d != 1]
-    return instr.opcode in _TILEABLE
+    return instr.opcode in _TILED_AS_OUTPUT or _triton_elementwise(instr)
+
+
+def _triton_elementwise(instr: Instruction) -> bool:
+    """An elementwise op XLA's Triton emitter supports on its operands' type."""
+    if instr.opcode not in ELEMENTWISE:
+        return False
+    kind = (instr.operands[-1] if instr.operands else instr).shape.element_type.value  # select: its values' type
+    allowed = _TRITON_PRED if kind == "pred" else _TRITON_FLOAT if kind in _FLOAT_TYPES else _TRITON_ANY
+    return instr.opcode in allowed
 
 
 def _prologue(t: Instruction) -> tuple[Instruction, bool] | None:
