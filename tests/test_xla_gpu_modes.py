@@ -201,6 +201,20 @@ ENTRY e {{ x = bf16[{shape_in}] parameter(0)  ROOT k = f32[{shape_mid}] fusion(x
     assert kernel("1024,1,4096", "1024,4096") and not kernel("1024,2,2048", "1024,4096")
 
 
+@pytest.mark.parametrize("op, joins", [("f32[8,16] exponential(p)", True), ("s32[8,16] add(i, i)", True),
+                                       ("s32[8,16] shift-right-arithmetic(i, i)", False),
+                                       ("s32[8,16] divide(i, i)", False)])
+def test_a_prologue_holds_only_what_xlas_triton_emitter_supports(op, joins):
+    """XLA's Triton emitter refuses what its support lists lack (Mixtral's router
+    shifts s32: "Unsupported elementwise operation"), so such a kernel never joins."""
+    from passes.fusion.triton_elementwise import _elementwise_kernel
+
+    m = parse(f"""HloModule k
+f {{ p = f32[8,16] parameter(0)  i = s32[8,16] convert(p)  o = {op}  ROOT c = f32[8,16] convert(o) }}
+ENTRY e {{ x = f32[8,16] parameter(0)  ROOT k = f32[8,16] fusion(x), kind=kLoop, calls=f }}""")
+    assert _elementwise_kernel(m.entry.root) is joins
+
+
 def _rms(name: str, x: str) -> str:
     """RMSNorm lines of ``x`` (f32[4096,2304]) into ``name``, weighted by parameter w_``name``."""
     return f"""
