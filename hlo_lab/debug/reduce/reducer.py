@@ -120,6 +120,18 @@ def _shrink(judge: _Judge, items: Sequence[str], build: Callable[[list[str]], Mo
     return None if len(keep) == len(items) else build(keep)
 
 
+def _names_as_written(judge: "_Judge", original: Module, reduced: Module) -> Module:
+    """``reduced`` with the copies inlining made named back as ``original`` names
+    them (``hlo_tools.written``), if the failure stays; the reduction is done, so a
+    budget spent here keeps the copies' names rather than stopping it."""
+    judge.phase = "names as written"
+    renamed = reduced.clone()
+    try:
+        return renamed if WrittenNames(original).restore(renamed) and judge(renamed) else reduced
+    except OutOfBudget:
+        return reduced
+
+
 def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None = None,
                   seconds: float | None = None, progress: Progress | None = None,
                   max_rounds: int = 4) -> Reduction:
@@ -180,10 +192,7 @@ def reduce_module(module: Module, predicate: Predicate, *, max_tests: int | None
                     step(f"inline {name}")
             if current.instruction_count >= size:
                 break
-        judge.phase = "names as written"
-        renamed = current.clone()
-        if WrittenNames(module).restore(renamed) and judge(renamed):  # copies named back, if the failure stays
-            current = renamed
+        current = _names_as_written(judge, module, current)
     except OutOfBudget as e:
         result.stopped = str(e)
     except KeyboardInterrupt:  # a long reduction stopped by hand still answers with what it found
