@@ -33,9 +33,8 @@ def stamp_names(module: Module) -> Module:
     returns ``module``), what ``stamped_name`` reads back after XLA optimized it.
     Other metadata (source lines, jax's op paths) goes: jax's ``op_name`` names a
     jax operation, which many instructions share."""
-    for comp in module.computations:
-        for ins in comp:
-            ins.metadata = {"op_name": ins.name}
+    for ins in module.instructions():
+        ins.metadata = {"op_name": ins.name}
     return module
 
 
@@ -70,7 +69,7 @@ class WrittenNames:
 
     def __init__(self, module: Module):
         self._where: dict[str, tuple[str, HloOpcode]] = {
-            ins.name: (comp.name, ins.opcode) for comp in module.computations for ins in comp}
+            ins.name: (ins.parent.name, ins.opcode) for ins in module.instructions()}
         self._computations = {comp.name for comp in module.computations}
 
     def computation_of(self, name: str) -> str | None:
@@ -112,7 +111,7 @@ class WrittenNames:
         """Renames each copy in ``module`` (a clone's ``.clone``/``.N`` name), of an
         instruction or a computation, back to the user's name where ``module`` does
         not use that name; returns how many it renamed."""
-        taken = {ins.name for comp in module.computations for ins in comp}
+        taken = {ins.name for ins in module.instructions()}
         comps = {comp.name for comp in module.computations}
         renamed = 0
         for comp in module.computations:
@@ -133,7 +132,7 @@ class WrittenNames:
 
     def describe_names(self, text: str, module: Module, *, stamped: bool = False) -> list[str]:
         """``describe`` for each ``%name`` of ``module`` that ``text`` mentions, in order."""
-        named = {ins.name: ins for comp in module.computations for ins in comp}
+        named = {ins.name: ins for ins in module.instructions()}
         return [self.describe(named[n], stamped=stamped) for n in dict.fromkeys(_NAME_REF.findall(text)) if n in named]
 
 

@@ -86,9 +86,8 @@ def _cmd_profile(args) -> int:
         print(f"hlo profile: {e}", file=sys.stderr)
         return 2
     d = joined.as_dict(top=None if args.json else args.top)
-    written_of = {(k["computation"], k["name"]): as_written.get((k["computation"], k["name"])) for k in d["kernels"]}
     for k in d["kernels"]:
-        w = written_of[(k["computation"], k["name"])]
+        w = as_written.get((k["computation"], k["name"]))
         k["as_written"] = w.as_dict() if w is not None else None
     if args.json:
         print(json.dumps(finite({**d, "source": how, "device_why": why,
@@ -123,7 +122,7 @@ def _cmd_profile(args) -> int:
                      "pattern", "bound") else "right", max_width=40 if col in ("instruction", "as written") else None)
     for k in d["kernels"]:
         pct = k["roofline_pct"]
-        w = written_of[(k["computation"], k["name"])]
+        w = as_written.get((k["computation"], k["name"]))
         said = (str(w) if w is not None else "-",) if as_written else ()
         t.add_row(k["name"], *said, k["label"], f"{k['executions']:g}", fmt_seconds(k["measured_s"]),
                   fmt_seconds(k["predicted_s"]), "-" if pct is None else f"{pct:.0f}%",

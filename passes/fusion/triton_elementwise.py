@@ -36,6 +36,7 @@ from hlo_tools.opcode import ELEMENTWISE
 from hlo_tools.outline import inline_fusion, outline_fusion, remove_uncalled, restore_topological_order
 from hlo_tools.rewriter import Rewriter
 
+from hlo_analysis.cost import operand_bytes
 from hlo_analysis.gpu_kernel_model import triton_kind
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
@@ -125,15 +126,11 @@ def _duplication_pays(producer: Instruction, t: Instruction) -> bool:
     next residual add: stock's two kernels).  Otherwise the producer stays for the
     others, and the copy pays when it reads no more than ``t`` read of its output
     (the same norm reading a bf16 GEMM output and writing f32)."""
-    operands, output = _operand_bytes(producer), producer.shape.byte_size
+    operands, output = operand_bytes(producer), producer.shape.byte_size
     users = producer.users
     if all(_same_tiles(u, t) for u in users):
         return (len(users) - 1) * operands < (len(users) + 1) * output
     return operands <= output
-
-
-def _operand_bytes(instr: Instruction) -> int:
-    return sum(o.shape.byte_size for o in dict.fromkeys(instr.operands))
 
 
 def _epilogue(t: Instruction) -> Instruction | None:
