@@ -10,11 +10,12 @@ import pytest
 import corpus
 import hlo_tools
 from hlo_lab.findings.derive import derive
-from hlo_lab.findings.evidence import ModuleEvidence
+from hlo_lab.findings.evidence import ModuleEvidence, flipped_classes
 from hlo_lab.findings.validate import Timing, Trial
 from passes import PassManager
 from passes.fusion.decisions import FusionDecisions
-from passes.fusion.rules import FORMAT, Rule, RuleFusion, apply_rules, module_labels
+from hlo_analysis.patterns import Patterns
+from passes.fusion.rules import FORMAT, FUSE, Rule, RuleFusion, apply_rules, class_edges, edge_class, module_labels
 from passes.registry import get_pass
 from tests.conftest import run_hlo
 from xla_bridge.jax_internals import cuda_plugin_available
@@ -125,7 +126,8 @@ def test_findings_end_to_end_on_a_held_out_module(tmp_path):
     assert ev["outputs"] in ("exact", "close") and ev["tuned"]["speedup"] > 0 and ev["best"]["speedup"] > 0
     assert "softmax" in ev["labels"]
     for rule in data["rules"]:
-        lever = [rule["rule"]["field"], rule["rule"]["value"]]
+        r = rule["rule"]
+        lever = [r["field"], [*r["edge"], r["value"]] if r["field"] == FUSE else r["value"]]
         assert ev["won"] and lever in ev["levers"] and rule["support"] == [ev["name"]]
         for t in rule["trials"]:
             assert t["module"] == "gemma2-tiny-prefill-f32"
@@ -134,6 +136,47 @@ def test_findings_end_to_end_on_a_held_out_module(tmp_path):
     assert row["best"]["outputs"] in ("exact", "close") and row["findings"]["outputs"] in ("exact", "close")
     md = (out / "findings.md").read_text()
     assert "## Training: what hlo tune won" in md and "llama3-tiny-prefill-f32" in md
+
+
+def test_an_edge_class_rule_decides_every_edge_of_its_class_on_the_module_it_is_handed(tmp_path):
+    """A class (producer, consumer, pattern) carries over where an edge's names do
+    not: on a module, the rule decides exactly the edges of its class."""
+    module = hlo_tools.parse(_text("llama3-tiny-prefill-f32"))
+    patterns = Patterns(module)
+    cls = ("exponential", "divide", "softmax")
+    expected = {(p.name, c.name) for c in module.instructions() for p in c.operands
+                if edge_class(patterns, p, c) == cls}
+    assert len(expected) == 2  # one softmax per layer
+    assert class_edges(module, {cls: False}) == {e: False for e in expected}
+    apart = Rule("apart-exp-div", FUSE, False, edge=cls)
+    assert apart.statement == ("On every module, keep apart every exponential producer and its divide user in a "
+                               "softmax pattern (the edges BEST fuses on the modules it came from).")
+    assert Rule.from_dict(json.loads(json.dumps(apart.as_dict()))) == apart  # the class, a list in JSON, read back
+    d = apply_rules([apart], module_labels(module), None, module)
+    assert d == FusionDecisions().with_edges({e: False for e in expected})
+    with pytest.raises(ValueError, match="need the module"):
+        apply_rules([apart], set())
+    with pytest.raises(ValueError, match="takes an edge class"):
+        Rule("x", FUSE, False)
+    with pytest.raises(ValueError, match="only a fuse rule takes an edge class"):
+        Rule("x", "duplicate", False, edge=cls)
+
+    def run(passes):
+        m = module.clone()
+        PassManager(passes).run(m)
+        return m.to_text()
+
+    path = _findings_file(tmp_path, [apart], [True])
+    assert run([get_pass(f"rule:{path}")]) == run(d.passes()) != run(FusionDecisions().passes())
+
+    # evidence: a winner's edge counts by class only where BEST's passes decided it the other way
+    (p1, c1), (p2, c2) = sorted(expected)
+    winner = FusionDecisions(pipeline="loop-only").with_edges({(p1, c1): False, (p2, c2): True})
+    assert flipped_classes(module, winner, [(p1, c1, True), (p2, c2, True)]) == ((*cls, False),)
+    rows = [ModuleEvidence(n, n, ("softmax",), {"pipeline": "best"}, {"speedup": 1.3}, {"speedup": 1.1},
+                           edge_classes=((*cls, False),)) for n in ("a-1", "b-1")]
+    [r] = derive(rows, min_support=2)
+    assert r.rule == Rule("apart-exponential-divide-softmax", FUSE, False, edge=cls)
 
 
 def test_gpu_rules_change_gpu_best_and_say_so():

@@ -1,5 +1,6 @@
 """Rules from the winners: a lever (a knob or the pipeline shape at a value other
-than BEST's) that at least ``min_support`` modules' winners share becomes a rule;
+than BEST's, or a class of edges decided against BEST's) that at least
+``min_support`` modules' winners share becomes a rule;
 its condition is the pattern (held, lacked, or none: every module) that best
 separates the modules whose winner took the lever from the others (F1 score,
 the unconditional rule first on a tie: the simplest statement that fits)."""
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hlo_analysis.patterns import LABELS
-from passes.fusion.rules import Rule
+from passes.fusion.rules import FUSE, Rule
 
 from .evidence import ModuleEvidence
 
@@ -36,7 +37,11 @@ def _slug(text: str) -> str:
 
 
 def _name(field: str, value: Any, label: str | None, present: bool) -> str:
-    base = f"{_slug(field)}-{_slug(value)}" if field != "pipeline" else _slug(value)
+    if field == FUSE:  # value: (producer, consumer, pattern, fuse)
+        producer, consumer, pattern, fuse = value
+        base = "-".join(_slug(x) for x in ("fuse" if fuse else "apart", producer, consumer, pattern or "") if x)
+    else:
+        base = f"{_slug(field)}-{_slug(value)}" if field != "pipeline" else _slug(value)
     return base if label is None else f"{base}-{'with' if present else 'without'}-{_slug(label)}"
 
 
@@ -62,6 +67,9 @@ def derive(evidence: list[ModuleEvidence], *, min_support: int = 2) -> list[Deri
         conditions = [(None, True)] + [(lab, p) for lab in LABELS for p in (True, False)]
         best = max(conditions, key=lambda c: _score(rows, took, *c)[0])  # max keeps the first on a tie
         f1, precision, recall = _score(rows, took, *best)
-        rule = Rule(_name(field, value, *best), field, value, best[0], best[1], winners[0].target)
+        if field == FUSE:
+            rule = Rule(_name(field, value, *best), field, value[3], best[0], best[1], winners[0].target, value[:3])
+        else:
+            rule = Rule(_name(field, value, *best), field, value, best[0], best[1], winners[0].target)
         out.append(Derived(rule, tuple(sorted(took)), precision, recall))
     return out

@@ -1,15 +1,18 @@
 """What ``hlo tune`` wins on each module of the families rules are derived from:
-the winning decision set's knobs (edges name one module's instructions and do
-not carry over), how much it beat BEST by, and the patterns the module holds
-(the conditions a rule may take)."""
+the winning decision set's knobs, its edges decided against BEST's by class
+(an edge names one module's instructions and does not carry over; its class,
+``passes.fusion.rules.edge_class``, does), how much it beat BEST by, and the
+patterns the module holds (the conditions a rule may take)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
+from hlo_analysis.patterns import Patterns
+from hlo_tools import Module
 from passes.fusion.decisions import KNOBS, FusionDecisions
-from passes.fusion.rules import module_labels
+from passes.fusion.rules import FUSE, edge_class, module_labels
 
 #: The decision-set fields a rule may set: the pipeline shape and every knob.
 FIELDS = ("pipeline", *KNOBS)
@@ -42,6 +45,7 @@ class ModuleEvidence:
     outputs: str = ""
     error: str = ""
     target: str | None = None  # the XLA:GPU target tuned for (predicted); None: XLA:CPU, measured
+    edge_classes: tuple[tuple, ...] = ()  # (producer, consumer, pattern, fuse): winner's edges decided against BEST's
 
     @property
     def won(self) -> bool:
@@ -56,8 +60,9 @@ class ModuleEvidence:
         return t > b * (1 + PREDICTED_TIE) if self.target else t > b
 
     def levers(self) -> list[tuple[str, Any]]:
-        """The winner's (field, value) pairs that differ from its base's."""
-        return levers(self.decisions, self.target)
+        """The winner's (field, value) pairs that differ from its base's; an edge
+        class as (``FUSE``, (producer, consumer, pattern, fuse))."""
+        return levers(self.decisions, self.target) + [(FUSE, tuple(c)) for c in self.edge_classes]
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "won": self.won, "levers": [list(lv) for lv in self.levers()]}
@@ -68,6 +73,20 @@ def levers(decisions: dict[str, Any], target: str | None = None) -> list[tuple[s
     GPU_BEST's shape on a GPU ``target`` (``FusionDecisions.for_target``)."""
     default = FusionDecisions.for_target(target)
     return [(f, decisions[f]) for f in FIELDS if f in decisions and decisions[f] != getattr(default, f)]
+
+
+def flipped_classes(module: Module, winner: FusionDecisions, base_decided: Iterable[tuple[str, str, bool]]
+                    ) -> tuple[tuple, ...]:
+    """The classes of the winner's edges that the base's passes decided the other
+    way on ``module`` (the hook's input), each once, sorted."""
+    base = {(p, c): f for p, c, f in base_decided}
+    by_name = {i.name: i for i in module.instructions()}
+    patterns = Patterns(module)
+    out = set()
+    for p, c, fuse in winner.edges:
+        if base.get((p, c), fuse) != fuse and p in by_name and c in by_name:
+            out.add((*edge_class(patterns, by_name[p], by_name[c]), fuse))
+    return tuple(sorted(out, key=str))
 
 
 def _speedups(m) -> dict[str, float | None]:
@@ -98,8 +117,11 @@ def gather(modules: list[CorpusModule], *, budget: int, reps: int, final_reps: i
             continue
         ev.labels = tuple(sorted(module_labels(tuner.space.module)))
         if result.main.best is not None:
-            d = result.main.best.proposal.decisions.as_dict()
+            winner = result.main.best.proposal.decisions
+            d = winner.as_dict()
             ev.decisions = {f: d[f] for f in FIELDS}
+            base = tuner.space.price(FusionDecisions.for_target(target))
+            ev.edge_classes = flipped_classes(tuner.space.module, winner, base.decided)
         ev.tuned, ev.best = _speedups(result.finals.get("tuned")), _speedups(result.finals.get("best"))
         tuned = result.finals.get("tuned")
         ev.outputs = tuned.verdict if tuned is not None else ""

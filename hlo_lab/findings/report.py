@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from passes.fusion.rules import base_name
+from passes.fusion.rules import FUSE, base_name
 
 
 def _x(v: float | None) -> str:
@@ -21,6 +21,14 @@ def _range(t: dict[str, Any]) -> str:
     if t["p10"] == t["p90"]:  # predicted by our roofline alone (hlo tune's figures)
         return _x(t["speedup"])
     return f"{_x(t['speedup'])} ({_x(t['p10'])}-{_x(t['p90'])})"
+
+
+def _lever(field: str, value: Any) -> str:
+    """A lever as the table states it; an edge class: ``apart fusion(exp)->fusion(multiply) in softmax``."""
+    if field != FUSE:
+        return f"{field}={value}"
+    producer, consumer, pattern, fuse = value
+    return f"{'fuse' if fuse else 'apart'} {producer}->{consumer}" + (f" in {pattern}" if pattern else "")
 
 
 def _how(data: dict[str, Any]) -> str:
@@ -53,7 +61,7 @@ def markdown(data: dict[str, Any], path: Path) -> str:
         if e["error"]:
             lines.append(f"| {e['name']} | error: {e['error']} | | | | |")
             continue
-        levers = ", ".join(f"{f}={v}" for f, v in e["levers"]) or f"({base}'s)"
+        levers = ", ".join(_lever(f, v) for f, v in e["levers"]) or f"({base}'s)"
         lines.append(f"| {e['name']} | {_range(e['tuned'])} | "
                      f"{_range(e['best'])} | {'yes' if e['won'] else 'no'} | {levers} | "
                      f"{', '.join(e['labels']) or '-'} |")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hlo_lab.tune.search import _first_line  # the one wording of a failed timing, as hlo tune's rows
-from hlo_tools import parse
+from hlo_tools import Module, parse
 from passes.fusion.decisions import FusionDecisions
 from passes.fusion.rules import Rule, apply_rules, module_labels
 
@@ -140,13 +140,14 @@ class Bench:
         """The decision set rules change: BEST, or GPU_BEST's shape on a target."""
         return FusionDecisions.for_target(self.target)
 
-    def labels(self, m: CorpusModule) -> set[str]:
-        """The patterns of the module XLA hands the fusion hook (where the rule runs)."""
+    def seen(self, m: CorpusModule) -> Module:
+        """The module XLA hands the fusion hook (where the rule runs: its patterns
+        are the conditions, its edges what an edge-class rule decides)."""
         from hlo_lab.tune import evaluate  # lazy: the bridge
 
         backend = "gpu" if self.target else "cpu"
         prep = self.worker.call(evaluate.prepare, (m.text, backend, self.target), {}, phase="compiling", module=m.name)
-        return module_labels(parse(prep["seen"], source=f"<{m.name} at the hook>"))
+        return parse(prep["seen"], source=f"<{m.name} at the hook>")
 
     def time(self, m: CorpusModule, decisions: FusionDecisions) -> Timing:
         key = (m.name, decisions.key())
@@ -186,11 +187,12 @@ def validate(rules: list[Rule], modules: list[CorpusModule], bench: Bench,
              progress: Callable[[str], None] = lambda _m: None) -> tuple[list[Validation], dict[str, Any]]:
     """Each rule on ``modules``, then the rules that held together; returns the
     validations and the combined figures (per module, and geomeans vs stock)."""
-    labels, unread = {}, {}
+    seen, labels, unread = {}, {}, {}
     for m in modules:
         progress(f"reading {m.name} at the hook")
         try:
-            labels[m.name] = bench.labels(m)
+            seen[m.name] = bench.seen(m)
+            labels[m.name] = module_labels(seen[m.name])
         except Exception as e:  # noqa: BLE001 - XLA cannot compile it: reported, the others go on
             unread[m.name] = _first_line(e)
     modules = [m for m in modules if m.name in labels]
@@ -202,14 +204,17 @@ def validate(rules: list[Rule], modules: list[CorpusModule], bench: Bench,
                 v.not_applicable.append(m.name)
                 continue
             progress(f"{rule.name} on {m.name}")
-            v.trials.append(Trial(m.name, m.family, bench.time(m, apply_rules([rule], labels[m.name], bench.base)),
-                                  bench.time(m, bench.base)))
+            d = apply_rules([rule], labels[m.name], bench.base, seen[m.name])
+            if d == bench.base:  # an edge-class rule whose class the module lacks
+                v.not_applicable.append(m.name)
+                continue
+            v.trials.append(Trial(m.name, m.family, bench.time(m, d), bench.time(m, bench.base)))
         out.append(v)
     held = [v.rule for v in out if v.held_out]
     rows = []
     for m in modules:
         progress(f"the rules that held, together, on {m.name}")
-        d = apply_rules(held, labels[m.name], bench.base)
+        d = apply_rules(held, labels[m.name], bench.base, seen[m.name])
         rows.append({"module": m.name, "family": m.family, "decisions_changed": d != bench.base,
                      "findings": vars(bench.time(m, d)), "best": vars(bench.time(m, bench.base))})
     combined = {

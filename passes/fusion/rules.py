@@ -1,10 +1,14 @@
 """A finding of ``hlo findings`` as a pass: a rule says *when* (a pattern the
 module holds, or lacks, or always) and *what* (one knob of the decision set, or
-its pipeline shape, set to a value); the pass takes BEST and applies every rule
-whose condition holds on the module it is handed (``--passes rule:FILE[#NAME]``).
+its pipeline shape, set to a value; or a class of edges fused or kept apart);
+the pass takes BEST and applies every rule whose condition holds on the module
+it is handed (``--passes rule:FILE[#NAME]``).
 
-A rule changes knobs, never edges: edges name one module's instructions, knobs
-carry over to any module (``decisions``' docstring).
+A rule never names an edge: edges name one module's instructions (``decisions``'
+docstring). An *edge class* carries over instead: the producer's and the
+consumer's opcode (a fusion's by its root: ``fusion(reduce)``) and the pattern
+the edge is in (``hlo_analysis.patterns.edge_label``); on the module it is
+handed, a class rule decides every edge of its class (``class_edges``).
 """
 
 from __future__ import annotations
@@ -15,15 +19,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from hlo_analysis.patterns import LABELS, Patterns
-from hlo_tools import Module
+from hlo_analysis.patterns import LABELS, Patterns, edge_label
+from hlo_tools import HloOpcode, Instruction, Module
 
 from passes.base import FusionPass
 from passes.manager import PassManager
 
+from .clusters import fusible_computations
 from .decisions import CPU_PIPELINES, GPU_PIPELINES, KNOBS, FusionDecisions
 
 FORMAT = "hlo-findings/1"
+
+#: The field of a rule that fuses (True) or keeps apart (False) a class of edges.
+FUSE = "fuse"
+
+#: An edge class: producer, consumer (``op_class``), and the edge's pattern or None.
+EdgeClass = tuple[str, str, "str | None"]
 
 #: What leaving out each step of BEST does, in words (``Rule.statement``).
 _STEP_WORDS = {
@@ -43,21 +54,32 @@ def base_name(target: str | None) -> str:
 class Rule:
     """``field = value`` on the decision set when the module has (``present``) or
     lacks pattern ``label`` (None: on every module). ``target``: the XLA:GPU target
-    the rule was found for (its base is GPU_BEST's shape); None: XLA:CPU (BEST)."""
+    the rule was found for (its base is GPU_BEST's shape); None: XLA:CPU (BEST).
+    ``field`` ``FUSE``: every edge of class ``edge`` fused (``value`` True) or kept apart."""
 
     name: str
-    field: str  # a FusionDecisions field other than edges: "pipeline" or a knob
+    field: str  # a FusionDecisions field other than edges: "pipeline" or a knob; or FUSE
     value: Any
     label: str | None = None
     present: bool = True
     target: str | None = None
+    edge: EdgeClass | None = None  # field FUSE: the class of edges it decides
 
     def __post_init__(self) -> None:
-        if self.field == "pipeline":
+        if self.edge is not None:
+            object.__setattr__(self, "edge", tuple(self.edge))  # a list, read back from JSON
+        if self.field == FUSE:
+            if self.edge is None or len(self.edge) != 3 or not isinstance(self.value, bool):
+                raise ValueError(f"rule {self.name}: a {FUSE} rule takes an edge class (producer, consumer, "
+                                 f"pattern) and True or False")
+        elif self.edge is not None:
+            raise ValueError(f"rule {self.name}: only a {FUSE} rule takes an edge class")
+        elif self.field == "pipeline":
             if self.value not in CPU_PIPELINES and self.value not in GPU_PIPELINES:
                 raise ValueError(f"rule {self.name}: unknown pipeline shape {self.value!r}")
         elif self.field not in KNOBS:
-            raise ValueError(f"rule {self.name}: unknown field {self.field!r} (pipeline or one of {', '.join(KNOBS)})")
+            raise ValueError(f"rule {self.name}: unknown field {self.field!r} (pipeline, {FUSE} or one of "
+                             f"{', '.join(KNOBS)})")
         elif self.value not in KNOBS[self.field]:
             raise ValueError(f"rule {self.name}: {self.field} takes {', '.join(map(str, KNOBS[self.field]))}, "
                              f"not {self.value!r}")
@@ -83,6 +105,12 @@ class Rule:
     @property
     def action(self) -> str:
         base = base_name(self.target)
+        if self.field == FUSE:
+            producer, consumer, pattern = self.edge
+            where = f" in a {pattern} pattern" if pattern else ""
+            verb = "fuse" if self.value else "keep apart"
+            return (f"{verb} every {producer} producer and its {consumer} user{where} "
+                    f"(the edges {base} {'keeps apart' if self.value else 'fuses'} on the modules it came from)")
         if self.field != "pipeline":
             return f"set {self.field} to {self.value} ({base}: {getattr(self.base, self.field)})"
         shape = CPU_PIPELINES.get(self.value) or GPU_PIPELINES[self.value]
@@ -100,21 +128,62 @@ class Rule:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Rule":
-        return cls(d["name"], d["field"], d["value"], d.get("label"), bool(d.get("present", True)), d.get("target"))
+        return cls(d["name"], d["field"], d["value"], d.get("label"), bool(d.get("present", True)), d.get("target"),
+                   d.get("edge"))
 
 
-def apply_rules(rules: Iterable[Rule], labels: Iterable[str], base: FusionDecisions | None = None) -> FusionDecisions:
+def op_class(instr: Instruction) -> str:
+    """An instruction as an edge class names it: its opcode, a fusion by its root's
+    (``fusion(reduce)``: on XLA:CPU the hook's input is fused already)."""
+    body = instr.fused_computation if instr.opcode is HloOpcode.FUSION else None
+    if body is not None and body.root is not None:
+        return f"fusion({body.root.opcode.value})"
+    return instr.opcode.value
+
+
+def edge_class(patterns: Patterns, producer: Instruction, consumer: Instruction) -> EdgeClass:
+    """The class of the edge ``producer`` -> ``consumer``."""
+    return op_class(producer), op_class(consumer), edge_label(patterns, producer, consumer)
+
+
+def class_edges(module: Module, classes: dict[EdgeClass, bool]) -> dict[tuple[str, str], bool]:
+    """Every producer -> consumer edge of ``module``'s fusible computations whose
+    class is in ``classes``, with its decision (the names a decision set takes)."""
+    patterns = Patterns(module)
+    out: dict[tuple[str, str], bool] = {}
+    for comp in fusible_computations(module):
+        for consumer in comp:
+            for producer in consumer.operands:
+                fuse = classes.get(edge_class(patterns, producer, consumer))
+                if fuse is not None:
+                    out[(producer.name, consumer.name)] = fuse
+    return out
+
+
+def apply_rules(rules: Iterable[Rule], labels: Iterable[str], base: FusionDecisions | None = None,
+                module: Module | None = None) -> FusionDecisions:
     """``base`` (default: the first rule's, BEST on XLA:CPU) with each rule whose
-    condition holds applied, in order; a field a rule already set is not set again
-    by a later one."""
+    condition holds applied, in order; a field (an edge class) a rule already set
+    is not set again by a later one. Edge-class rules decide the edges of
+    ``module``, the module the decisions will run on (required when one holds)."""
     labels = set(labels)
     rules = list(rules)
     d = base or (rules[0].base if rules else FusionDecisions())
-    taken: set[str] = set()
+    taken: set[tuple[str, Any]] = set()
+    classes: dict[EdgeClass, bool] = {}
     for r in rules:
-        if r.field not in taken and r.holds(labels):
+        if (r.field, r.edge) in taken or not r.holds(labels):
+            continue
+        taken.add((r.field, r.edge))
+        if r.field == FUSE:
+            classes[r.edge] = r.value
+        else:
             d = dataclasses.replace(d, **{r.field: r.value})
-            taken.add(r.field)
+    if classes:
+        if module is None:
+            raise ValueError(f"rule(s) deciding edge classes need the module they run on "
+                             f"({', '.join(r.name for r in rules if r.field == FUSE)})")
+        d = d.with_edges({**{(p, c): f for p, c, f in d.edges}, **class_edges(module, classes)})
     return d
 
 
@@ -133,7 +202,7 @@ class RuleFusion(FusionPass):
     source: str = ""  # the findings file, for messages
 
     def decisions_for(self, module: Module) -> FusionDecisions:
-        return apply_rules(self.rules, module_labels(module), FusionDecisions.for_target(self.target))
+        return apply_rules(self.rules, module_labels(module), FusionDecisions.for_target(self.target), module)
 
     def run(self, module: Module) -> bool:
         return PassManager(self.decisions_for(module).passes(self.target)).run(module)
