@@ -6,6 +6,8 @@ patterns the module holds (the conditions a rule may take)."""
 
 from __future__ import annotations
 
+import zlib
+
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -95,12 +97,21 @@ def _speedups(m) -> dict[str, float | None]:
     return {"speedup": m.speedup, "p10": m.speedup_p10, "p90": m.speedup_p90}
 
 
+def module_seed(seed: int, name: str) -> int:
+    """The search seed of one module: ``seed`` mixed with its name, so that each
+    module's search draws its own moves. With one seed for all, structurally alike
+    modules flip the same edges in the same order, and a flip that rode along
+    with a winning knob shows up as a lever the winners share."""
+    return (seed + zlib.crc32(name.encode())) % 2**32
+
+
 def gather(modules: list[CorpusModule], *, budget: int, reps: int, final_reps: int, workers: int,
            db: str | None, seed: int = 0, target: str | None = None,
            progress: Callable[[str], None] = lambda _m: None) -> list[ModuleEvidence]:
     """``hlo tune`` (hill climbing, no random baseline) on each module, measured on
-    XLA:CPU or, for ``target``, predicted for that GPU; a search run before with
-    the same options is read back from the results database."""
+    XLA:CPU or, for ``target``, predicted for that GPU, each with its own seed
+    (``module_seed``); a search run before with the same options is read back
+    from the results database."""
     from hlo_lab.tune.search import Tuner, _first_line  # lazy: the passes and the XLA bridge
 
     out = []
@@ -109,7 +120,7 @@ def gather(modules: list[CorpusModule], *, budget: int, reps: int, final_reps: i
         ev = ModuleEvidence(m.name, m.family, target=target)
         try:
             tuner = Tuner(m.name, m.text, budget=budget, reps=reps, final_reps=final_reps, workers=workers, db=db,
-                          seed=seed, baseline=False, target=target)
+                          seed=module_seed(seed, m.name), baseline=False, target=target)
             result = tuner.run()
         except Exception as e:  # noqa: BLE001 - one module's failure is its row, the others go on
             ev.error = _first_line(e)

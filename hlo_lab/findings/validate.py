@@ -24,6 +24,11 @@ from passes.fusion.rules import Rule, apply_rules, module_labels
 
 from .evidence import PREDICTED_TIE, CorpusModule
 
+#: The least measured gain over BEST (geomean) a rule holds out with: below it a
+#: gain is no finding (the tiny modules' timings spread by tens of percent, and a
+#: rule at 1.000x or 1.002x on the held-out modules changes nothing a user sees).
+MIN_GAIN = 0.01
+
 #: A predicted timing's outputs on a module too large to run here.
 UNCHECKED = "unchecked (too large to run here)"
 
@@ -109,8 +114,14 @@ class Validation:
 
     @property
     def held_out(self) -> bool:
+        """Applies somewhere, hurts nowhere, and gains: its geomean over BEST above
+        ``MIN_GAIN`` (measured) or ``PREDICTED_TIE`` (predicted), and a gain on at
+        least half the modules it applies to (one noisy module does not carry it)."""
         g = self.geomean_gain
-        return bool(self.trials) and not self.hurts and g is not None and g > 1.0
+        tie = PREDICTED_TIE if self.rule.target else MIN_GAIN
+        gaining = sum(1 for t in self.trials if (t.gain or 0.0) > 1.0)
+        return (bool(self.trials) and not self.hurts and g is not None and g > 1.0 + tie
+                and 2 * gaining >= len(self.trials))
 
     def as_dict(self) -> dict[str, Any]:
         return {"held_out": self.held_out, "geomean_gain_over_best": self.geomean_gain,
