@@ -37,7 +37,7 @@ from xla_bridge.errors import XlaCompileError
 from xla_bridge.measure import STOCK, Measurement
 
 from .rewrite import baseline_moved, measure_rewrite, rewrite_route
-from .reduce.predicates import NothingToReduce, pass_fires
+from .reduce.predicates import NothingToReduce, pass_fires, passes_differ
 from .reduce.reducer import reduce_module
 
 __all__ = ["Bundle", "UpstreamError", "make_bundle", "verdict"]
@@ -89,9 +89,12 @@ def _outputs(measurement: Measurement, module: Module, passes: Sequence[Pass], r
 
 
 def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Path, *, backend: str = "cpu",
-                reps: int = 50, seconds: float = 120.0, progress: Callable[[str], None] | None = None) -> Bundle:
+                reps: int = 50, seconds: float = 120.0, progress: Callable[[str], None] | None = None,
+                baseline: tuple[str, Sequence[Pass]] | None = None) -> Bundle:
     """Validates ``passes`` (named ``spec``) on ``module`` against stock XLA, reduces
-    the module they see while they still fire, and writes the bundle into ``out``."""
+    the module they see while they still fire (with ``baseline``, a name and its
+    passes: while they make another module than it, so the reduced test shows
+    what a variant changes), and writes the bundle into ``out``."""
     say = progress or (lambda _msg: None)
     out = Path(out)
     passes = list(passes)
@@ -107,9 +110,11 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     # The module as given is reduced (not XLA's module at the hook, which has been through
     # layout assignment and cannot be compiled again): the test runs the passes on it as
     # `hlo opt` does, and the reduced pair is validated the way the whole module was.
-    say(f"reducing {module.instruction_count} instructions while {spec} still changes the module")
+    keep = pass_fires(passes) if baseline is None else passes_differ(passes, baseline[1], baseline[0])
+    kept = "they still change it" if baseline is None else f"they still make another module than {baseline[0]}"
+    say(f"reducing {module.instruction_count} instructions while {keep.description}")
     try:
-        red = reduce_module(module, pass_fires(passes), seconds=seconds)
+        red = reduce_module(module, keep, seconds=seconds)
     except NothingToReduce:
         raise UpstreamError(f"{spec} changes XLA's module at the hook but not {module.name} as given, which a test "
                             "would start from: give the module the passes act on") from None
@@ -127,7 +132,7 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     load = "".join(f" --load source/{name}" for name in _user_files(passes))
     test_text = "\n".join([RUN_LINE.format(load=load, spec=spec), "", before.to_text().rstrip(), "", checks.rstrip(), ""])
     _verify_test(test_text, passes, before.to_text())
-    files = _write(out, spec, passes, before, after, test_text, res, outputs, route, red, reduced_outputs)
+    files = _write(out, spec, passes, before, after, test_text, res, outputs, route, red, reduced_outputs, kept)
     return Bundle(str(out), spec, route, res.a.median_us, res.b.median_us, res.speedup, res.speedup_p10,
                   res.speedup_p90, outputs, module.instruction_count, before.instruction_count, reduced_outputs,
                   checks.count("CHECK:"), red.seconds, files)
@@ -177,7 +182,7 @@ def _sources(passes: list[Pass]) -> dict[str, str]:
 
 
 def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Module, test_text: str, res, outputs: str,
-           route: str, red, reduced_outputs: str) -> list[str]:
+           route: str, red, reduced_outputs: str, kept: str) -> list[str]:
     name = passes[-1].name if len(passes) == 1 else spec.replace(",", "_")
     test_file = f"{file_stem(name)}_test.hlo"  # a user's pass name may hold "../": the file stays in ``out``
     table = "\n".join([
@@ -200,7 +205,7 @@ speedup {res.speedup:.3f} (p10-p90 {res.speedup_p10:.3f}-{res.speedup_p90:.3f}),
 
 | file | what |
 |---|---|
-| `before.hlo` | the module, reduced from {red.original_instructions} to {before.instruction_count} instructions while they still change it |
+| `before.hlo` | the module, reduced from {red.original_instructions} to {before.instruction_count} instructions while {kept} |
 | `after.hlo` | what the passes make of it |
 | `{test_file}` | an XLA-style test: the reduced HLO and `// CHECK:` lines, checked here to match `after` and not `before` |
 | `measured.md` | stock vs ours, and the reduced pair's outputs ({reduced_outputs}) |

@@ -22,7 +22,7 @@ import corpus
 from hlo_tools import parse
 from hlo_tools.fileio import make_dirs, write_output
 from hlo_tools.formats import walk_module_files
-from passes.fusion.rules import FORMAT, RuleFusion
+from passes.fusion.rules import FORMAT, RuleFusion, base_name
 from xla_bridge import load
 
 from .derive import Derived, derive
@@ -145,8 +145,10 @@ def bundle_rules(findings: Findings, findings_file: Path, modules: list[CorpusMo
 
         progress(f"hlo upstream bundle of {name} on {trial.module}")
         try:
+            base = base_name(v.rule.target)
             b = make_bundle(parse(texts[trial.module], source=trial.module), [RuleFusion((v.rule,))], spec,
-                            out_dir / "upstream" / name, reps=reps, seconds=seconds)
+                            out_dir / "upstream" / name, reps=reps, seconds=seconds,
+                            baseline=(base, v.rule.base.passes(v.rule.target)))
             bundles[name] = {"module": trial.module, **b.as_dict()}
         except (UpstreamError, OSError) as e:
             bundles[name] = {"module": trial.module, "error": str(e)}

@@ -137,6 +137,27 @@ def pass_fires(passes: str | Sequence) -> Predicate:
     return predicate
 
 
+def passes_differ(passes: Sequence, baseline: Sequence, baseline_name: str) -> Predicate:
+    """Holds while ``passes`` and ``baseline`` (``Pass`` objects, no XLA) make
+    different modules of a candidate: what a variant of a pipeline (a rule of
+    ``hlo findings`` on BEST) changes, not what both do."""
+    from passes import PassManager  # lazy: every pass module, for predicates that run ours
+
+    def outcome(pipeline: Sequence, candidate: Module) -> str:
+        m = candidate.clone()
+        PassManager(list(pipeline)).run(m)
+        return m.to_text()
+
+    def predicate(candidate: Module) -> bool:
+        try:
+            return outcome(passes, candidate) != outcome(baseline, candidate)
+        except Exception:  # noqa: BLE001 - the passes under reduction may raise anything on a cut-down module
+            return False
+
+    predicate.description = f"{','.join(p.name for p in passes)} makes another module than {baseline_name}"
+    return predicate
+
+
 def shell(command: str, *, timeout: float = 300.0) -> Predicate:
     """Holds while ``command`` exits 0 on a candidate, written as HLO text to a
     temporary file: ``{}`` in the command is replaced by its path (quoted), else
