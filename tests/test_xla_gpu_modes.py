@@ -359,20 +359,3 @@ ENTRY e {
     assert not any(x.opcode.value == "copy" for f in m.entry if f.fused_computation is not None
                    for x in f.fused_computation)  # not recomputed inside the readers either
     assert any(p == "c" and "copy insertion" in d.reason for p, _, d in log.entries if not d)
-
-
-def test_gpu_priority_fusion_takes_bitcasts_first():
-    """XLA's CalculateProducerPriority queues a bitcast before anything else (a
-    no-op, it costs nothing to fuse); priced by the roofline it would save only
-    a tie's worth and go last, after larger fusions had already shaped the
-    kernels around it (Llama-3-8B prefill: 30 kernels more than stock)."""
-    m = parse("""HloModule m
-ENTRY e {
-  p = f32[1024,1,4096] parameter(0)
-  b = f32[1024,4096] bitcast(p)
-  q = f32[1024,4096] parameter(1)
-  ROOT a = f32[1024,4096] add(b, q)
-}""")
-    log = PriorityLog()
-    GpuPriorityFusion(log=log).run(m)
-    assert log.steps[0][:2] == ("b", ("a",)) and log.steps[0][2] == float("inf")
