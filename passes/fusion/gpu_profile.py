@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from hlo_tools import HloOpcode, Instruction
+from hlo_tools import Instruction
 
 from hlo_analysis import devices
 from hlo_analysis.cost import is_kernel
@@ -82,10 +82,7 @@ class FasterOn:
         fusion makes (the producer's own still runs where ``keeps_original``).  A
         tie counts as a saving of ``TIE`` (a bitcast joining changes nothing but
         the text); a duplicate into a kernel with several outputs is not priced
-        (-inf); a lone bitcast goes first (+inf: XLA's CalculateProducerPriority
-        fuses bitcasts before anything else, they are no-ops)."""
-        if len(c.members) == 1 and c.members[0].opcode is HloOpcode.BITCAST:
-            return float("inf")
+        (-inf)."""
         alone = self.time_s(list(c.members))
         apart = alone + sum(self.time_s(list(t)) for t in c.targets)
         if not c.duplicate:  # moved into the one consumer (kept as an output when multi_output)
