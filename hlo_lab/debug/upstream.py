@@ -111,7 +111,7 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     # layout assignment and cannot be compiled again): the test runs the passes on it as
     # `hlo opt` does, and the reduced pair is validated the way the whole module was.
     keep = pass_fires(passes) if baseline is None else passes_differ(passes, baseline[1], baseline[0])
-    kept = "they still change it" if baseline is None else f"they still make another module than {baseline[0]}"
+    kept = "they still change it" if baseline is None else f"they still change it, and not as {baseline[0]} does"
     say(f"reducing {module.instruction_count} instructions while {keep.description}")
     try:
         red = reduce_module(module, keep, seconds=seconds)

@@ -138,9 +138,9 @@ def pass_fires(passes: str | Sequence) -> Predicate:
 
 
 def passes_differ(passes: Sequence, baseline: Sequence, baseline_name: str) -> Predicate:
-    """Holds while ``passes`` and ``baseline`` (``Pass`` objects, no XLA) make
-    different modules of a candidate: what a variant of a pipeline (a rule of
-    ``hlo findings`` on BEST) changes, not what both do."""
+    """Holds while ``passes`` (``Pass`` objects, no XLA) change a candidate and
+    ``baseline`` makes another module of it: what a variant of a pipeline (a rule
+    of ``hlo findings`` on BEST) does differently, not what both do."""
     from passes import PassManager  # lazy: every pass module, for predicates that run ours
 
     def outcome(pipeline: Sequence, candidate: Module) -> str:
@@ -150,11 +150,12 @@ def passes_differ(passes: Sequence, baseline: Sequence, baseline_name: str) -> P
 
     def predicate(candidate: Module) -> bool:
         try:
-            return outcome(passes, candidate) != outcome(baseline, candidate)
+            ours = outcome(passes, candidate)
+            return ours != candidate.to_text() and ours != outcome(baseline, candidate)
         except Exception:  # noqa: BLE001 - the passes under reduction may raise anything on a cut-down module
             return False
 
-    predicate.description = f"{','.join(p.name for p in passes)} makes another module than {baseline_name}"
+    predicate.description = f"{','.join(p.name for p in passes)} changes it, and not as {baseline_name} does"
     return predicate
 
 
