@@ -79,7 +79,8 @@ def markdown(data: dict[str, Any], path: Path) -> str:
             f"Held out: geomean gain over {base} {_x(r['geomean_gain_over_best'])}"
             + (f" (XLA's model: {_x(r.get('xla_geomean_gain_over_best'))})" if data.get("target") else "")
             + f" on {len(r['trials'])} module(s); "
-            f"hurts: {', '.join(r['hurts']) or 'none'}; condition false on: {', '.join(r['not_applicable']) or 'none'}.",
+            f"hurts: {', '.join(r['hurts']) or 'none'}; does not apply to (condition false, or no edge of its class): "
+            f"{', '.join(r['not_applicable']) or 'none'}.",
             "",
         ]
         if r["trials"]:
