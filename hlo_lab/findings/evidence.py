@@ -131,8 +131,9 @@ def gather(modules: list[CorpusModule], *, budget: int, reps: int, final_reps: i
             winner = result.main.best.proposal.decisions
             d = winner.as_dict()
             ev.decisions = {f: d[f] for f in FIELDS}
-            base = tuner.space.price(FusionDecisions.for_target(target))
-            ev.edge_classes = flipped_classes(tuner.space.module, winner, base.decided)
+            if target is None:  # a GPU rule's outputs are checked at XLA:CPU's hook, whose module has other edges
+                base = tuner.space.price(FusionDecisions())
+                ev.edge_classes = flipped_classes(tuner.space.module, winner, base.decided)
         ev.tuned, ev.best = _speedups(result.finals.get("tuned")), _speedups(result.finals.get("best"))
         tuned = result.finals.get("tuned")
         ev.outputs = tuned.verdict if tuned is not None else ""
