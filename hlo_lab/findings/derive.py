@@ -67,9 +67,7 @@ def derive(evidence: list[ModuleEvidence], *, min_support: int = 2) -> list[Deri
         conditions = [(None, True)] + [(lab, p) for lab in LABELS for p in (True, False)]
         best = max(conditions, key=lambda c: _score(rows, took, *c)[0])  # max keeps the first on a tie
         f1, precision, recall = _score(rows, took, *best)
-        if field == FUSE:
-            rule = Rule(_name(field, value, *best), field, value[3], best[0], best[1], winners[0].target, value[:3])
-        else:
-            rule = Rule(_name(field, value, *best), field, value, best[0], best[1], winners[0].target)
+        setting, edge = (value[3], value[:3]) if field == FUSE else (value, None)  # an edge lever: (class..., fuse)
+        rule = Rule(_name(field, value, *best), field, setting, best[0], best[1], winners[0].target, edge)
         out.append(Derived(rule, tuple(sorted(took)), precision, recall))
     return out

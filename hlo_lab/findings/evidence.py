@@ -7,7 +7,6 @@ patterns the module holds (the conditions a rule may take)."""
 from __future__ import annotations
 
 import zlib
-
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 

@@ -98,7 +98,7 @@ class Trial:
 class Validation:
     rule: Rule
     trials: list[Trial] = field(default_factory=list)
-    not_applicable: list[str] = field(default_factory=list)  # held-out modules where the condition does not hold (or no edge of its class is)
+    not_applicable: list[str] = field(default_factory=list)  # held-out modules it does not apply to (condition, class)
 
     @property
     def geomean_gain(self) -> float | None:
