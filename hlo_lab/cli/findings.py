@@ -15,9 +15,9 @@ def register(sub) -> None:
                                         "held-out families (measured on XLA:CPU), bundled with hlo upstream",
                        description="Tunes the training families' modules (hlo tune; a search run before is read back "
                                    "from the results database), turns the levers their winners share into rules "
-                                   "(a pattern condition and a knob, a pipeline shape, or a class of edges fused or kept apart: producer and "
-                                   "consumer opcode and pattern), validates each on the held-out "
-                                   "families against BEST and stock, and writes findings.json/.md (the rules' pass "
+                                   "(a pattern condition and a knob, a pipeline shape, or a class of edges fused or "
+                                   "kept apart: producer and consumer opcode and pattern), validates each on the "
+                                   "held-out families against BEST and stock, and writes findings.json/.md (the rules' pass "
                                    "file: --passes rule:DIR/findings.json#NAME) and an hlo upstream bundle per rule "
                                    "that held out.")
     p.add_argument("corpus", metavar="CORPUS", help="'corpus' (the bundled runnable modules; --only narrows them) or "
