@@ -552,17 +552,37 @@ def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigu
     pad = max(1.0, launch.blocks * math.prod(sizes) / out_elements) if sizes else 1.0
     flops = pad * sum(instruction_flops(i) for i in body if i.opcode is not _H.PARAMETER)
     reads = []
-    for operand in kernel.operands:
+    params = {p.parameter_number: p for p in body.parameters}
+    for index, operand in enumerate(kernel.operands):
         size = _bytes(operand.shape)
         n = max(1, _elements(operand.shape))
-        copies = min(launch.blocks, max(1.0, out_elements / n)) if n < out_elements else 1.0
         et = operand.shape.element_type if operand.shape.is_array else None
-        eb = et.byte_width if et is not None and et.bit_width else 4
-        reads.append(OperandRead(float(size * pad * copies), float(size), max(eb, 1), True))
+        eb = max(et.byte_width if et is not None and et.bit_width else 4, 1)
+        tile = _broadcast_tile(params.get(index), kernel.shape, sizes)
+        if tile is not None:  # XLA's indexing map: the output tile's broadcast dimensions, once per tile
+            total = float(launch.blocks * tile * eb)
+        else:
+            copies = min(launch.blocks, max(1.0, out_elements / n)) if n < out_elements else 1.0
+            total = float(size * pad * copies)
+        reads.append(OperandRead(total, float(size), eb, True))
     c = compute_seconds(flops, launch, device, fig)
     read = sum(read_seconds(r, launch.blocks, device, fig) for r in reads)
     write = write_seconds(output_bytes(kernel) * pad, device)
     return GpuKernelCost(c, read + write, combine(c, read + write), flops, launch, read, write)
+
+
+def _broadcast_tile(param: Instruction | None, out: Shape, sizes: list[int]) -> int | None:
+    """Elements of ``param``'s tile when its every user broadcasts it to the output's
+    shape (a mask, a norm's weight): the output tile's sizes in the broadcast's
+    dimensions.  None otherwise (the caller's approximation applies)."""
+    if param is None or not param.users or not sizes or not out.is_array or len(sizes) != len(out.dims):
+        return None
+    if any(u.opcode is not _H.BROADCAST or not u.shape.is_array or list(u.shape.dims) != list(out.dims) for u in param.users):
+        return None
+    dims = {tuple(u.dimensions or ()) for u in param.users}
+    if len(dims) != 1:
+        return None
+    return math.prod(sizes[d] for d in dims.pop())
 
 
 def kernel_cost(kernel: Instruction, device: Device, *, flops: float | None = None,

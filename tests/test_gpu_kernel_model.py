@@ -86,6 +86,45 @@ def test_triton_launch_from_the_tile_config():
     assert g.launch_dimensions(m.entry.root, H100) == g.Launch(8 * 4, 64)
 
 
+#: Llama-3-8B's masked softmax as stock XLA:GPU emits it for H100 (1024 tokens, 32
+#: heads): the causal mask arrives as a parameter that the kernel broadcasts
+_SOFTMAX = (
+    "%max (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
+    "  ROOT %m = f32[] maximum(%x, %y)\n}\n\n"
+    "%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n"
+    "  ROOT %a = f32[] add(%x, %y)\n}\n\n"
+    "%f (s: f32[32,1024,2048], mask: pred[1024,2048]) -> bf16[32,1024,2048] {\n"
+    "  %mask = pred[1024,2048]{1,0} parameter(1)\n"
+    "  %bm = pred[32,1024,2048]{2,1,0} broadcast(%mask), dimensions={1,2}\n"
+    "  %s = f32[32,1024,2048]{2,1,0} parameter(0)\n  %low = f32[] constant(-2.38197633e+38)\n"
+    "  %bl = f32[32,1024,2048]{2,1,0} broadcast(%low), dimensions={}\n"
+    "  %sel = f32[32,1024,2048]{2,1,0} select(%bm, %s, %bl)\n  %ninf = f32[] constant(-inf)\n"
+    "  %mx = f32[32,1024]{1,0} reduce(%sel, %ninf), dimensions={2}, to_apply=%max\n"
+    "  %bmx = f32[32,1024,2048]{2,1,0} broadcast(%mx), dimensions={0,1}\n"
+    "  %sub = f32[32,1024,2048]{2,1,0} subtract(%sel, %bmx)\n  %exp = f32[32,1024,2048]{2,1,0} exponential(%sub)\n"
+    "  %zero = f32[] constant(0)\n  %sum = f32[32,1024]{1,0} reduce(%exp, %zero), dimensions={2}, to_apply=%add\n"
+    "  %bs = f32[32,1024,2048]{2,1,0} broadcast(%sum), dimensions={0,1}\n"
+    "  %div = f32[32,1024,2048]{2,1,0} divide(%exp, %bs)\n  ROOT %c = bf16[32,1024,2048]{2,1,0} convert(%div)\n}\n\n"
+    "ENTRY %e {\n  %a = f32[32,1024,2048]{2,1,0} parameter(0)\n  %k = pred[1024,2048]{1,0} parameter(1)\n"
+    "  ROOT %fu = bf16[32,1024,2048]{2,1,0} fusion(%a, %k), kind=kCustom, calls=%f, backend_config={\"fusion_backend_config\":"
+    "{\"kind\":\"__triton\",\"block_level_fusion_config\":{\"num_warps\":\"8\",\"output_tiles\":[{\"sizes\":[\"8\",\"1\",\"2048\"]}]}}}\n}\n")
+
+
+def test_a_broadcast_parameter_is_read_once_per_tile_as_xla_indexes_it():
+    """The mask's tile is the output tile's [1, 2048] in the broadcast's dimensions,
+    read by each of the 4 x 1024 tiles: 8 MB (not the 64 MB of one whole mask per head).
+    XLA's indexing-cost-model wrote 127.556 us for this kernel (compute 121.358, memory
+    121.488; jaxlib 0.12.0.1, deviceless H100 compile of llama3-full-prefill-bf16)."""
+    fu = _module(_SOFTMAX).entry.root
+    c = g.kernel_cost(fu, H100)
+    assert c.launch == g.Launch(4 * 1024, 256)
+    mask_bytes = 1024 * 2048
+    assert c.read_s == pytest.approx(g.read_seconds(g.OperandRead(32 * mask_bytes * 4, 32 * mask_bytes * 4, 4), 4096, H100)
+                                     + g.read_seconds(g.OperandRead(4096 * 2048, mask_bytes, 1), 4096, H100))
+    assert c.exec_s * 1e6 == pytest.approx(127.556, rel=0.005)
+    assert c.memory_s * 1e6 == pytest.approx(121.488, rel=0.005)
+
+
 def test_host_path_is_unchanged():
     """A CPU device keeps the plain roofline: max(compute, memory) + launch."""
     host = devices.Device(name="cpu-test", kind="cpu", peak_flops={"f32": 1e11}, vector_flops=1e10,
