@@ -40,8 +40,10 @@ sysdeps:
 demo: sysdeps $(STAMP)
 	$(BIN)/hlo demo --report results/demo_report.md
 
+# One worker per core, at most 4 (each imports jax and compiles full-size modules);
+# tests that share a machine-wide resource (a local Ray cluster) share a worker.
 test: sysdeps $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

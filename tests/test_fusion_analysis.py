@@ -189,6 +189,7 @@ def test_discover_bundled_corpus_and_stage_filter():
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="ray is an optional extra (pip install 'hlo-pass-lab[ray]')")
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (`make test` runs in workers)
 def test_scan_on_ray(tmp_path):
     """The Ray engine gives the process pool's report, errors included, on a local cluster it starts and stops."""
     import ray

@@ -330,6 +330,7 @@ def test_no_modules_is_an_error_not_an_empty_success(tmp_path, capsys):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="listening sockets read from /proc/net")
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (`make test` runs in workers)
 def test_local_ray_cluster_listens_on_loopback_only(tmp_path):
     ray = pytest.importorskip("ray", reason="ray is an optional extra (pip install 'hlo-pass-lab[ray]')")
     folder = tmp_path / "one"
