@@ -13,6 +13,10 @@ from pathlib import Path
 if not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+# pytest-xdist's workers run with COLUMNS=80, which our commands honour (rich folds
+# lines at 80); the tests read command output as a file or pipe gets it.
+os.environ.pop("COLUMNS", None)
+
 import pytest
 
 import corpus
