@@ -555,13 +555,13 @@ def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigu
     params = {p.parameter_number: p for p in body.parameters}
     for index, operand in enumerate(kernel.operands):
         size = _bytes(operand.shape)
-        n = max(1, _elements(operand.shape))
         et = operand.shape.element_type if operand.shape.is_array else None
         eb = max(et.byte_width if et is not None and et.bit_width else 4, 1)
         tile = _broadcast_tile(params.get(index), kernel.shape, sizes)
         if tile is not None:  # XLA's indexing map: the output tile's broadcast dimensions, once per tile
             total = float(launch.blocks * tile * eb)
         else:
+            n = max(1, _elements(operand.shape))
             copies = min(launch.blocks, max(1.0, out_elements / n)) if n < out_elements else 1.0
             total = float(size * pad * copies)
         reads.append(OperandRead(total, float(size), eb, True))

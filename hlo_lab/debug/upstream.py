@@ -111,7 +111,6 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     # layout assignment and cannot be compiled again): the test runs the passes on it as
     # `hlo opt` does, and the reduced pair is validated the way the whole module was.
     keep = pass_fires(passes) if baseline is None else passes_differ(passes, baseline[1], baseline[0])
-    kept = "they still change it" if baseline is None else f"they still change it, and not as {baseline[0]} does"
     say(f"reducing {module.instruction_count} instructions while {keep.description}")
     try:
         red = reduce_module(module, keep, seconds=seconds)
@@ -132,7 +131,7 @@ def make_bundle(module: Module, passes: Sequence[Pass], spec: str, out: str | Pa
     load = "".join(f" --load source/{name}" for name in _user_files(passes))
     test_text = "\n".join([RUN_LINE.format(load=load, spec=spec), "", before.to_text().rstrip(), "", checks.rstrip(), ""])
     _verify_test(test_text, passes, before.to_text())
-    files = _write(out, spec, passes, before, after, test_text, res, outputs, route, red, reduced_outputs, kept)
+    files = _write(out, spec, passes, before, after, test_text, res, outputs, route, red, reduced_outputs, keep.description)
     return Bundle(str(out), spec, route, res.a.median_us, res.b.median_us, res.speedup, res.speedup_p10,
                   res.speedup_p90, outputs, module.instruction_count, before.instruction_count, reduced_outputs,
                   checks.count("CHECK:"), red.seconds, files)
@@ -182,7 +181,7 @@ def _sources(passes: list[Pass]) -> dict[str, str]:
 
 
 def _write(out: Path, spec: str, passes: list[Pass], before: Module, after: Module, test_text: str, res, outputs: str,
-           route: str, red, reduced_outputs: str, kept: str) -> list[str]:
+           route: str, red, reduced_outputs: str, kept_while: str) -> list[str]:
     name = passes[-1].name if len(passes) == 1 else spec.replace(",", "_")
     test_file = f"{file_stem(name)}_test.hlo"  # a user's pass name may hold "../": the file stays in ``out``
     table = "\n".join([
@@ -205,7 +204,7 @@ speedup {res.speedup:.3f} (p10-p90 {res.speedup_p10:.3f}-{res.speedup_p90:.3f}),
 
 | file | what |
 |---|---|
-| `before.hlo` | the module, reduced from {red.original_instructions} to {before.instruction_count} instructions while {kept} |
+| `before.hlo` | the module, reduced from {red.original_instructions} to {before.instruction_count} instructions while {kept_while} |
 | `after.hlo` | what the passes make of it |
 | `{test_file}` | an XLA-style test: the reduced HLO and `// CHECK:` lines, checked here to match `after` and not `before` |
 | `measured.md` | stock vs ours, and the reduced pair's outputs ({reduced_outputs}) |
