@@ -7,6 +7,7 @@ Why a queue, and how it decides: docs/fusion_passes.md#priority-fusion
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,11 +18,13 @@ from hlo_analysis.cost import bytes_saved, result_bytes, reread_bytes
 from hlo_analysis.fusion_kind import gpu_fusion_kind, loop_kind
 from hlo_analysis.legality import ALLOW, Decision, can_join, fits_in_budget, fusible, keeps_loop_state_order, shape_key
 from passes.base import FusionPass
+from passes.cse import CommonSubexpressionElimination
 from passes.fuel import consume_fuel
 from .clusters import Cluster, Clusters, fusible_computations
 from .gpu_profile import FasterOn
 from .producer_consumer import FusionLog
 from .profitability import Profitability, default_profitability, priced_duplication
+from .triton_elementwise import keeps_triton_prologue
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,10 @@ class Candidate:
 
 #: A cost function: the benefit of a candidate (positive means worth fusing).
 Cost = Callable[[Candidate], float]
+
+#: A further check on fusing a producer cluster into a consumer cluster (its members,
+#: then the consumer's members and outputs), as ``triton_elementwise.keeps_triton_prologue``.
+JoinCheck = Callable[[list[Instruction], list[Instruction], list[Instruction]], Decision]
 
 
 def default_cost(c: Candidate) -> float:
@@ -84,8 +91,11 @@ class PriorityQueueFusion:
     """The planning half of the pass on one computation: fills ``clusters``."""
 
     def __init__(self, comp: Computation, cost: Cost = default_cost, profitable: Profitability = default_profitability,
-                 max_operands: int = 0, multi_output: bool = False, duplicate_clusters: bool = False):
+                 max_operands: int = 0, multi_output: bool = False, duplicate_clusters: bool = False,
+                 xla_bitcasts: bool = False, joins_triton: JoinCheck | None = None):
         self.comp = comp
+        self.joins_triton = joins_triton
+        self.xla_bitcasts = xla_bitcasts
         self.clusters = Clusters(comp)
         self.cost = cost
         self.profitable = profitable
@@ -129,6 +139,9 @@ class PriorityQueueFusion:
         for uc in clusters.users(pc):
             if not clusters.outputs(uc):
                 continue  # a producer duplicated into all its users: dead, removed at the end
+            if self.xla_bitcasts and len(uc.members) == 1 and uc.members[0].opcode is HloOpcode.BITCAST:
+                blocked = True  # XLA:GPU never fuses into a lone bitcast: it keeps reading the producer
+                continue
             group = tuple(m for m in uc.members if prod in m.operands)
             d = self._group_legal(pc, prod, uc, group)
             if d:
@@ -216,9 +229,18 @@ class PriorityQueueFusion:
         d = can_join(prod, uc.members, producer_region=pc.members)
         if d:
             d = fits_in_budget(pc.members, uc.members, self.max_operands)
+        if d and self.joins_triton is not None:
+            d = self.joins_triton(pc.members, uc.members, self.clusters.outputs(uc))
         if not d:
             self._refuse(prod, d.consumer or group[0], d.reason)
         return d
+
+    def _benefit(self, cand: Candidate) -> float:
+        """``cost``; under ``xla_bitcasts`` a lone bitcast goes first, as XLA:GPU's
+        ``CalculateProducerPriority`` queues it (a bitcast costs nothing wherever it lands)."""
+        if self.xla_bitcasts and len(cand.members) == 1 and cand.producer.opcode is HloOpcode.BITCAST:
+            return math.inf
+        return self.cost(cand)
 
     def _push(self, pc: Cluster) -> None:
         v = self._version.get(id(pc), 0) + 1
@@ -226,7 +248,7 @@ class PriorityQueueFusion:
         cand = self.candidate(pc)
         if cand is None:
             return
-        benefit = self.cost(cand)
+        benefit = self._benefit(cand)
         if benefit <= 0:
             for m in cand.consumers:
                 self._refuse(cand.producer, m, f"cost: benefit {benefit:g} <= 0")
@@ -247,7 +269,7 @@ class PriorityQueueFusion:
             cand = self.candidate(pc)
             if cand is None:
                 continue
-            benefit = self.cost(cand)
+            benefit = self._benefit(cand)
             if benefit <= 0:
                 continue
             if not consume_fuel(lambda: f"fuse %{cand.producer.name} into "
@@ -302,17 +324,23 @@ class PriorityFusion(FusionPass):
     multi_output: bool = False
     #: duplicate a producer that is already a fusion of several instructions (XLA:GPU does)
     duplicate_clusters: bool = False
+    #: XLA:GPU's bitcast rules: a lone bitcast fuses first, nothing fuses into a lone bitcast
+    xla_bitcasts: bool = False
+    #: a further check on each producer-consumer join (``JoinCheck``)
+    joins_triton: JoinCheck | None = None
 
     def run(self, module: Module) -> bool:
         rewriter = Rewriter()
         cost = self.run_cost()
         for comp in fusible_computations(module):
             planner = PriorityQueueFusion(comp, cost, self.profitable, self.max_operands, self.multi_output,
-                                          self.duplicate_clusters)
+                                          self.duplicate_clusters, self.xla_bitcasts, self.joins_triton)
             clusters = planner.run()
             if self.log is not None:
                 planner.log_into(self.log)
-            clusters.apply(kind=self.kind, name="priority_fusion", rewriter=rewriter)
+            for fusion in clusters.apply(kind=self.kind, name="priority_fusion", rewriter=rewriter):
+                # a producer copied into two clusters that later merged is in the body twice
+                CommonSubexpressionElimination().run_on_computation(fusion.fused_computation)
         return rewriter.changed
 
     def run_cost(self) -> Cost:
@@ -334,6 +362,8 @@ class GpuPriorityFusion(PriorityFusion):
     profitable: Callable = priced_duplication
     kind: Callable = gpu_fusion_kind
     duplicate_clusters: bool = True
+    xla_bitcasts: bool = True
+    joins_triton: JoinCheck | None = keeps_triton_prologue
     target: str = "h100"
 
     def run_cost(self) -> Cost:

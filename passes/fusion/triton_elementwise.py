@@ -37,6 +37,7 @@ from hlo_tools.outline import inline_fusion, outline_fusion, remove_uncalled, re
 from hlo_tools.rewriter import Rewriter
 
 from hlo_analysis.cost import operand_bytes
+from hlo_analysis.legality import ALLOW, Decision
 from hlo_analysis.gpu_kernel_model import triton_kind
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
@@ -51,15 +52,18 @@ _H = HloOpcode
 _TILED_AS_OUTPUT = {_H.BROADCAST, _H.CONSTANT, _H.PARAMETER, _H.IOTA}
 
 #: The elementwise ops XLA's Triton emitter supports (xla/backends/gpu/codegen/triton/
-#: support.cc): on any type but pred, on pred, and on f32/bf16/f64 only.  Not shifts,
-#: whatever the type: Mixtral's router shifts s32 (XLA: "Unsupported elementwise operation").
+#: support.cc): on any type but pred, on pred, on integers and on f32/bf16/f64 only.  Not
+#: shifts, whatever the type: Mixtral's router shifts s32 (XLA: "Unsupported elementwise
+#: operation"), then masks the result with ``and``, which stock puts in a Triton fusion.
 _TRITON_ANY = {_H.CONVERT, _H.ABS, _H.NEGATE, _H.ADD, _H.COMPARE, _H.MAXIMUM, _H.MINIMUM, _H.MULTIPLY, _H.SUBTRACT,
                _H.SELECT, _H.CLAMP}
 _TRITON_PRED = {_H.CONVERT, _H.NOT, _H.AND, _H.OR, _H.XOR, _H.COMPARE, _H.SELECT}
+_TRITON_INT = _TRITON_ANY | {_H.NOT, _H.AND, _H.OR, _H.XOR}
 _TRITON_FLOAT = _TRITON_ANY | {_H.COSINE, _H.EXPONENTIAL, _H.EXPONENTIAL_MINUS_ONE, _H.FLOOR, _H.CEIL, _H.LOG,
                                _H.LOG_PLUS_ONE, _H.RSQRT, _H.SINE, _H.SQRT, _H.CBRT, _H.TAN, _H.TANH, _H.ERF,
                                _H.ATAN2, _H.DIVIDE, _H.POWER}
 _FLOAT_TYPES = {"f32", "bf16", "f64"}
+_INT_TYPES = {"s8", "s16", "s32", "s64"}
 
 #: The parts of a Triton fusion's backend config that describe how it is emitted
 #: (XLA's own cost estimates of the old fusion are dropped).
@@ -91,8 +95,58 @@ def _triton_elementwise(instr: Instruction) -> bool:
     if instr.opcode not in ELEMENTWISE:
         return False
     kind = (instr.operands[-1] if instr.operands else instr).shape.element_type.value  # select: its values' type
-    allowed = _TRITON_PRED if kind == "pred" else _TRITON_FLOAT if kind in _FLOAT_TYPES else _TRITON_ANY
+    allowed = (_TRITON_PRED if kind == "pred" else _TRITON_FLOAT if kind in _FLOAT_TYPES
+               else _TRITON_INT if kind in _INT_TYPES else _TRITON_ANY)
     return instr.opcode in allowed
+
+
+def keeps_triton_prologue(producer: list[Instruction], consumer: list[Instruction],
+                          outputs: list[Instruction]) -> Decision:
+    """May a producer cluster join ``consumer``, a cluster this pass would join to the
+    Triton fusion that alone reads its one output?  Not when Triton cannot emit the
+    producer.  XLA:GPU builds its Triton fusions before its priority fusion, which
+    then fuses into one only what Triton emits: Llama's embedding gather stays a
+    kernel of its own and the first norm takes the convert of it.  Our priority
+    fusion runs first; a gather fused into that convert would keep the convert out
+    of the norm, and the kernel would write f32 for the norm to read back."""
+    if len(outputs) != 1 or not all(_emitted_by_triton(m) for m in consumer):
+        return ALLOW
+    readers = set(outputs[0].users)
+    if len(readers) != 1 or triton_kind(t := readers.pop()) != "__triton":
+        return ALLOW
+    kept = next((m for m in producer if not triton_emits(m)), None)
+    if kept is None:
+        return ALLOW
+    return Decision.forbid(f"would keep %{outputs[0].name} out of Triton fusion %{t.name}: "
+                           f"Triton does not emit {kept.opcode.value} %{kept.name}")
+
+
+#: Ops XLA's Triton emitter takes besides elementwise ones, reduces, pads and constants
+#: (support.cc, ``IsTritonSupportedInstructionImpl``); not gathers, scatters, dynamic slices.
+_TRITON_SHAPE_OPS = {_H.PARAMETER, _H.BITCAST, _H.BROADCAST, _H.RESHAPE, _H.SLICE, _H.TRANSPOSE, _H.IOTA}
+
+
+def triton_emits(instr: Instruction) -> bool:
+    """Could XLA's Triton emitter emit ``instr`` (a loop fusion: all of its body)?
+    Its support list, less the types: a reduce of one operand over one dimension
+    (a split-K GEMM's partial sums), a scalar constant, a pad at the high end."""
+    op = instr.opcode
+    if op is _H.FUSION:
+        body = instr.fused_computation
+        return instr.fusion_kind == "kLoop" and body is not None and all(triton_emits(i) for i in body)
+    if op is _H.REDUCE:
+        return len(instr.operands) == 2 and len(instr.dimensions or ()) == 1
+    if op is _H.CONSTANT:
+        return instr.shape.is_array and instr.shape.num_elements == 1
+    if op is _H.PAD:
+        return all(lo == 0 and interior == 0 for lo, _, interior in instr.padding or ())
+    return op in _TRITON_SHAPE_OPS or _triton_elementwise(instr)
+
+
+def _emitted_by_triton(instr: Instruction) -> bool:
+    """A cluster member Triton can emit as part of a tile: a tileable op, or the loop
+    fusion XLA's fusion wrapper made of one (``wrapped_convert``)."""
+    return _elementwise_kernel(instr) if instr.opcode is HloOpcode.FUSION else _tileable(instr)
 
 
 def _prologue(t: Instruction) -> tuple[Instruction, bool] | None:
