@@ -550,7 +550,17 @@ def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigu
     blc = kernel.backend_config["fusion_backend_config"]["block_level_fusion_config"]
     sizes = [int(t) for t in (blc.get("output_tiles") or [{}])[0].get("sizes", [])]
     pad = max(1.0, launch.blocks * math.prod(sizes) / out_elements) if sizes else 1.0
-    flops = pad * sum(instruction_flops(i) for i in body if i.opcode is not _H.PARAMETER)
+    tiles = instruction_tiles(body, sizes) if sizes and len(sizes) == len(kernel.shape.dims) else {}
+    flops = 0.0
+    for i in body:
+        if i.opcode is _H.PARAMETER:
+            continue
+        tile = tiles.get(id(i))
+        elements = _elements(i.shape)
+        if tile is None or not elements:
+            flops += pad * instruction_flops(i)
+        else:  # XLA: FlopsPerElement times the padded tile, in every block
+            flops += instruction_flops(i) / elements * launch.blocks * math.prod(_pow2(t) for t in tile)
     reads = []
     params = {p.parameter_number: p for p in body.parameters}
     for index, operand in enumerate(kernel.operands):
@@ -569,6 +579,93 @@ def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigu
     read = sum(read_seconds(r, launch.blocks, device, fig) for r in reads)
     write = write_seconds(output_bytes(kernel) * pad, device)
     return GpuKernelCost(c, read + write, combine(c, read + write), flops, launch, read, write)
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def instruction_tiles(body: Computation, out_tile: list[int]) -> dict[int, list[int]]:
+    """Each instruction's tile when the root's is ``out_tile``, propagated from users
+    to operands as XLA's symbolic tile analysis does for the shapes Triton fuses: a
+    broadcast's operand takes the tile's sizes in the broadcast's dimensions, a reduce's
+    operand the whole reduced dimensions, a transpose's its permutation; a bitcast that
+    only drops or adds unit dimensions maps the others; anything else keeps the tile's
+    size.  An instruction several users read takes the largest tile.  Why it matters:
+    XLA's tiled model computes every instruction once per block, so a value a kernel
+    broadcasts (a mask over heads) is recomputed in each block that reads it."""
+    tiles: dict[int, list[int]] = {id(body.root): list(out_tile)}
+    for instr in reversed(list(body)):
+        tile = tiles.get(id(instr))
+        if tile is None:
+            continue
+        for index, o in enumerate(instr.operands):
+            if not o.shape.is_array:
+                continue
+            t = _operand_tile(instr, index, tile)
+            old = tiles.get(id(o))
+            if old is None or math.prod(t) > math.prod(old):
+                tiles[id(o)] = t
+    return tiles
+
+
+def _operand_tile(instr: Instruction, index: int, tile: list[int]) -> list[int]:
+    o = instr.operands[index].shape
+    op = instr.opcode
+    if not instr.shape.is_array or len(tile) != len(instr.shape.dims):
+        return [min(math.prod(tile), _elements(o))]  # a tile this approximation lost track of: its size only
+    if op is _H.BROADCAST:
+        return [tile[d] for d in instr.dimensions or ()]
+    if op is _H.REDUCE:
+        if index >= len(instr.operands) // 2:
+            return [1] * len(o.dims)  # the init value
+        reduced = set(instr.dimensions or ())
+        kept = iter(tile)
+        return [o.dims[d] if d in reduced else next(kept, 1) for d in range(len(o.dims))]
+    if op is _H.TRANSPOSE:
+        out = [1] * len(o.dims)
+        for i, d in enumerate(instr.dimensions or ()):
+            out[d] = tile[i]
+        return out
+    if op is _H.BITCAST or op is _H.RESHAPE:
+        big_out = [(d, t) for d, t in zip(instr.shape.dims, tile) if d != 1]
+        big_in = [d for d in o.dims if d != 1]
+        if [d for d, _ in big_out] == big_in:
+            sizes = iter(t for _, t in big_out)
+            return [1 if d == 1 else next(sizes) for d in o.dims]
+    elif len(o.dims) == len(tile):
+        return [min(t, d) for t, d in zip(tile, o.dims)]
+    return [min(math.prod(tile), _elements(o))]
+
+
+def recompute_in_tiles_pays(kernel: Instruction, value: Instruction, flops: float, dims: Iterable[int],
+                            device: Device, joined_flops: float = 0.0) -> bool:
+    """Would Triton fusion ``kernel``, which broadcasts ``value`` along its output
+    dimensions ``dims``, be no slower by XLA's tiled model recomputing ``value``
+    (``flops`` for all of it) in every block than reading it once per block?
+    Recomputed, each block computes its tile of the value (``instruction_tiles``);
+    read, each block loads that tile and the value's own kernel writes it once.
+    ``joined_flops``: the work of the kernels that will join this one (a softmax's
+    exp and its sum-divide half), whose compute the recomputation then adds to."""
+    config = kernel.backend_config if "backend_config" in kernel.attributes else None
+    if not isinstance(config, dict) or _triton_launch(config) is None or not value.shape.is_array:
+        return True
+    fig = GpuFigures.of(device)
+    launch = launch_dimensions(kernel, device, fig)
+    sizes = [int(t) for t in (config["fusion_backend_config"]["block_level_fusion_config"].get("output_tiles")
+                              or [{}])[0].get("sizes", [])]
+    tile = [sizes[d] for d in dims if d < len(sizes)]
+    if launch.blocks * math.prod(tile) <= _elements(value.shape):
+        return True  # each element in one block: computed once either way
+    base = tiled_cost(kernel, device, launch, fig)
+    compute = base.compute_s + compute_seconds(joined_flops, launch, device, fig)
+    eb = max(value.shape.element_type.byte_width if value.shape.element_type.bit_width else 4, 1)
+    per_element = flops / max(1, _elements(value.shape))
+    extra = compute_seconds(per_element * launch.blocks * math.prod(_pow2(t) for t in tile), launch, device, fig)
+    read = read_seconds(OperandRead(float(launch.blocks * math.prod(tile) * eb), float(_bytes(value.shape)), eb, True),
+                        launch.blocks, device, fig)
+    apart = combine(compute, base.memory_s + read) + write_seconds(_bytes(value.shape), device)
+    return combine(compute + extra, base.memory_s) <= apart
 
 
 def _broadcast_tile(param: Instruction | None, out: Shape, sizes: list[int]) -> int | None:

@@ -125,6 +125,40 @@ def test_a_broadcast_parameter_is_read_once_per_tile_as_xla_indexes_it():
     assert c.memory_s * 1e6 == pytest.approx(121.488, rel=0.005)
 
 
+_WEIGHTED = (
+    "%f (x: f32[1024,4096], w: bf16[4096]) -> f32[1024,4096] {\n  %x = f32[1024,4096]{1,0} parameter(0)\n"
+    "  %w = bf16[4096]{0} parameter(1)\n  %wf = f32[4096]{0} convert(%w)\n"
+    "  %bw = f32[1024,4096]{1,0} broadcast(%wf), dimensions={1}\n  ROOT %y = f32[1024,4096]{1,0} multiply(%x, %bw)\n}\n\n"
+    "ENTRY %e {\n  %a = f32[1024,4096]{1,0} parameter(0)\n  %b = bf16[4096]{0} parameter(1)\n"
+    "  ROOT %fu = f32[1024,4096]{1,0} fusion(%a, %b), kind=kCustom, calls=%f, backend_config={\"fusion_backend_config\":"
+    "{\"kind\":\"__triton\",\"block_level_fusion_config\":{\"num_warps\":\"4\",\"output_tiles\":[{\"sizes\":[\"1\",\"4096\"]}]}}}\n}\n")
+
+
+def test_a_tiled_kernel_computes_each_instruction_once_per_block():
+    """XLA's tiled model counts every instruction's padded tile in every block
+    (EstimateRunTimeForTiledHloComputation): the weight's convert, broadcast along
+    the rows, is computed by each of the 1024 row blocks, not once."""
+    fu = _module(_WEIGHTED).entry.root
+    body = {i.name: i for i in fu.fused_computation}
+    c = g.kernel_cost(fu, H100)
+    per_block = g.instruction_flops(body["wf"]) + g.instruction_flops(body["y"]) / 1024
+    assert c.launch.blocks == 1024
+    assert c.flops == pytest.approx(1024 * per_block)
+    assert g.instruction_tiles(fu.fused_computation, [1, 4096])[id(body["wf"])] == [4096]
+
+
+def test_recomputing_a_broadcast_value_pays_while_the_kernel_waits_on_memory():
+    """Llama's causal mask, recomputed in each of the softmax's 4096 blocks instead
+    of read: a compare or two per element hides under the kernel's memory time; a
+    hundred do not (Mistral's sliding window is fourteen ops, per layer)."""
+    fu = _module(_SOFTMAX).entry.root
+    mask, elements = fu.operands[1], 1024 * 2048
+    assert g.recompute_in_tiles_pays(fu, mask, 1.0 * elements, (1, 2), H100)
+    assert not g.recompute_in_tiles_pays(fu, mask, 100.0 * elements, (1, 2), H100)
+    row_max = next(i for i in fu.fused_computation if i.name == "mx")  # one [8, 1] tile per block: computed once
+    assert g.recompute_in_tiles_pays(fu, row_max, 1e6 * 32 * 1024, (0, 1), H100)
+
+
 def test_host_path_is_unchanged():
     """A CPU device keeps the plain roofline: max(compute, memory) + launch."""
     host = devices.Device(name="cpu-test", kind="cpu", peak_flops={"f32": 1e11}, vector_flops=1e10,

@@ -243,7 +243,7 @@ def test_priority_fusion_leaves_what_triton_cannot_emit_out_of_a_triton_prologue
     from passes.fusion.triton_elementwise import TritonElementwiseFusion
 
     m, log = parse(GATHER_INTO_NORM), PriorityLog()
-    GpuPriorityFusion(log=log, **({} if check else {"joins_triton": None})).run(m)
+    GpuPriorityFusion(log=log, triton_prologues=check).run(m)
     TritonElementwiseFusion().run(m)
     DeadCodeElimination().run(m)
     norm = m.entry.root
@@ -251,6 +251,62 @@ def test_priority_fusion_leaves_what_triton_cannot_emit_out_of_a_triton_prologue
     assert check is any(i.opcode.value == "convert" for i in norm.fused_computation)
     refused = log.refused().get(("g", "b"), "")
     assert check is ("would keep %c out of Triton fusion %t: Triton does not emit gather %g" == refused)
+
+
+_SM_CONFIG = ('{"fusion_backend_config":{"kind":"__triton","block_level_fusion_config":{"num_warps":"4",'
+              '"output_tiles":[{"sizes":["1","1","2048"]}]}}}')
+WINDOW_MASK = f"""HloModule mask
+max {{ a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT m = f32[] maximum(a, b) }}
+add {{ a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }}
+sm {{ p = f32[32,1024,2048] parameter(0)  z = f32[] constant(-inf)  r = f32[32,1024] reduce(p, z), dimensions={{2}}, to_apply=max
+     rb = f32[32,1024,2048] broadcast(r), dimensions={{0,1}}  d = f32[32,1024,2048] subtract(p, rb)
+     e = f32[32,1024,2048] exponential(d)  zero = f32[] constant(0)
+     s = f32[32,1024] reduce(e, zero), dimensions={{2}}, to_apply=add  sb = f32[32,1024,2048] broadcast(s), dimensions={{0,1}}
+     q = f32[32,1024,2048] divide(e, sb)  ROOT o = bf16[32,1024,2048] convert(q) }}
+ENTRY e {{
+  s0 = f32[32,1024,2048] parameter(0)
+  s1 = f32[32,1024,2048] parameter(1)
+  i0 = s32[1024,2048] iota(), iota_dimension=0
+  i1 = s32[1024,2048] iota(), iota_dimension=1
+  w = s32[] constant(4096)
+  wb = s32[1024,2048] broadcast(w), dimensions={{}}
+  lo = s32[1024,2048] subtract(i0, wb)
+  causal = pred[1024,2048] compare(i0, i1), direction=GE
+  window = pred[1024,2048] compare(i1, lo), direction=GT
+  mask = pred[1024,2048] and(causal, window)
+  mb = pred[32,1024,2048] broadcast(mask), dimensions={{1,2}}
+  big = f32[] constant(-1e30)
+  bb = f32[32,1024,2048] broadcast(big), dimensions={{}}
+  x0 = f32[32,1024,2048] select(mb, s0, bb)
+  x1 = f32[32,1024,2048] select(mb, s1, bb)
+  t0 = bf16[32,1024,2048] fusion(x0), kind=kCustom, calls=sm, backend_config={_SM_CONFIG}
+  t1 = bf16[32,1024,2048] fusion(x1), kind=kCustom, calls=sm, backend_config={_SM_CONFIG}
+  ROOT r = (bf16[32,1024,2048], bf16[32,1024,2048]) tuple(t0, t1)
+}}"""
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_mask_two_softmaxes_broadcast_stays_a_kernel_of_its_own(check):
+    """Mistral's sliding-window mask, read by every layer's softmax and broadcast
+    there over 32 heads: copied into each, every block of each softmax recomputes its
+    tile of it, which XLA's tiled model prices slower than reading it; stock computes
+    it once, and so does the check (without it, both softmaxes compute it)."""
+    from passes.fusion.triton_elementwise import TritonElementwiseFusion
+
+    m, log = parse(WINDOW_MASK), PriorityLog()
+    GpuPriorityFusion(log=log, triton_prologues=check).run(m)
+    TritonElementwiseFusion().run(m)
+    DeadCodeElimination().run(m)
+    softmaxes = [i for i in m.entry if i.name in ("t0", "t1")]
+    assert len(softmaxes) == 2 and all(any(i.opcode.value == "select" for i in t.fused_computation) for t in softmaxes)
+    assert all(check is not any(i.opcode.value == "iota" for i in t.fused_computation) for t in softmaxes)
+    assert check is any("would recompute %mask in every block of Triton fusion %t0" in r for r in log.refused().values())
+    if not check:  # the model agrees with the decision: the module with the check is faster
+        checked = parse(WINDOW_MASK)
+        for p in (GpuPriorityFusion(), TritonElementwiseFusion(), DeadCodeElimination()):
+            p.run(checked)
+        dev = devices.load("h100")
+        assert roofline(checked, dev).time_s < roofline(m, dev).time_s
 
 
 @pytest.mark.parametrize("line, emits", [

@@ -9,11 +9,13 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
 from hlo_tools.rewriter import Rewriter
 
+from hlo_analysis import devices
 from hlo_analysis.cost import bytes_saved, result_bytes, reread_bytes
 from hlo_analysis.fusion_kind import gpu_fusion_kind, loop_kind
 from hlo_analysis.legality import ALLOW, Decision, can_join, fits_in_budget, fusible, keeps_loop_state_order, shape_key
@@ -92,9 +94,9 @@ class PriorityQueueFusion:
 
     def __init__(self, comp: Computation, cost: Cost = default_cost, profitable: Profitability = default_profitability,
                  max_operands: int = 0, multi_output: bool = False, duplicate_clusters: bool = False,
-                 xla_bitcasts: bool = False, joins_triton: JoinCheck | None = None):
+                 xla_bitcasts: bool = False, join_check: JoinCheck | None = None):
         self.comp = comp
-        self.joins_triton = joins_triton
+        self.join_check = join_check
         self.xla_bitcasts = xla_bitcasts
         self.clusters = Clusters(comp)
         self.cost = cost
@@ -229,8 +231,8 @@ class PriorityQueueFusion:
         d = can_join(prod, uc.members, producer_region=pc.members)
         if d:
             d = fits_in_budget(pc.members, uc.members, self.max_operands)
-        if d and self.joins_triton is not None:
-            d = self.joins_triton(pc.members, uc.members, self.clusters.outputs(uc))
+        if d and self.join_check is not None:
+            d = self.join_check(pc.members, uc.members, self.clusters.outputs(uc))
         if not d:
             self._refuse(prod, d.consumer or group[0], d.reason)
         return d
@@ -326,15 +328,13 @@ class PriorityFusion(FusionPass):
     duplicate_clusters: bool = False
     #: XLA:GPU's bitcast rules: a lone bitcast fuses first, nothing fuses into a lone bitcast
     xla_bitcasts: bool = False
-    #: a further check on each producer-consumer join (``JoinCheck``)
-    joins_triton: JoinCheck | None = None
 
     def run(self, module: Module) -> bool:
         rewriter = Rewriter()
         cost = self.run_cost()
         for comp in fusible_computations(module):
             planner = PriorityQueueFusion(comp, cost, self.profitable, self.max_operands, self.multi_output,
-                                          self.duplicate_clusters, self.xla_bitcasts, self.joins_triton)
+                                          self.duplicate_clusters, self.xla_bitcasts, self.run_join_check())
             clusters = planner.run()
             if self.log is not None:
                 planner.log_into(self.log)
@@ -346,6 +346,10 @@ class PriorityFusion(FusionPass):
     def run_cost(self) -> Cost:
         """The cost of one run (a cost that memoizes is made fresh per run)."""
         return self.cost
+
+    def run_join_check(self) -> JoinCheck | None:
+        """A further check on each producer-consumer join of one run, if any."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -363,8 +367,12 @@ class GpuPriorityFusion(PriorityFusion):
     kind: Callable = gpu_fusion_kind
     duplicate_clusters: bool = True
     xla_bitcasts: bool = True
-    joins_triton: JoinCheck | None = keeps_triton_prologue
+    #: leave out of a Triton fusion's prologue what stock leaves out (``keeps_triton_prologue``)
+    triton_prologues: bool = True
     target: str = "h100"
 
     def run_cost(self) -> Cost:
         return FasterOn(self.target).benefit
+
+    def run_join_check(self) -> JoinCheck | None:
+        return partial(keeps_triton_prologue, device=devices.load(self.target)) if self.triton_prologues else None

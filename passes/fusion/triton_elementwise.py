@@ -28,6 +28,8 @@ prices the merged fusion with XLA's tiled model (``gpu_kernel_model.tiled_cost``
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 from hlo_tools import Computation, HloOpcode, Instruction, Module
@@ -38,7 +40,9 @@ from hlo_tools.rewriter import Rewriter
 
 from hlo_analysis.cost import operand_bytes
 from hlo_analysis.legality import ALLOW, Decision
-from hlo_analysis.gpu_kernel_model import triton_kind
+from hlo_analysis import devices
+from hlo_analysis.devices import Device
+from hlo_analysis.gpu_kernel_model import instruction_flops, kernel_cost, recompute_in_tiles_pays, triton_kind
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
 
@@ -101,24 +105,85 @@ def _triton_elementwise(instr: Instruction) -> bool:
 
 
 def keeps_triton_prologue(producer: list[Instruction], consumer: list[Instruction],
-                          outputs: list[Instruction]) -> Decision:
+                          outputs: list[Instruction], *, device: Device) -> Decision:
     """May a producer cluster join ``consumer``, a cluster this pass would join to the
     Triton fusion that alone reads its one output?  Not when Triton cannot emit the
     producer.  XLA:GPU builds its Triton fusions before its priority fusion, which
     then fuses into one only what Triton emits: Llama's embedding gather stays a
     kernel of its own and the first norm takes the convert of it.  Our priority
     fusion runs first; a gather fused into that convert would keep the convert out
-    of the norm, and the kernel would write f32 for the norm to read back."""
+    of the norm, and the kernel would write f32 for the norm to read back.  Nor,
+    when the Triton fusion would broadcast a value the producer computes and others
+    read, if XLA's tiled model prices recomputing it in every block slower than
+    reading it (``recompute_in_tiles_pays``): Mistral's sliding-window mask (14 ops)
+    broadcast over 32 heads in each layer's softmax; Llama's causal mask (one
+    compare) is cheaper recomputed, in XLA's model and ours."""
     if len(outputs) != 1 or not all(_emitted_by_triton(m) for m in consumer):
         return ALLOW
     readers = set(outputs[0].users)
     if len(readers) != 1 or triton_kind(t := readers.pop()) != "__triton":
         return ALLOW
     kept = next((m for m in producer if not triton_emits(m)), None)
-    if kept is None:
+    if kept is not None:
+        return Decision.forbid(f"would keep %{outputs[0].name} out of Triton fusion %{t.name}: "
+                               f"Triton does not emit {kept.opcode.value} %{kept.name}")
+    inside = {id(m) for m in (*producer, *consumer)}
+    if not any(id(u) not in inside for m in producer for u in m.users):
+        return ALLOW  # nothing computed twice
+    members = (*producer, *consumer)
+    spread = _broadcast_value(members, t)
+    if spread is None:
         return ALLOW
-    return Decision.forbid(f"would keep %{outputs[0].name} out of Triton fusion %{t.name}: "
-                           f"Triton does not emit {kept.opcode.value} %{kept.name}")
+    value, dims = spread
+    ancestors, stack = set(), [value]
+    while stack:  # the value's computation inside the would-be kernel, transitively
+        v = stack.pop()
+        if id(v) in inside and id(v) not in ancestors:
+            ancestors.add(id(v))
+            stack.extend(v.operands)
+    flops = sum(instruction_flops(m) for m in members if id(m) in ancestors)
+    if recompute_in_tiles_pays(t, value, flops, dims, device, sum(instruction_flops(k) for k in _joined_chain(t))):
+        return ALLOW
+    return Decision.forbid(f"would recompute %{value.name} in every block of Triton fusion %{t.name}: "
+                           f"slower than reading it, by XLA's tiled model")
+
+
+def _joined_chain(t: Instruction) -> list[Instruction]:
+    """The kernels this pass will join to ``t`` as its epilogues: each the only reader
+    of the last, with its dimensions, elementwise or a Triton fusion (a softmax's exp,
+    then its sum-divide half)."""
+    chain, k = [], t
+    while len(k.users) == 1 and k.parent.root is not k:
+        u = k.users[0]
+        if u.shape.dims != t.shape.dims or not (_elementwise_kernel(u) or triton_kind(u) == "__triton"):
+            break
+        chain.append(u)
+        k = u
+    return chain
+
+
+def _broadcast_value(members: tuple[Instruction, ...], t: Instruction) -> tuple[Instruction, tuple[int, ...]] | None:
+    """A value computed among ``members`` (the producer and consumer clusters) that a
+    broadcast among them spreads to ``t``'s output dimensions, and the broadcast's
+    dimensions."""
+    computed = {id(m) for m in members if m.opcode not in (_H.PARAMETER, _H.CONSTANT)}
+    for m in members:
+        b = _broadcast_in(m)
+        if b is None or list(b.shape.dims) != list(t.shape.dims):
+            continue
+        value = m.operands[0] if m.operands else None
+        if value is not None and id(value) in computed:
+            return value, tuple(b.dimensions or ())
+    return None
+
+
+def _broadcast_in(instr: Instruction) -> Instruction | None:
+    """``instr`` if it is a broadcast that adds elements, or that broadcast as the root of the
+    loop fusion XLA's fusion wrapper made of one."""
+    b = instr.fused_computation.root if instr.opcode is _H.FUSION and instr.fused_computation is not None else instr
+    if b.opcode is _H.BROADCAST and b.shape.num_elements > b.operands[0].shape.num_elements:
+        return b
+    return None
 
 
 #: Ops XLA's Triton emitter takes besides elementwise ones, reduces, pads and constants
@@ -231,16 +296,64 @@ def _merge(comp: Computation, triton: Instruction, other: Instruction, rw: Rewri
     return merged
 
 
+#: XLA's DoesTileFitsInRegisters: a tile of at most 0.4 of a block's 65536 registers.
+_MAX_TILE = int(0.4 * 65536)
+
+
+def _num_warps(tile: int) -> int:
+    """XLA's GetNumWarps for the largest live tile (padded elements), as of November
+    2024 (stock's softmaxes and norms: 16384-element tiles, 8 warps)."""
+    for limit, warps in ((256, 1), (1024, 2), (4096, 4)):
+        if tile <= limit:
+            return warps
+    return 8
+
+
+def _retile(t: Instruction, device: Device, rw: Rewriter) -> None:
+    """A joined fusion is a new fusion, and XLA picks a new fusion's tiling by its
+    tiled model over the tilings that fit in registers (``TryFindBestTilingForFusion``):
+    so here, with ours, over output tiles that keep the row and take powers of two of
+    the other dimensions.  The joined fusion keeps the first half's tiling otherwise
+    (Llama-3-8B's masked softmax: one head-row per block, [1, 1, 2048], where stock
+    picks [8, 1, 2048] and reads the mask's row once per 8 heads)."""
+    config = t.backend_config
+    blc = config["fusion_backend_config"]["block_level_fusion_config"]
+    sizes = [int(x) for x in (blc.get("output_tiles") or [{}])[0].get("sizes", [])]
+    dims = list(t.shape.dims)
+    if not sizes or len(sizes) != len(dims):
+        return
+    options = [[1 << k for k in range(((d - 1).bit_length()) + 1) if (1 << k) >= s] or [s] for s, d in zip(sizes[:-1], dims[:-1])]
+    best, best_time = None, math.inf
+    for outer in itertools.product(*options):
+        cand = [*outer, sizes[-1]]
+        padded = math.prod(1 << max(0, c - 1).bit_length() for c in cand)
+        if padded > _MAX_TILE and cand != sizes:
+            continue
+        trial = {**blc, "output_tiles": [{"sizes": [str(c) for c in cand]}], "num_warps": str(_num_warps(padded))}
+        if cand == sizes:
+            trial["num_warps"] = blc.get("num_warps", trial["num_warps"])
+        t.set_attribute("backend_config", format_backend_config(
+            {**config, "fusion_backend_config": {**config["fusion_backend_config"], "block_level_fusion_config": trial}}))
+        time = kernel_cost(t, device).exec_s
+        if time < best_time:
+            best, best_time = trial, time
+    rw.set_attribute(t, "backend_config", format_backend_config(
+        {**config, "fusion_backend_config": {**config["fusion_backend_config"], "block_level_fusion_config": best}}))
+
+
 @dataclass(frozen=True)
 class TritonElementwiseFusion(FusionPass):
     """Elementwise prologues and epilogues joined to XLA:GPU's Triton (non-GEMM)
     fusions, as XLA:GPU's priority fusion joins them (module docstring)."""
 
     name = "triton-elementwise-fusion"
+    #: the GPU whose tiled model picks a joined fusion's tiling
+    target: str = "h100"
 
     def run(self, module: Module) -> bool:
         rw = Rewriter()
         for comp in fusible_computations(module):
+            merged: set[str] = set()
             for t in [i for i in comp if triton_kind(i) == "__triton"]:
                 while t.parent is comp:  # not already joined to an earlier one as its epilogue
                     other, duplicate = _prologue(t) or (_epilogue(t), False)
@@ -248,4 +361,7 @@ class TritonElementwiseFusion(FusionPass):
                             lambda: f"join {'a copy of ' if duplicate else ''}%{other.name} to Triton fusion %{t.name}"):
                         break
                     t = _merge(comp, t, _copy_for(t, other, rw) if duplicate else other, rw)
+                    merged.add(t.name)
+            for t in [i for i in comp if i.name in merged and triton_kind(i) == "__triton"]:  # after all joins:
+                _retile(t, devices.load(self.target), rw)  # the joins above match tiles as XLA made them
         return rw.changed
