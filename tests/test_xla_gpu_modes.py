@@ -309,6 +309,27 @@ def test_a_mask_two_softmaxes_broadcast_stays_a_kernel_of_its_own(check):
         assert roofline(checked, dev).time_s < roofline(m, dev).time_s
 
 
+def test_a_joined_triton_fusion_gets_the_tiling_the_tiled_model_prefers():
+    """The select joins the softmax's Triton fusion, whose one-row tiles ([1, 1, 2048],
+    4 warps) came with it; the joined fusion is tiled again as XLA tiles a new one, by
+    the tiled model: [8, 1, 2048] with 8 warps, stock's own tiling of Llama-3-8B's
+    masked softmax (the mask's row read once per 8 heads)."""
+    from hlo_analysis.gpu_kernel_model import kernel_cost
+    from passes.fusion.triton_elementwise import TritonElementwiseFusion
+
+    m = parse(WINDOW_MASK)
+    GpuPriorityFusion().run(m)
+    TritonElementwiseFusion().run(m)
+    t0 = next(i for i in m.entry if i.name == "t0")
+    config = t0.backend_config["fusion_backend_config"]["block_level_fusion_config"]
+    assert (config["output_tiles"], config["num_warps"]) == ([{"sizes": ["8", "1", "2048"]}], "8")
+    dev = devices.load("h100")
+    chosen = kernel_cost(t0, dev).exec_s
+    t0.backend_config = {"fusion_backend_config": {"kind": "__triton", "block_level_fusion_config": {
+        "num_warps": "4", "output_tiles": [{"sizes": ["1", "1", "2048"]}]}}}
+    assert chosen < kernel_cost(t0, dev).exec_s
+
+
 @pytest.mark.parametrize("line, emits", [
     ("f32[1024,8] reduce(p3, z), dimensions={0}, to_apply=add", True),  # a split-K GEMM's partial sums
     ("f32[8] reduce(p3, z), dimensions={0,1}, to_apply=add", False),

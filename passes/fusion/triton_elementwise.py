@@ -24,6 +24,9 @@ tiles it), so the fusion keeps its backend config (tile sizes, warps) and XLA's
 Triton emitter compiles it as it is.  Each merge removes a kernel launch and an
 activation's write and read back, so it is done when legal; the GPU roofline
 prices the merged fusion with XLA's tiled model (``gpu_kernel_model.tiled_cost``).
+Once every join is made, a joined fusion's output tile is picked again as XLA picks
+a new fusion's, by the tiled model over the tilings that fit in registers
+(``_retile``): the halves' one-row tiles are not the whole softmax's best.
 """
 
 from __future__ import annotations
