@@ -560,7 +560,7 @@ def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigu
         if tile is None or not elements:
             flops += pad * instruction_flops(i)
         else:  # XLA: FlopsPerElement times the padded tile, in every block
-            flops += instruction_flops(i) / elements * launch.blocks * math.prod(_pow2(t) for t in tile)
+            flops += instruction_flops(i) / elements * launch.blocks * padded_tile_size(tile)
     reads = []
     params = {p.parameter_number: p for p in body.parameters}
     for index, operand in enumerate(kernel.operands):
@@ -581,8 +581,9 @@ def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigu
     return GpuKernelCost(c, read + write, combine(c, read + write), flops, launch, read, write)
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
+def padded_tile_size(sizes: Iterable[int]) -> int:
+    """XLA's GetPaddedTileSize: Triton pads every tile dimension to a power of two."""
+    return math.prod(1 << max(0, int(n) - 1).bit_length() for n in sizes)
 
 
 def instruction_tiles(body: Computation, out_tile: list[int]) -> dict[int, list[int]]:
@@ -661,7 +662,7 @@ def recompute_in_tiles_pays(kernel: Instruction, value: Instruction, flops: floa
     compute = base.compute_s + compute_seconds(joined_flops, launch, device, fig)
     eb = max(value.shape.element_type.byte_width if value.shape.element_type.bit_width else 4, 1)
     per_element = flops / max(1, _elements(value.shape))
-    extra = compute_seconds(per_element * launch.blocks * math.prod(_pow2(t) for t in tile), launch, device, fig)
+    extra = compute_seconds(per_element * launch.blocks * padded_tile_size(tile), launch, device, fig)
     read = read_seconds(OperandRead(float(launch.blocks * math.prod(tile) * eb), float(_bytes(value.shape)), eb, True),
                         launch.blocks, device, fig)
     apart = combine(compute, base.memory_s + read) + write_seconds(_bytes(value.shape), device)

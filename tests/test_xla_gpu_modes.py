@@ -149,6 +149,29 @@ def test_gpu_priority_fusion_takes_a_producer_into_all_its_consumers():
     assert sum(i.opcode.value == "exponential" for k in kernels for i in k.fused_computation) == 2
 
 
+PADDED_K = """HloModule kv
+ENTRY e {
+  k = bf16[1024,8,128] parameter(0)
+  rope = bf16[1024,8,128] negate(k)
+  z = bf16[] constant(0)
+  padded = bf16[2048,8,128] pad(rope, z), padding=0_1024x0_0x0_0
+  a = bf16[2048,1024] bitcast(padded)
+  b = bf16[1,2048,8,128] bitcast(padded)
+  ROOT r = (bf16[2048,1024], bf16[1,2048,8,128]) tuple(a, b)
+}"""
+
+
+@pytest.mark.parametrize("rules", [True, False])
+def test_gpu_priority_fusion_follows_xlas_bitcast_rules(rules):
+    """A padded K cache read through two bitcasts (by the attention GEMM and by the
+    stack of caches): XLA:GPU fuses nothing into a lone bitcast and keeps the pad one
+    kernel, which then takes its RoPE (here a negate), as stock does."""
+    m, log = parse(PADDED_K), PriorityLog()
+    GpuPriorityFusion(log=log, xla_bitcasts=rules).run(m)
+    assert (log.refused().get(("padded", "a")) == "consumer is a lone bitcast: XLA:GPU keeps reading the producer") is rules
+    assert ("rope", ("padded",), "merge") in [(p, c, how) for p, c, _, how in log.steps]
+
+
 RMSNORM = """HloModule rmsnorm
 add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
 ENTRY e {

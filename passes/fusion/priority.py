@@ -142,7 +142,8 @@ class PriorityQueueFusion:
             if not clusters.outputs(uc):
                 continue  # a producer duplicated into all its users: dead, removed at the end
             if self.xla_bitcasts and len(uc.members) == 1 and uc.members[0].opcode is HloOpcode.BITCAST:
-                blocked = True  # XLA:GPU never fuses into a lone bitcast: it keeps reading the producer
+                self._refuse(prod, uc.members[0], "consumer is a lone bitcast: XLA:GPU keeps reading the producer")
+                blocked = True
                 continue
             group = tuple(m for m in uc.members if prod in m.operands)
             d = self._group_legal(pc, prod, uc, group)

@@ -45,7 +45,8 @@ from hlo_analysis.cost import operand_bytes
 from hlo_analysis.legality import ALLOW, Decision
 from hlo_analysis import devices
 from hlo_analysis.devices import Device
-from hlo_analysis.gpu_kernel_model import instruction_flops, kernel_cost, recompute_in_tiles_pays, triton_kind
+from hlo_analysis.gpu_kernel_model import (instruction_flops, kernel_cost, padded_tile_size, recompute_in_tiles_pays,
+                                          triton_kind)
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
 
@@ -118,9 +119,9 @@ def keeps_triton_prologue(producer: list[Instruction], consumer: list[Instructio
     of the norm, and the kernel would write f32 for the norm to read back.  Nor,
     when the Triton fusion would broadcast a value the producer computes and others
     read, if XLA's tiled model prices recomputing it in every block slower than
-    reading it (``recompute_in_tiles_pays``): Mistral's sliding-window mask (14 ops)
-    broadcast over 32 heads in each layer's softmax; Llama's causal mask (one
-    compare) is cheaper recomputed, in XLA's model and ours."""
+    reading it (``recompute_in_tiles_pays``): Mistral's sliding-window mask and
+    Llama's causal mask, each broadcast over 32 heads in every layer's softmax, stay
+    one kernel, as on stock."""
     if len(outputs) != 1 or not all(_emitted_by_triton(m) for m in consumer):
         return ALLOW
     readers = set(outputs[0].users)
@@ -325,16 +326,16 @@ def _retile(t: Instruction, device: Device, rw: Rewriter) -> None:
     dims = list(t.shape.dims)
     if not sizes or len(sizes) != len(dims):
         return
-    options = [[1 << k for k in range(((d - 1).bit_length()) + 1) if (1 << k) >= s] or [s] for s, d in zip(sizes[:-1], dims[:-1])]
-    best, best_time = None, math.inf
-    for outer in itertools.product(*options):
+    # each outer dimension: its tile as it is, or any larger power of two up to the dimension
+    options = [sorted({s} | {1 << k for k in range((d - 1).bit_length() + 1) if 1 << k > s}) for s, d in zip(sizes, dims)]
+    best, best_time = blc, math.inf
+    for outer in itertools.product(*options[:-1]):
         cand = [*outer, sizes[-1]]
-        padded = math.prod(1 << max(0, c - 1).bit_length() for c in cand)
+        padded = padded_tile_size(cand)
         if padded > _MAX_TILE and cand != sizes:
             continue
-        trial = {**blc, "output_tiles": [{"sizes": [str(c) for c in cand]}], "num_warps": str(_num_warps(padded))}
-        if cand == sizes:
-            trial["num_warps"] = blc.get("num_warps", trial["num_warps"])
+        warps = blc.get("num_warps") if cand == sizes else None
+        trial = {**blc, "output_tiles": [{"sizes": [str(c) for c in cand]}], "num_warps": warps or str(_num_warps(padded))}
         t.set_attribute("backend_config", format_backend_config(
             {**config, "fusion_backend_config": {**config["fusion_backend_config"], "block_level_fusion_config": trial}}))
         time = kernel_cost(t, device).exec_s
