@@ -547,8 +547,7 @@ def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigu
     tile's padding, a documented approximation."""
     body = kernel.fused_computation
     out_elements = max(1, _elements(kernel.shape))
-    blc = kernel.backend_config["fusion_backend_config"]["block_level_fusion_config"]
-    sizes = [int(t) for t in (blc.get("output_tiles") or [{}])[0].get("sizes", [])]
+    sizes = output_tile_sizes(kernel)
     pad = max(1.0, launch.blocks * math.prod(sizes) / out_elements) if sizes else 1.0
     tiles = instruction_tiles(body, sizes) if sizes and len(sizes) == len(kernel.shape.dims) else {}
     flops = 0.0
@@ -579,6 +578,12 @@ def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigu
     read = sum(read_seconds(r, launch.blocks, device, fig) for r in reads)
     write = write_seconds(output_bytes(kernel) * pad, device)
     return GpuKernelCost(c, read + write, combine(c, read + write), flops, launch, read, write)
+
+
+def output_tile_sizes(kernel: Instruction) -> list[int]:
+    """A Triton fusion's output tile (its first root's), from its block-level config."""
+    blc = ((kernel.backend_config.get("fusion_backend_config") or {}).get("block_level_fusion_config") or {})
+    return [int(t) for t in (blc.get("output_tiles") or [{}])[0].get("sizes", [])]
 
 
 def padded_tile_size(sizes: Iterable[int]) -> int:
@@ -653,8 +658,7 @@ def recompute_in_tiles_pays(kernel: Instruction, value: Instruction, flops: floa
         return True
     fig = GpuFigures.of(device)
     launch = launch_dimensions(kernel, device, fig)
-    sizes = [int(t) for t in (config["fusion_backend_config"]["block_level_fusion_config"].get("output_tiles")
-                              or [{}])[0].get("sizes", [])]
+    sizes = output_tile_sizes(kernel)
     tile = [sizes[d] for d in dims if d < len(sizes)]
     if launch.blocks * math.prod(tile) <= _elements(value.shape):
         return True  # each element in one block: computed once either way

@@ -45,8 +45,8 @@ from hlo_analysis.cost import operand_bytes
 from hlo_analysis.legality import ALLOW, Decision
 from hlo_analysis import devices
 from hlo_analysis.devices import Device
-from hlo_analysis.gpu_kernel_model import (instruction_flops, kernel_cost, padded_tile_size, recompute_in_tiles_pays,
-                                          triton_kind)
+from hlo_analysis.gpu_kernel_model import (instruction_flops, kernel_cost, output_tile_sizes, padded_tile_size,
+                                          recompute_in_tiles_pays, triton_kind)
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
 
@@ -322,7 +322,7 @@ def _retile(t: Instruction, device: Device, rw: Rewriter) -> None:
     picks [8, 1, 2048] and reads the mask's row once per 8 heads)."""
     config = t.backend_config
     blc = config["fusion_backend_config"]["block_level_fusion_config"]
-    sizes = [int(x) for x in (blc.get("output_tiles") or [{}])[0].get("sizes", [])]
+    sizes = output_tile_sizes(t)
     dims = list(t.shape.dims)
     if not sizes or len(sizes) != len(dims):
         return
