@@ -168,6 +168,12 @@ def _elements(shape: Shape) -> int:
     return shape.num_elements if shape.is_array else sum(s.num_elements for _, s in shape.leaves() if s.is_array)
 
 
+def _element_bytes(shape: Shape) -> int:
+    """Bytes per element as a tiled read counts them (4 for a tuple or an unsized type)."""
+    et = shape.element_type if shape.is_array else None
+    return max(et.byte_width if et is not None and et.bit_width else 4, 1)
+
+
 def _bytes(shape: Shape) -> int:
     if shape.is_array:
         return shape.byte_size if all(d >= 0 for d in shape.dims) else 0
@@ -564,8 +570,7 @@ def tiled_cost(kernel: Instruction, device: Device, launch: Launch, fig: GpuFigu
     params = {p.parameter_number: p for p in body.parameters}
     for index, operand in enumerate(kernel.operands):
         size = _bytes(operand.shape)
-        et = operand.shape.element_type if operand.shape.is_array else None
-        eb = max(et.byte_width if et is not None and et.bit_width else 4, 1)
+        eb = _element_bytes(operand.shape)
         tile = _broadcast_tile(params.get(index), kernel.shape, sizes)
         if tile is not None:  # XLA's indexing map: the output tile's broadcast dimensions, once per tile
             total = float(launch.blocks * tile * eb)
@@ -664,7 +669,7 @@ def recompute_in_tiles_pays(kernel: Instruction, value: Instruction, flops: floa
         return True  # each element in one block: computed once either way
     base = tiled_cost(kernel, device, launch, fig)
     compute = base.compute_s + compute_seconds(joined_flops, launch, device, fig)
-    eb = max(value.shape.element_type.byte_width if value.shape.element_type.bit_width else 4, 1)
+    eb = _element_bytes(value.shape)
     per_element = flops / max(1, _elements(value.shape))
     extra = compute_seconds(per_element * launch.blocks * padded_tile_size(tile), launch, device, fig)
     read = read_seconds(OperandRead(float(launch.blocks * math.prod(tile) * eb), float(_bytes(value.shape)), eb, True),

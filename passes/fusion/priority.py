@@ -63,6 +63,11 @@ Cost = Callable[[Candidate], float]
 JoinCheck = Callable[[list[Instruction], list[Instruction], list[Instruction]], Decision]
 
 
+def _lone_bitcast(members) -> bool:
+    """A cluster of one bitcast (XLA:GPU's bitcast rules treat it apart)."""
+    return len(members) == 1 and members[0].opcode is HloOpcode.BITCAST
+
+
 def default_cost(c: Candidate) -> float:
     """Bytes of memory traffic saved: ``bytes_saved`` (the producer's result is
     no longer written and read back), minus the duplication cost: every copy
@@ -141,7 +146,7 @@ class PriorityQueueFusion:
         for uc in clusters.users(pc):
             if not clusters.outputs(uc):
                 continue  # a producer duplicated into all its users: dead, removed at the end
-            if self.xla_bitcasts and len(uc.members) == 1 and uc.members[0].opcode is HloOpcode.BITCAST:
+            if self.xla_bitcasts and _lone_bitcast(uc.members):
                 self._refuse(prod, uc.members[0], "consumer is a lone bitcast: XLA:GPU keeps reading the producer")
                 blocked = True
                 continue
@@ -241,7 +246,7 @@ class PriorityQueueFusion:
     def _benefit(self, cand: Candidate) -> float:
         """``cost``; under ``xla_bitcasts`` a lone bitcast goes first, as XLA:GPU's
         ``CalculateProducerPriority`` queues it (a bitcast costs nothing wherever it lands)."""
-        if self.xla_bitcasts and len(cand.members) == 1 and cand.producer.opcode is HloOpcode.BITCAST:
+        if self.xla_bitcasts and _lone_bitcast(cand.members):
             return math.inf
         return self.cost(cand)
 

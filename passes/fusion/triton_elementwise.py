@@ -131,10 +131,10 @@ def keeps_triton_prologue(producer: list[Instruction], consumer: list[Instructio
     if kept is not None:
         return Decision.forbid(f"would keep %{outputs[0].name} out of Triton fusion %{t.name}: "
                                f"Triton does not emit {kept.opcode.value} %{kept.name}")
-    inside = {id(m) for m in (*producer, *consumer)}
+    members = (*producer, *consumer)
+    inside = {id(m) for m in members}
     if not any(id(u) not in inside for m in producer for u in m.users):
         return ALLOW  # nothing computed twice
-    members = (*producer, *consumer)
     spread = _broadcast_value(members, t)
     if spread is None:
         return ALLOW
@@ -153,14 +153,10 @@ def keeps_triton_prologue(producer: list[Instruction], consumer: list[Instructio
 
 
 def _joined_chain(t: Instruction) -> list[Instruction]:
-    """The kernels this pass will join to ``t`` as its epilogues: each the only reader
-    of the last, with its dimensions, elementwise or a Triton fusion (a softmax's exp,
-    then its sum-divide half)."""
+    """The kernels this pass will join to ``t`` as its epilogues, one after another
+    (``_joins_as_epilogue``: a softmax's exp, then its sum-divide half)."""
     chain, k = [], t
-    while len(k.users) == 1 and k.parent.root is not k:
-        u = k.users[0]
-        if u.shape.dims != t.shape.dims or not (_elementwise_kernel(u) or triton_kind(u) == "__triton"):
-            break
+    while (u := _only_user(k)) is not None and _joins_as_epilogue(u, t):
         chain.append(u)
         k = u
     return chain
@@ -258,13 +254,22 @@ def _duplication_pays(producer: Instruction, t: Instruction) -> bool:
 
 def _epilogue(t: Instruction) -> Instruction | None:
     """``t``'s only user, when it can become ``t``'s epilogue (same dimensions)."""
-    users = t.users
-    if len(users) != 1 or users[0].parent is not t.parent or t is t.parent.root:
+    u = _only_user(t)
+    return u if u is not None and _joins_as_epilogue(u, t) else None
+
+
+def _only_user(k: Instruction) -> Instruction | None:
+    """``k``'s one user in its computation, unless ``k`` is the root."""
+    users = k.users
+    if len(users) != 1 or users[0].parent is not k.parent or k is k.parent.root:
         return None
-    u = users[0]
-    if u.shape.dims != t.shape.dims:
-        return None
-    return u if _elementwise_kernel(u) or _same_tiles(u, t) else None
+    return users[0]
+
+
+def _joins_as_epilogue(u: Instruction, t: Instruction) -> bool:
+    """Can ``u`` become Triton fusion ``t``'s epilogue: its dimensions, and elementwise
+    or a Triton fusion with ``t``'s tiles."""
+    return u.shape.dims == t.shape.dims and (_elementwise_kernel(u) or _same_tiles(u, t))
 
 
 def _copy_for(t: Instruction, producer: Instruction, rw: Rewriter) -> Instruction:
@@ -322,6 +327,11 @@ def _retile(t: Instruction, device: Device, rw: Rewriter) -> None:
     picks [8, 1, 2048] and reads the mask's row once per 8 heads)."""
     config = t.backend_config
     blc = config["fusion_backend_config"]["block_level_fusion_config"]
+
+    def with_tiling(tiling: dict) -> str:
+        return format_backend_config(
+            {**config, "fusion_backend_config": {**config["fusion_backend_config"], "block_level_fusion_config": tiling}})
+
     sizes = output_tile_sizes(t)
     dims = list(t.shape.dims)
     if not sizes or len(sizes) != len(dims):
@@ -336,13 +346,11 @@ def _retile(t: Instruction, device: Device, rw: Rewriter) -> None:
             continue
         warps = blc.get("num_warps") if cand == sizes else None
         trial = {**blc, "output_tiles": [{"sizes": [str(c) for c in cand]}], "num_warps": warps or str(_num_warps(padded))}
-        t.set_attribute("backend_config", format_backend_config(
-            {**config, "fusion_backend_config": {**config["fusion_backend_config"], "block_level_fusion_config": trial}}))
+        t.set_attribute("backend_config", with_tiling(trial))
         time = kernel_cost(t, device).exec_s
         if time < best_time:
             best, best_time = trial, time
-    rw.set_attribute(t, "backend_config", format_backend_config(
-        {**config, "fusion_backend_config": {**config["fusion_backend_config"], "block_level_fusion_config": best}}))
+    rw.set_attribute(t, "backend_config", with_tiling(best))
 
 
 @dataclass(frozen=True)
@@ -356,6 +364,7 @@ class TritonElementwiseFusion(FusionPass):
 
     def run(self, module: Module) -> bool:
         rw = Rewriter()
+        device = devices.load(self.target)
         for comp in fusible_computations(module):
             merged: set[str] = set()
             for t in [i for i in comp if triton_kind(i) == "__triton"]:
@@ -367,5 +376,5 @@ class TritonElementwiseFusion(FusionPass):
                     t = _merge(comp, t, _copy_for(t, other, rw) if duplicate else other, rw)
                     merged.add(t.name)
             for t in [i for i in comp if i.name in merged and triton_kind(i) == "__triton"]:  # after all joins:
-                _retile(t, devices.load(self.target), rw)  # the joins above match tiles as XLA made them
+                _retile(t, device, rw)  # the joins above match tiles as XLA made them
         return rw.changed
