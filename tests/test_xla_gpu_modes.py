@@ -266,7 +266,7 @@ def test_priority_fusion_leaves_what_triton_cannot_emit_out_of_a_triton_prologue
     from passes.fusion.triton_elementwise import TritonElementwiseFusion
 
     m, log = parse(GATHER_INTO_NORM), PriorityLog()
-    GpuPriorityFusion(log=log, triton_prologues=check).run(m)
+    GpuPriorityFusion(log=log, triton_joins=check).run(m)
     TritonElementwiseFusion().run(m)
     DeadCodeElimination().run(m)
     norm = m.entry.root
@@ -317,7 +317,7 @@ def test_a_mask_two_softmaxes_broadcast_stays_a_kernel_of_its_own(check):
     from passes.fusion.triton_elementwise import TritonElementwiseFusion
 
     m, log = parse(WINDOW_MASK), PriorityLog()
-    GpuPriorityFusion(log=log, triton_prologues=check).run(m)
+    GpuPriorityFusion(log=log, triton_joins=check).run(m)
     TritonElementwiseFusion().run(m)
     DeadCodeElimination().run(m)
     softmaxes = [i for i in m.entry if i.name in ("t0", "t1")]
@@ -330,6 +330,31 @@ def test_a_mask_two_softmaxes_broadcast_stays_a_kernel_of_its_own(check):
             p.run(checked)
         dev = devices.load("h100")
         assert roofline(checked, dev).time_s < roofline(m, dev).time_s
+
+
+MASK_BEFORE_AND_AFTER = WINDOW_MASK.replace("""  ROOT r = (bf16[32,1024,2048], bf16[32,1024,2048]) tuple(t0, t1)""", """  zero = bf16[] constant(0)
+  zb = bf16[32,1024,2048] broadcast(zero), dimensions={}
+  y0 = bf16[32,1024,2048] select(mb, t0, zb)
+  ROOT r = (bf16[32,1024,2048], bf16[32,1024,2048]) tuple(y0, t1)""")
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_mask_applied_after_the_softmax_too_stays_a_kernel_of_its_own(check):
+    """Mixtral masks the probabilities again after its softmax (``where(mask, p, 0)``):
+    the select becomes the softmax's epilogue, and the mask copied into it would be
+    recomputed in every block as surely as in the prologue; the check keeps it out
+    of both (without it, the epilogue brings it in)."""
+    from passes.fusion.triton_elementwise import TritonElementwiseFusion
+
+    m, log = parse(MASK_BEFORE_AND_AFTER), PriorityLog()
+    GpuPriorityFusion(log=log, triton_joins=check).run(m)
+    TritonElementwiseFusion().run(m)
+    DeadCodeElimination().run(m)
+    t0 = next(i for i in m.entry if i.name == "t0")
+    assert sum(i.opcode.value == "select" for i in t0.fused_computation) == 2  # prologue and epilogue joined
+    assert check is not any(i.opcode.value == "iota" for i in t0.fused_computation)
+    refused = [r for r in log.refused().values() if "would recompute %mask in every block of Triton fusion %t0" in r]
+    assert len(refused) == (2 if check else 0)  # the prologue's copy of the mask and the epilogue's
 
 
 def test_a_joined_triton_fusion_gets_the_tiling_the_tiled_model_prefers():

@@ -26,7 +26,7 @@ from .clusters import Cluster, Clusters, fusible_computations
 from .gpu_profile import FasterOn
 from .producer_consumer import FusionLog
 from .profitability import Profitability, default_profitability, priced_duplication
-from .triton_elementwise import keeps_triton_prologue
+from .triton_elementwise import keeps_triton_joins
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Candidate:
 Cost = Callable[[Candidate], float]
 
 #: A further check on fusing a producer cluster into a consumer cluster (its members,
-#: then the consumer's members and outputs), as ``triton_elementwise.keeps_triton_prologue``.
+#: then the consumer's members and outputs), as ``triton_elementwise.keeps_triton_joins``.
 JoinCheck = Callable[[list[Instruction], list[Instruction], list[Instruction]], Decision]
 
 
@@ -373,12 +373,12 @@ class GpuPriorityFusion(PriorityFusion):
     kind: Callable = gpu_fusion_kind
     duplicate_clusters: bool = True
     xla_bitcasts: bool = True
-    #: leave out of a Triton fusion's prologue what stock leaves out (``keeps_triton_prologue``)
-    triton_prologues: bool = True
+    #: leave out of a Triton fusion's prologue and epilogue what stock leaves out (``keeps_triton_joins``)
+    triton_joins: bool = True
     target: str = "h100"
 
     def run_cost(self) -> Cost:
         return FasterOn(self.target).benefit
 
     def run_join_check(self) -> JoinCheck | None:
-        return partial(keeps_triton_prologue, device=devices.load(self.target)) if self.triton_prologues else None
+        return partial(keeps_triton_joins, device=devices.load(self.target)) if self.triton_joins else None

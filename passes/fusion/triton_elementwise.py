@@ -108,24 +108,22 @@ def _triton_elementwise(instr: Instruction) -> bool:
     return instr.opcode in allowed
 
 
-def keeps_triton_prologue(producer: list[Instruction], consumer: list[Instruction],
-                          outputs: list[Instruction], *, device: Device) -> Decision:
-    """May a producer cluster join ``consumer``, a cluster this pass would join to the
-    Triton fusion that alone reads its one output?  Not when Triton cannot emit the
-    producer.  XLA:GPU builds its Triton fusions before its priority fusion, which
-    then fuses into one only what Triton emits: Llama's embedding gather stays a
-    kernel of its own and the first norm takes the convert of it.  Our priority
-    fusion runs first; a gather fused into that convert would keep the convert out
-    of the norm, and the kernel would write f32 for the norm to read back.  Nor,
-    when the Triton fusion would broadcast a value the producer computes and others
-    read, if XLA's tiled model prices recomputing it in every block slower than
-    reading it (``recompute_in_tiles_pays``): Mistral's sliding-window mask and
-    Llama's causal mask, each broadcast over 32 heads in every layer's softmax, stay
-    one kernel, as on stock."""
-    if len(outputs) != 1 or not all(_emitted_by_triton(m) for m in consumer):
-        return ALLOW
-    readers = set(outputs[0].users)
-    if len(readers) != 1 or triton_kind(t := readers.pop()) != "__triton":
+def keeps_triton_joins(producer: list[Instruction], consumer: list[Instruction],
+                       outputs: list[Instruction], *, device: Device) -> Decision:
+    """May a producer cluster join ``consumer``, a cluster this pass would join to a
+    Triton fusion as its prologue or its epilogue (``_triton_to_join``)?  Not when
+    Triton cannot emit the producer.  XLA:GPU builds its Triton fusions before its
+    priority fusion, which then fuses into one only what Triton emits: Llama's
+    embedding gather stays a kernel of its own and the first norm takes the convert
+    of it.  Our priority fusion runs first; a gather fused into that convert would
+    keep the convert out of the norm, and the kernel would write f32 for the norm to
+    read back.  Nor, when the Triton fusion would broadcast a value the producer
+    computes and others read, if XLA's tiled model prices recomputing it in every
+    block slower than reading it (``recompute_in_tiles_pays``): Mistral's
+    sliding-window mask and Llama's causal mask, each broadcast over 32 heads in
+    every layer's softmax, stay one kernel, as on stock; so does Mixtral's, which
+    its softmaxes apply before and after (``where(mask, probs, 0)``)."""
+    if not all(_emitted_by_triton(m) for m in consumer) or (t := _triton_to_join(consumer, outputs)) is None:
         return ALLOW
     kept = next((m for m in producer if not triton_emits(m)), None)
     if kept is not None:
@@ -146,10 +144,37 @@ def keeps_triton_prologue(producer: list[Instruction], consumer: list[Instructio
             ancestors.add(id(v))
             stack.extend(v.operands)
     flops = sum(instruction_flops(m) for m in members if id(m) in ancestors)
-    if recompute_in_tiles_pays(t, value, flops, dims, device, sum(instruction_flops(k) for k in _joined_chain(t))):
+    joined = sum(instruction_flops(k) for k in (*_joined_before(t), *_joined_chain(t)))
+    if recompute_in_tiles_pays(t, value, flops, dims, device, joined):
         return ALLOW
     return Decision.forbid(f"would recompute %{value.name} in every block of Triton fusion %{t.name}: "
                            f"slower than reading it, by XLA's tiled model")
+
+
+def _triton_to_join(consumer: list[Instruction], outputs: list[Instruction]) -> Instruction | None:
+    """The Triton fusion a cluster of one output will join: the one that alone reads
+    that output (the cluster is its prologue), or one the cluster alone reads, with
+    the output's dimensions (its epilogue)."""
+    if len(outputs) != 1:
+        return None
+    readers = set(outputs[0].users)
+    if len(readers) == 1 and triton_kind(t := readers.pop()) == "__triton":
+        return t
+    inside = {id(m) for m in consumer}
+    return next((o for m in consumer for o in m.operands
+                 if triton_kind(o) == "__triton" and o.shape.dims == outputs[0].shape.dims
+                 and o is not o.parent.root and all(id(u) in inside for u in o.users)), None)
+
+
+def _joined_before(t: Instruction) -> list[Instruction]:
+    """The kernels this pass will join ``t`` to as its epilogue, one before another: a
+    softmax's exp and its max half, when ``t`` is its sum-divide half."""
+    before, k = [], t
+    while (o := next((o for o in k.operands if _only_user(o) is k and (_elementwise_kernel(o) or _same_tiles(o, t))),
+                     None)) is not None:
+        before.append(o)
+        k = o
+    return before
 
 
 def _joined_chain(t: Instruction) -> list[Instruction]:
