@@ -620,6 +620,14 @@ def instruction_tiles(body: Computation, out_tile: list[int]) -> dict[int, list[
     return tiles
 
 
+def tiles_every_instruction(body: Computation, out_tile: list[int]) -> bool:
+    """Does ``instruction_tiles`` keep track of every instruction's tile, dimension by
+    dimension (no approximation by size)?  What a fusion needs before it is made a
+    Triton fusion of its own: XLA's emitter tiles every instruction so."""
+    tiles = instruction_tiles(body, out_tile)
+    return all(len(tiles.get(id(i), ())) == len(i.shape.dims) for i in body if i.shape.is_array and i.users or i is body.root)
+
+
 def _operand_tile(instr: Instruction, index: int, tile: list[int]) -> list[int]:
     o = instr.operands[index].shape
     op = instr.opcode

@@ -80,7 +80,7 @@ def kernels_of(module: Module) -> list[Instruction]:
 
 
 def fused_region(instructions: Iterable[Instruction], *, root: Instruction | None = None, name: str = "region",
-                 kind: str | None = None) -> Module:
+                 kind: str | None = None, merge_custom: bool = False) -> Module:
     """A standalone module whose entry computes ``instructions`` (members of one
     computation) as one fusion (``hlo_tools.outline.region_module``, the one
     outliner): values they use from outside become parameters. The fusion's
@@ -91,10 +91,11 @@ def fused_region(instructions: Iterable[Instruction], *, root: Instruction | Non
     for a reduction output and kLoop otherwise (``fusion_kind`` without kOutput: a
     dot's region is priced as a loop).
 
-    A member that is itself a (non-custom) fusion is merged: its body is copied
-    in, as XLA's MergeFusionInstruction does. Used to price a fusion before it
-    exists; the module is for the cost model (it is not meant to run)."""
-    return region_module(instructions, kind=kind or _pricing_kind, root=root, name=name)
+    A member that is itself a (non-custom, or with ``merge_custom`` any) fusion is
+    merged: its body is copied in, as XLA's MergeFusionInstruction does (a consumer
+    fused into a Triton fusion). Used to price a fusion before it exists; the
+    module is for the cost model (it is not meant to run)."""
+    return region_module(instructions, kind=kind or _pricing_kind, root=root, name=name, merge_custom=merge_custom)
 
 
 def _pricing_kind(region: list[Instruction], outputs: list[Instruction]) -> str:

@@ -280,7 +280,7 @@ def remove_uncalled(module: Module, comps: Iterable[Computation], rewriter: Rewr
 
 
 def region_module(instructions: Iterable[Instruction], *, kind: Kind, root: Instruction | None = None,
-                  name: str = "region") -> Module:
+                  name: str = "region", merge_custom: bool = False) -> Module:
     """A standalone module whose entry computes ``instructions`` (members of one
     computation, left untouched) as one fusion: values they use from outside
     become entry parameters.  The fusion's output is ``root`` when given
@@ -288,9 +288,10 @@ def region_module(instructions: Iterable[Instruction], *, kind: Kind, root: Inst
     when it fuses a producer with other users); otherwise every member used
     outside the region (or the last member), a tuple when several.
 
-    A member that is itself a (non-custom) fusion is merged: its body is copied
-    in, as XLA's MergeFusionInstruction does.  Every computation a member calls
-    is deep-copied along, so the module shares nothing with the original."""
+    A member that is itself a (non-custom, or with ``merge_custom`` any) fusion is
+    merged: its body is copied in, as XLA's MergeFusionInstruction does.  Every
+    computation a member calls is deep-copied along, so the module shares nothing
+    with the original."""
     members = list(dict.fromkeys(instructions))
     if not members:
         raise ValueError("nothing to fuse")
@@ -319,7 +320,8 @@ def region_module(instructions: Iterable[Instruction], *, kind: Kind, root: Inst
         return into.add_instruction(clone, unique=True)
 
     def add_member(instr: Instruction, into: Computation, mapping: dict[int, Instruction]) -> Instruction:
-        if instr.opcode is HloOpcode.FUSION and instr.fusion_kind != "kCustom" and instr.fused_computation is not None:
+        if (instr.opcode is HloOpcode.FUSION and (merge_custom or instr.fusion_kind != "kCustom")
+                and instr.fused_computation is not None):
             body = instr.fused_computation
             local = {id(p): mapping[id(instr.operand(p.parameter_number))] for p in body.parameters}
             for inner in body.post_order():

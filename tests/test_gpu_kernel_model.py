@@ -147,6 +147,20 @@ def test_a_tiled_kernel_computes_each_instruction_once_per_block():
     assert g.instruction_tiles(fu.fused_computation, [1, 4096])[id(body["wf"])] == [4096]
 
 
+
+@pytest.mark.parametrize("shape_op, tracked", [("f32[8,4] transpose(%x), dimensions={1,0}", True),
+                                              ("f32[1,4,8] bitcast(%x)", True),
+                                              ("f32[32] reshape(%x)", False)])
+def test_tiles_every_instruction_only_when_each_keeps_its_dimensions(shape_op, tracked):
+    """A fusion becomes a Triton fusion of its own only when every instruction's tile
+    is known dimension by dimension; a reshape that merges dimensions is not tracked
+    (``instruction_tiles`` falls back to the tile's size)."""
+    op = shape_op.split(" ", 1)[0]
+    body = _module(f"ENTRY %e {{\n  %x = f32[4,8]{{1,0}} parameter(0)\n  %y = {shape_op}\n"
+                   f"  ROOT %z = {op} negate(%y)\n}}\n").entry
+    assert g.tiles_every_instruction(body, [1] * len(body.root.shape.dims)) is tracked
+
+
 def test_recomputing_a_broadcast_value_pays_while_the_kernel_waits_on_memory():
     """Llama's causal mask, recomputed in each of the softmax's 4096 blocks instead
     of read: a compare or two per element hides under the kernel's memory time; a

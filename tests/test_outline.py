@@ -166,6 +166,26 @@ def test_region_module_matches_kernels_fused_region():
     assert compared > 20 and merged > 0
 
 
+
+def test_region_module_merges_a_custom_fusion_only_when_asked():
+    """A Triton (kCustom) fusion stays a fusion inside a priced region unless the
+    caller prices a fusion of it with its consumer (``merge_custom``): then its body
+    is copied in, as XLA's MergeFusionInstruction does."""
+    module = hlo_tools.parse("""HloModule m
+f { p = f32[4,8] parameter(0)  ROOT e = f32[4,8] exponential(p) }
+ENTRY e {
+  x = f32[4,8] parameter(0)
+  t = f32[4,8] fusion(x), kind=kCustom, calls=f
+  ROOT n = f32[4,8] negate(t)
+}""")
+    t, n = _get(module, "t", "n")
+    kept = region_module([t, n], kind="kCustom", root=n)
+    merged = region_module([t, n], kind="kCustom", root=n, merge_custom=True)
+    body = lambda m: sorted(i.opcode.value for i in m.entry.root.fused_computation)  # noqa: E731
+    assert body(kept) == ["fusion", "negate", "parameter"]
+    assert body(merged) == ["exponential", "negate", "parameter"]
+    hlo_tools.verify(merged)
+
 def test_outlines_a_region_of_a_computation_out_of_dependency_order():
     # cse can leave an order that is not topological (the printer then prints
     # the post order); the region's body still follows its dependencies

@@ -378,6 +378,70 @@ def test_a_joined_triton_fusion_gets_the_tiling_the_tiled_model_prefers():
     assert chosen < kernel_cost(t0, dev).exec_s
 
 
+_ROUTER_SM = ('{"fusion_backend_config":{"kind":"__triton","block_level_fusion_config":{"num_warps":"1",'
+              '"output_tiles":[{"sizes":["16","2"]}]}}}')
+ROUTER = f"""HloModule router
+add {{ a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }}
+norm {{ p = f32[1024,2] parameter(0)  z = f32[] constant(0)  s = f32[1024] reduce(p, z), dimensions={{1}}, to_apply=add
+       sb = f32[1024,2] broadcast(s), dimensions={{0}}  q = f32[1024,2] divide(p, sb)  ROOT o = bf16[1024,2] convert(q) }}
+hot {{ w = bf16[1024,2] parameter(0)  ids = s32[1024,2] parameter(1)
+      ib = s32[1024,2,8] broadcast(ids), dimensions={{0,1}}  io = s32[1024,2,8] iota(), iota_dimension=2
+      eq = pred[1024,2,8] compare(ib, io), direction=EQ  wb = bf16[1024,2,8] broadcast(w), dimensions={{0,1}}
+      z = bf16[] constant(0)  zb = bf16[1024,2,8] broadcast(z), dimensions={{}}  sel = bf16[1024,2,8] select(eq, wb, zb)
+      c = f32[1024,2,8] convert(sel)  zf = f32[] constant(0)  r = f32[1024,8] reduce(c, zf), dimensions={{1}}, to_apply=add
+      t = f32[8,1024] transpose(r), dimensions={{1,0}}  ROOT o = bf16[8,1024] convert(t) }}
+mix {{ x = bf16[1024,4096] parameter(0)  h = bf16[8,1024] parameter(1)  e = bf16[8,1024,4096] parameter(2)
+      hb = bf16[8,1024,4096] broadcast(h), dimensions={{0,1}}  m = bf16[8,1024,4096] multiply(hb, e)
+      c = f32[8,1024,4096] convert(m)  zf = f32[] constant(0)  s = f32[1024,4096] reduce(c, zf), dimensions={{0}}, to_apply=add
+      sc = bf16[1024,4096] convert(s)  ROOT o = bf16[1024,4096] add(x, sc) }}
+ENTRY e {{
+  p = f32[1024,2] parameter(0)
+  ids = s32[1024,2] parameter(1)
+  x = bf16[1024,4096] parameter(2)
+  experts = bf16[8,1024,4096] parameter(3)
+  t = bf16[1024,2] fusion(p), kind=kCustom, calls=norm, backend_config={_ROUTER_SM}
+  h = bf16[8,1024] fusion(t, ids), kind=kLoop, calls=hot
+  ROOT r = bf16[1024,4096] fusion(x, h, experts), kind=kLoop, calls=mix
+}}"""
+
+
+def test_a_triton_fusion_takes_its_consumer_of_new_dimensions_when_the_tiled_model_prices_it_faster():
+    """Mixtral's router: the top-2 weights' normalization (a Triton fusion,
+    [1024, 2]), their one-hot spread over the 8 experts and transpose ([8, 1024]),
+    the experts' weighted sum and the residual add ([1024, 4096]).  XLA:GPU's priority
+    fusion makes the three one Triton fusion, tiled afresh, as the tiled model finds
+    every instruction's tile and prices the one kernel faster; so does the pass, in
+    two joins, each priced so before it is made."""
+    from hlo_analysis.gpu_kernel_model import instruction_tiles, kernel_cost
+    from passes.fusion.triton_elementwise import TritonElementwiseFusion
+
+    dev = devices.load("h100")
+    apart = parse(ROUTER)
+    three = sum(kernel_cost(i, dev).exec_s for i in apart.entry if i.opcode.value == "fusion")
+    m = parse(ROUTER)
+    assert TritonElementwiseFusion().run(m)
+    root = m.entry.root
+    assert [i.opcode.value for i in m.entry if i.opcode.value != "parameter"] == ["fusion"]
+    config = root.backend_config["fusion_backend_config"]
+    assert config["kind"] == "__triton" and {"iota", "transpose", "divide"} <= {i.opcode.value for i in root.fused_computation}
+    sizes = [int(s) for s in config["block_level_fusion_config"]["output_tiles"][0]["sizes"]]
+    tiles = instruction_tiles(root.fused_computation, sizes)
+    assert all(len(tiles[id(i)]) == len(i.shape.dims) for i in root.fused_computation if i.shape.is_array)
+    assert kernel_cost(root, dev).exec_s < three
+
+
+def test_a_consumer_triton_cannot_emit_stays_a_kernel_of_its_own():
+    """The same router shifting the expert ids in the one-hot's kernel: Triton emits
+    no s32 arithmetic shift (XLA: "Unsupported elementwise operation"), so that
+    kernel is no Triton fusion's to take, and neither is the sum after it."""
+    from passes.fusion.triton_elementwise import TritonElementwiseFusion
+
+    m = parse(ROUTER.replace("ib = s32[1024,2,8] broadcast(ids)", """sh = s32[1024,2] shift-right-arithmetic(ids, ids)
+      ib = s32[1024,2,8] broadcast(sh)"""))
+    assert not TritonElementwiseFusion().run(m)
+    assert [i.name for i in m.entry if i.opcode.value == "fusion"] == ["t", "h", "r"]
+
+
 @pytest.mark.parametrize("line, emits", [
     ("f32[1024,8] reduce(p3, z), dimensions={0}, to_apply=add", True),  # a split-K GEMM's partial sums
     ("f32[8] reduce(p3, z), dimensions={0,1}, to_apply=add", False),

@@ -27,6 +27,14 @@ prices the merged fusion with XLA's tiled model (``gpu_kernel_model.tiled_cost``
 Once every join is made, a joined fusion's output tile is picked again as XLA picks
 a new fusion's, by the tiled model over the tilings that fit in registers
 (``_retile``): the halves' one-row tiles are not the whole softmax's best.
+
+XLA's priority fusion also fuses a Triton fusion into its only user when that is a
+loop fusion of other dimensions, which makes a generic Triton fusion (``_consumer``):
+it does so when its symbolic tile analysis tiles every instruction of the result and
+the tiled model prices the one kernel faster than the two.  Mixtral's router (top-2
+weights' normalization, their one-hot and transpose, the experts' weighted sum and
+the residual add) is so one kernel per layer on stock, and here, tiled afresh over
+every dimension (``_best_tiling(free=True)``).
 """
 
 from __future__ import annotations
@@ -46,7 +54,8 @@ from hlo_analysis.legality import ALLOW, Decision
 from hlo_analysis import devices
 from hlo_analysis.devices import Device
 from hlo_analysis.gpu_kernel_model import (instruction_flops, kernel_cost, output_tile_sizes, padded_tile_size,
-                                          recompute_in_tiles_pays, triton_kind)
+                                          recompute_in_tiles_pays, tiles_every_instruction, triton_kind)
+from hlo_analysis.kernels import fused_region
 from passes.base import FusionPass
 from passes.fuel import consume_fuel
 
@@ -117,7 +126,8 @@ def keeps_triton_joins(producer: list[Instruction], consumer: list[Instruction],
     embedding gather stays a kernel of its own and the first norm takes the convert
     of it.  Our priority fusion runs first; a gather fused into that convert would
     keep the convert out of the norm, and the kernel would write f32 for the norm to
-    read back.  Nor, when the Triton fusion would broadcast a value the producer
+    read back.  (Into an epilogue it may go: one round trip is saved either way, the
+    Triton fusion's output or the producer's.)  Nor, when the Triton fusion would broadcast a value the producer
     computes and others read, if XLA's tiled model prices recomputing it in every
     block slower than reading it (``recompute_in_tiles_pays``): Mistral's
     sliding-window mask and Llama's causal mask, each broadcast over 32 heads in
@@ -126,7 +136,7 @@ def keeps_triton_joins(producer: list[Instruction], consumer: list[Instruction],
     if not all(_emitted_by_triton(m) for m in consumer) or (t := _triton_to_join(consumer, outputs)) is None:
         return ALLOW
     kept = next((m for m in producer if not triton_emits(m)), None)
-    if kept is not None:
+    if kept is not None and t in outputs[0].users:  # an epilogue saves a round trip either way
         return Decision.forbid(f"would keep %{outputs[0].name} out of Triton fusion %{t.name}: "
                                f"Triton does not emit {kept.opcode.value} %{kept.name}")
     members = (*producer, *consumer)
@@ -297,6 +307,26 @@ def _joins_as_epilogue(u: Instruction, t: Instruction) -> bool:
     return u.shape.dims == t.shape.dims and (_elementwise_kernel(u) or _same_tiles(u, t))
 
 
+def _consumer(t: Instruction, device: Device) -> Instruction | None:
+    """``t``'s only user when XLA:GPU's priority fusion would fuse it into ``t`` as a
+    generic Triton fusion of new dimensions: a loop fusion Triton emits, every
+    instruction of the joined fusion tiled (XLA: ``SymbolicTileAnalysis``), and the
+    joined fusion, at its best tiling, faster by the tiled model than the two
+    kernels.  Mixtral's router: the top-2 weights' normalization (a Triton softmax,
+    [1024, 2]), their one-hot spread over 8 experts and transpose ([8, 1024]), the
+    experts' weighted sum and the residual add ([1024, 4096]): stock's one kernel."""
+    u = _only_user(t)
+    if (u is None or not u.shape.is_array or u.shape.dims == t.shape.dims or u.opcode is not _H.FUSION
+            or not triton_emits(u)):
+        return None
+    scratch = fused_region([t, u], root=u, kind="kCustom", merge_custom=True).entry.root
+    config = t.backend_config
+    if (tiling := _best_tiling(scratch, device, free=True, config=config)) is None:
+        return None
+    scratch.set_attribute("backend_config", _with_tiling(config, tiling))
+    return u if kernel_cost(scratch, device).exec_s < kernel_cost(t, device).exec_s + kernel_cost(u, device).exec_s else None
+
+
 def _copy_for(t: Instruction, producer: Instruction, rw: Rewriter) -> Instruction:
     """A copy of ``producer`` that ``t`` reads instead (its other users keep it)."""
     copy = rw.insert_before(t, producer.clone("dup"))
@@ -343,39 +373,55 @@ def _num_warps(tile: int) -> int:
     return 8
 
 
-def _retile(t: Instruction, device: Device, rw: Rewriter) -> None:
+def _retile(t: Instruction, device: Device, rw: Rewriter, *, free: bool = False) -> None:
     """A joined fusion is a new fusion, and XLA picks a new fusion's tiling by its
     tiled model over the tilings that fit in registers (``TryFindBestTilingForFusion``):
-    so here, with ours, over output tiles that keep the row and take powers of two of
-    the other dimensions.  The joined fusion keeps the first half's tiling otherwise
-    (Llama-3-8B's masked softmax: one head-row per block, [1, 1, 2048], where stock
-    picks [8, 1, 2048] and reads the mask's row once per 8 heads)."""
+    so here, with ours (``_best_tiling``).  The joined fusion keeps the first half's
+    tiling otherwise (Llama-3-8B's masked softmax: one head-row per block, [1, 1, 2048],
+    where stock picks [8, 1, 2048] and reads the mask's row once per 8 heads)."""
     config = t.backend_config
+    best = _best_tiling(t, device, free=free)
+    if best is not None:
+        rw.set_attribute(t, "backend_config", _with_tiling(config, best))
+
+
+def _with_tiling(config: dict, tiling: dict) -> str:
+    return format_backend_config(
+        {**config, "fusion_backend_config": {**config["fusion_backend_config"], "block_level_fusion_config": tiling}})
+
+
+def _best_tiling(t: Instruction, device: Device, *, free: bool, config: dict | None = None) -> dict | None:
+    """The block-level config of Triton fusion ``t`` the tiled model prices fastest,
+    among output tiles that fit in registers and take powers of two of each
+    dimension; ``free``: of every dimension (a fusion of new dimensions), otherwise
+    of the outer ones, keeping the row (and keeping the tiling as it is as a
+    candidate).  None when no tiling keeps track of every instruction's tile
+    (``tiles_every_instruction``).  ``config``: the backend config to start from, if
+    not ``t``'s.  Leaves ``t``'s own attributes as they were."""
+    had = t.attributes.get("backend_config")
+    config = config or t.backend_config
     blc = config["fusion_backend_config"]["block_level_fusion_config"]
-
-    def with_tiling(tiling: dict) -> str:
-        return format_backend_config(
-            {**config, "fusion_backend_config": {**config["fusion_backend_config"], "block_level_fusion_config": tiling}})
-
-    sizes = output_tile_sizes(t)
     dims = list(t.shape.dims)
-    if not sizes or len(sizes) != len(dims):
-        return
-    # each outer dimension: its tile as it is, or any larger power of two up to the dimension
-    options = [sorted({s} | {1 << k for k in range((d - 1).bit_length() + 1) if 1 << k > s}) for s, d in zip(sizes, dims)]
-    best, best_time = blc, math.inf
-    for outer in itertools.product(*options[:-1]):
-        cand = [*outer, sizes[-1]]
+    if free:
+        sizes, options = [], [[1 << k for k in range((d - 1).bit_length() + 1)] for d in dims]
+    elif not (sizes := output_tile_sizes(t)) or len(sizes) != len(dims):
+        return None
+    else:  # each outer dimension: its tile as it is, or any larger power of two up to the dimension
+        options = [*([s, *(1 << k for k in range((d - 1).bit_length() + 1) if 1 << k > s)]
+                     for s, d in zip(sizes[:-1], dims)), [sizes[-1]]]
+    best, best_time = None, math.inf
+    for cand in map(list, itertools.product(*options)):
         padded = padded_tile_size(cand)
-        if padded > _MAX_TILE and cand != sizes:
+        if padded > _MAX_TILE and cand != sizes or free and not tiles_every_instruction(t.fused_computation, cand):
             continue
         warps = blc.get("num_warps") if cand == sizes else None
         trial = {**blc, "output_tiles": [{"sizes": [str(c) for c in cand]}], "num_warps": warps or str(_num_warps(padded))}
-        t.set_attribute("backend_config", with_tiling(trial))
+        t.set_attribute("backend_config", _with_tiling(config, trial))
         time = kernel_cost(t, device).exec_s
         if time < best_time:
             best, best_time = trial, time
-    rw.set_attribute(t, "backend_config", with_tiling(best))
+    t.set_attribute("backend_config", had)
+    return best
 
 
 @dataclass(frozen=True)
@@ -391,15 +437,18 @@ class TritonElementwiseFusion(FusionPass):
         rw = Rewriter()
         device = devices.load(self.target)
         for comp in fusible_computations(module):
-            merged: set[str] = set()
+            merged: dict[str, bool] = {}  # joined fusion -> of new dimensions
             for t in [i for i in comp if triton_kind(i) == "__triton"]:
                 while t.parent is comp:  # not already joined to an earlier one as its epilogue
                     other, duplicate = _prologue(t) or (_epilogue(t), False)
+                    new_dims = other is None and (other := _consumer(t, device)) is not None
                     if other is None or not consume_fuel(
                             lambda: f"join {'a copy of ' if duplicate else ''}%{other.name} to Triton fusion %{t.name}"):
                         break
                     t = _merge(comp, t, _copy_for(t, other, rw) if duplicate else other, rw)
-                    merged.add(t.name)
+                    merged[t.name] = merged.get(t.name, False) or new_dims
+                    if new_dims:
+                        _retile(t, device, rw, free=True)  # the next join matches tiles with these
             for t in [i for i in comp if i.name in merged and triton_kind(i) == "__triton"]:  # after all joins:
-                _retile(t, device, rw)  # the joins above match tiles as XLA made them
+                _retile(t, device, rw, free=merged[t.name])  # the joins above match tiles as XLA made them
         return rw.changed
