@@ -14,6 +14,7 @@ import corpus
 from hlo_analysis import devices
 from hlo_lab.measured import xla_gpu_model
 from hlo_analysis.rank_stats import spearman
+from hlo_analysis.gpu_kernel_model import triton_kind
 from hlo_analysis.gpu_legality import gpu_outputs_compatible
 from hlo_analysis.roofline import roofline
 from hlo_lab.cli import main
@@ -440,6 +441,42 @@ def test_a_consumer_triton_cannot_emit_stays_a_kernel_of_its_own():
       ib = s32[1024,2,8] broadcast(sh)"""))
     assert not TritonElementwiseFusion().run(m)
     assert [i.name for i in m.entry if i.opcode.value == "fusion"] == ["t", "h", "r"]
+
+
+_LOGITS_SM = ('{"fusion_backend_config":{"kind":"__triton","block_level_fusion_config":{"num_warps":"1",'
+              '"output_tiles":[{"sizes":["4","8"]}]}}}')
+SPLIT_K_LOGITS = f"""HloModule logits
+add {{ a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }}
+partials {{ p = f32[16,1024,8] parameter(0)  z = f32[] constant(0)
+           r = f32[1024,8] reduce(p, z), dimensions={{0}}, to_apply=add  ROOT c = bf16[1024,8] convert(r) }}
+sm {{ x = bf16[1024,8] parameter(0)  f = f32[1024,8] convert(x)  z = f32[] constant(0)
+     s = f32[1024] reduce(f, z), dimensions={{1}}, to_apply=add  sb = f32[1024,8] broadcast(s), dimensions={{0}}
+     q = f32[1024,8] divide(f, sb)  ROOT o = bf16[1024,8] convert(q) }}
+ENTRY e {{
+  p = f32[16,1024,8] parameter(0)
+  k = bf16[1024,8] fusion(p), kind=kLoop, calls=partials
+  ROOT t = bf16[1024,8] fusion(k), kind=kCustom, calls=sm, backend_config={_LOGITS_SM}
+}}"""
+
+
+@pytest.mark.parametrize("partials, joins", [(1, True), (2, False)])
+def test_a_triton_fusion_takes_a_split_k_reduce_as_its_prologue(partials, joins):
+    """Mixtral's router logits come from a split-K GEMM: its 16 partial sums are
+    reduced (and converted) in a loop fusion the router's softmax alone reads.  XLA's
+    priority fusion puts that reduce in the softmax's Triton fusion, as the tiled
+    model tiles it ([16, 4, 8] per block) and prices one kernel faster; so does the
+    pass.  A reduce over two dimensions is not on Triton's support list: no join."""
+    from passes.fusion.triton_elementwise import TritonElementwiseFusion
+
+    text = SPLIT_K_LOGITS
+    if partials == 2:
+        text = text.replace("f32[16,1024,8]", "f32[4,4,1024,8]").replace("dimensions={0}", "dimensions={0,1}")
+    m = parse(text)
+    assert TritonElementwiseFusion().run(m) is joins
+    t = m.entry.root
+    assert t.opcode.value == "fusion" and triton_kind(t) == "__triton"
+    assert ("reduce" in {i.opcode.value for i in t.fused_computation if i.shape.dims != (1024,)}) is joins
+    assert len([i for i in m.entry if i.opcode.value == "fusion"]) == (1 if joins else 2)
 
 
 @pytest.mark.parametrize("line, emits", [

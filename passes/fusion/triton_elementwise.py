@@ -249,15 +249,19 @@ def _emitted_by_triton(instr: Instruction) -> bool:
     return _elementwise_kernel(instr) if instr.opcode is HloOpcode.FUSION else _tileable(instr)
 
 
-def _prologue(t: Instruction) -> tuple[Instruction, bool] | None:
+def _prologue(t: Instruction, device: Device) -> tuple[Instruction, bool] | None:
     """An operand of ``t`` that can become its prologue, and whether it must be
-    duplicated: an elementwise kernel only ``t`` reads, or a Triton fusion with
-    ``t``'s dimensions and tiles (a norm whose output feeds the next norm: XLA:GPU
-    puts both reductions in one kernel).  A Triton producer that others read too is
-    duplicated into ``t`` when that moves fewer bytes (``_duplication_pays``)."""
+    duplicated: an elementwise kernel only ``t`` reads, any other loop fusion only
+    ``t`` reads that XLA would fuse in (``_one_kernel_pays``: Mixtral's router
+    logits, the reduce of a split-K GEMM's partial sums, in stock's router softmax),
+    or a Triton fusion with ``t``'s dimensions and tiles (a norm whose output feeds
+    the next norm: XLA:GPU puts both reductions in one kernel).  A Triton producer
+    that others read too is duplicated into ``t`` when that moves fewer bytes
+    (``_duplication_pays``)."""
     for o in dict.fromkeys(t.operands):
         only_t = all(u is t for u in o.users)
-        if _elementwise_kernel(o) and only_t:
+        if only_t and (_elementwise_kernel(o) or o.opcode is _H.FUSION and triton_emits(o)
+                       and _one_kernel_pays(t, o, device, free=False)):
             return o, False
         if _same_tiles(o, t):
             if only_t:
@@ -309,22 +313,35 @@ def _joins_as_epilogue(u: Instruction, t: Instruction) -> bool:
 
 def _consumer(t: Instruction, device: Device) -> Instruction | None:
     """``t``'s only user when XLA:GPU's priority fusion would fuse it into ``t`` as a
-    generic Triton fusion of new dimensions: a loop fusion Triton emits, every
-    instruction of the joined fusion tiled (XLA: ``SymbolicTileAnalysis``), and the
-    joined fusion, at its best tiling, faster by the tiled model than the two
-    kernels.  Mixtral's router: the top-2 weights' normalization (a Triton softmax,
-    [1024, 2]), their one-hot spread over 8 experts and transpose ([8, 1024]), the
-    experts' weighted sum and the residual add ([1024, 4096]): stock's one kernel."""
+    generic Triton fusion of new dimensions (``_one_kernel_pays``, tiled afresh): a
+    loop fusion Triton emits.  Mixtral's router: the top-2 weights' normalization (a
+    Triton softmax, [1024, 2]), their one-hot spread over 8 experts and transpose
+    ([8, 1024]), the experts' weighted sum and the residual add ([1024, 4096]):
+    stock's one kernel."""
     u = _only_user(t)
     if (u is None or not u.shape.is_array or u.shape.dims == t.shape.dims or u.opcode is not _H.FUSION
             or not triton_emits(u)):
         return None
-    scratch = fused_region([t, u], root=u, kind="kCustom", merge_custom=True).entry.root
+    return u if _one_kernel_pays(t, u, device, free=True) else None
+
+
+def _one_kernel_pays(t: Instruction, other: Instruction, device: Device, *, free: bool) -> bool:
+    """Would Triton fusion ``t`` and ``other`` (its producer or its only user), made
+    one Triton fusion (XLA: ``MergeFusionInstruction``), have every instruction tiled
+    (XLA: ``SymbolicTileAnalysis``) and be faster by the tiled model than the two
+    kernels?  At ``t``'s tiling, or (``free``: the fusion has new dimensions) at its
+    best tiling over every dimension.  XLA's priority fusion asks the same of a
+    producer-consumer pair with a Triton side."""
+    producer, consumer = (other, t) if other in t.operands else (t, other)
+    scratch = fused_region([producer, consumer], root=consumer, kind="kCustom", merge_custom=True).entry.root
     config = t.backend_config
-    if (tiling := _best_tiling(scratch, device, free=True, config=config)) is None:
-        return None
+    tiling = (_best_tiling(scratch, device, free=True, config=config) if free
+              else config["fusion_backend_config"]["block_level_fusion_config"])
+    if tiling is None or not tiles_every_instruction(
+            scratch.fused_computation, [int(n) for n in tiling["output_tiles"][0]["sizes"]]):
+        return False
     scratch.set_attribute("backend_config", _with_tiling(config, tiling))
-    return u if kernel_cost(scratch, device).exec_s < kernel_cost(t, device).exec_s + kernel_cost(u, device).exec_s else None
+    return kernel_cost(scratch, device).exec_s < kernel_cost(t, device).exec_s + kernel_cost(other, device).exec_s
 
 
 def _copy_for(t: Instruction, producer: Instruction, rw: Rewriter) -> Instruction:
@@ -440,7 +457,7 @@ class TritonElementwiseFusion(FusionPass):
             merged: dict[str, bool] = {}  # joined fusion -> of new dimensions
             for t in [i for i in comp if triton_kind(i) == "__triton"]:
                 while t.parent is comp:  # not already joined to an earlier one as its epilogue
-                    other, duplicate = _prologue(t) or (_epilogue(t), False)
+                    other, duplicate = _prologue(t, device) or (_epilogue(t), False)
                     new_dims = other is None and (other := _consumer(t, device)) is not None
                     if other is None or not consume_fuel(
                             lambda: f"join {'a copy of ' if duplicate else ''}%{other.name} to Triton fusion %{t.name}"):
