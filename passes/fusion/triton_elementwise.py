@@ -29,9 +29,11 @@ a new fusion's, by the tiled model over the tilings that fit in registers
 (``_retile``): the halves' one-row tiles are not the whole softmax's best.
 
 XLA's priority fusion also fuses a Triton fusion into its only user when that is a
-loop fusion of other dimensions, which makes a generic Triton fusion (``_consumer``):
-it does so when its symbolic tile analysis tiles every instruction of the result and
-the tiled model prices the one kernel faster than the two.  Mixtral's router (top-2
+loop fusion of other dimensions, which makes a generic Triton fusion (``_consumer``),
+and any loop fusion Triton emits into the Triton fusion that alone reads it (a
+split-K GEMM's partial sums into the softmax after it, ``_prologue``): it does so
+when its symbolic tile analysis tiles every instruction of the result and the
+tiled model prices the one kernel faster than the two (``_one_kernel_pays``).  Mixtral's router (top-2
 weights' normalization, their one-hot and transpose, the experts' weighted sum and
 the residual add) is so one kernel per layer on stock, and here, tiled afresh over
 every dimension (``_best_tiling(free=True)``).
@@ -127,12 +129,13 @@ def keeps_triton_joins(producer: list[Instruction], consumer: list[Instruction],
     of it.  Our priority fusion runs first; a gather fused into that convert would
     keep the convert out of the norm, and the kernel would write f32 for the norm to
     read back.  (Into an epilogue it may go: one round trip is saved either way, the
-    Triton fusion's output or the producer's.)  Nor, when the Triton fusion would broadcast a value the producer
-    computes and others read, if XLA's tiled model prices recomputing it in every
-    block slower than reading it (``recompute_in_tiles_pays``): Mistral's
-    sliding-window mask and Llama's causal mask, each broadcast over 32 heads in
-    every layer's softmax, stay one kernel, as on stock; so does Mixtral's, which
-    its softmaxes apply before and after (``where(mask, probs, 0)``)."""
+    Triton fusion's output or the producer's.)  Nor, when the Triton fusion would
+    broadcast a value the producer computes and others read, if XLA's tiled model
+    prices recomputing it in every block slower than reading it
+    (``recompute_in_tiles_pays``): Mistral's sliding-window mask and Llama's causal
+    mask, each broadcast over 32 heads in every layer's softmax, stay one kernel, as
+    on stock; so does Mixtral's, which its softmaxes apply before and after
+    (``where(mask, probs, 0)``)."""
     if not all(_emitted_by_triton(m) for m in consumer) or (t := _triton_to_join(consumer, outputs)) is None:
         return ALLOW
     kept = next((m for m in producer if not triton_emits(m)), None)
