@@ -58,7 +58,7 @@ def gpu_fusion_kind(region: Sequence[Instruction], outputs: Sequence[Instruction
         return o.opcode in _REDUCTIONS or (body is not None and reduces(body.root)) or (
             o.opcode is HloOpcode.TUPLE and any(reduces(x) for x in o.operands))
 
-    if any(reduces(o) for o in outputs) or any(_tiled_transpose(x) for i in region for x in inner(i)):
+    if any(reduces(o) for o in outputs) or any(tiled_transpose(x) for i in region for x in inner(i)):
         return INPUT
     return LOOP
 
@@ -81,7 +81,7 @@ def _minor(shape) -> int:
     return sizes[-1] if sizes else 1
 
 
-def _tiled_transpose(instr: Instruction) -> bool:
+def tiled_transpose(instr: Instruction) -> bool:
     """A transpose of the physically minor dimension that XLA:GPU's transpose
     emitter takes (``MIN_TILED_DIM``)."""
     if not transposes_minor(instr):

@@ -433,7 +433,7 @@ def launch_dimensions(kernel: Instruction, device: Device, fig: GpuFigures | Non
         n = (len(root.operands) - 1) // 2
         return _loop_launch(_elements(root.operands[n + 1].shape), 1, device)
     transposes = [i for i in body if transposes_minor(i)]
-    if transposes and kernel.fusion_kind == "kInput":
+    if transposes and transpose_emitter(kernel):
         shape = transposes[0].shape
         phys = physical_dims(shape)
         minor = phys[-1][1] if phys else 1
@@ -483,13 +483,32 @@ def transposes_minor(instr: Instruction) -> bool:
     return bool(src_phys) and bool(dst_phys) and src_phys[-1] != dst_phys[-1]
 
 
+def transpose_emitter(kernel: Instruction) -> bool:
+    """Does XLA:GPU emit fusion ``kernel`` with its transpose emitter (tiles through
+    shared memory: reads and writes coalesced)?  A kInput fusion without a reduction
+    hero (labelled for a transpose), or, whatever the label, one whose root's hero is a
+    tiled transpose: XLA picks the emitter from the roots' heroes (HloFusionAnalysis),
+    and a multi-output fusion of a loop output and a transpose keeps its kLoop label
+    (Qwen3-MoE's Adam update, writing the parameter and its transpose: 31.3 ms priced
+    as uncoalesced loop reads, 1.5 ms by XLA's own estimate)."""
+    from .fusion_kind import tiled_transpose  # fusion_kind builds on this module
+
+    body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
+    if body is None:
+        return False
+    heroes = [_hero(r) for r in output_roots(body)]
+    if any(h.opcode is _H.REDUCE for h in heroes):
+        return False
+    return kernel.fusion_kind == "kInput" or any(tiled_transpose(h) for h in heroes)
+
+
 def coalesced(kernel: Instruction) -> bool:
     """IsReadCoalescedHeuristic: a fusion that is not a transpose emitter and holds a
     transpose of the minor dimension (not of a broadcast) reads uncoalesced."""
     body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
     if body is None:
         return not transposes_minor(kernel)
-    if kernel.fusion_kind == "kInput" and not any(_hero(r).opcode is _H.REDUCE for r in output_roots(body)):
+    if transpose_emitter(kernel):
         return True  # the transpose emitter tiles through shared memory
     for i in body:
         if transposes_minor(i) and i.operands[0].opcode is not _H.BROADCAST:

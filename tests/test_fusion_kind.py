@@ -5,7 +5,7 @@ against the labels XLA:GPU itself gave the corpus's fusions (jaxlib 0.12, H100).
 from __future__ import annotations
 
 import corpus
-from hlo_analysis.fusion_kind import INPUT, LOOP, _REDUCTIONS, _tiled_transpose, gpu_fusion_kind
+from hlo_analysis.fusion_kind import INPUT, LOOP, _REDUCTIONS, tiled_transpose, gpu_fusion_kind
 from hlo_analysis.gpu_kernel_model import transposes_minor
 from hlo_tools import parse
 from hlo_tools.opcode import ELEMENTWISE, HloOpcode
@@ -35,7 +35,7 @@ def _transpose_heroes():
 def test_transpose_rule_agrees_with_xla_gpus_own_labels():
     rows = list(_transpose_heroes())
     assert len(rows) > 500 and {k for k, _ in rows} == {INPUT, LOOP}
-    agree = sum((kind == INPUT) == _tiled_transpose(t) for kind, t in rows)
+    agree = sum((kind == INPUT) == tiled_transpose(t) for kind, t in rows)
     assert agree / len(rows) >= 0.95, (agree, len(rows))
 
 
