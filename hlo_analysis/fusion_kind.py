@@ -14,7 +14,7 @@ from typing import Sequence
 from hlo_tools.ir import Instruction
 from hlo_tools.opcode import HloOpcode
 
-from .gpu_kernel_model import physical_dims, transposes_minor
+from .gpu_kernel_model import tiled_transpose
 
 LOOP, INPUT, OUTPUT, CUSTOM = "kLoop", "kInput", "kOutput", "kCustom"
 KINDS = frozenset({LOOP, INPUT, OUTPUT, CUSTOM})
@@ -61,34 +61,3 @@ def gpu_fusion_kind(region: Sequence[Instruction], outputs: Sequence[Instruction
     if any(reduces(o) for o in outputs) or any(tiled_transpose(x) for i in region for x in inner(i)):
         return INPUT
     return LOOP
-
-
-#: When XLA:GPU's transpose emitter takes a transpose, by the two physically
-#: minor dimensions it swaps (unit dimensions dropped): both at least
-#: ``MIN_TILED_DIM`` with ``MIN_TILED_TOTAL`` elements between them; or, for an
-#: element type narrower than 32 bits, a narrow side of 8 elements, or of one
-#: 32-bit word (the packed transpose of recent XLA), against a wide side of at
-#: least ``MIN_PACKED_WIDE``.  Calibrated on XLA:GPU's own labels (jaxlib 0.12,
-#: H100) of the corpus's fusions whose hero is a transpose: 97% agree
-#: (tests/test_fusion_kind.py); XLA's rule changes between versions
-#: (ir_emission_utils.cc, GetDescriptionForTiledTransposeEmitter).
-MIN_TILED_DIM, MIN_TILED_TOTAL, MIN_PACKED_WIDE = 16, 16 * 16, 1024
-
-
-def _minor(shape) -> int:
-    """The size of the physically minor dimension, unit dimensions dropped."""
-    sizes = [s for _, s in physical_dims(shape) if s > 1]
-    return sizes[-1] if sizes else 1
-
-
-def tiled_transpose(instr: Instruction) -> bool:
-    """A transpose of the physically minor dimension that XLA:GPU's transpose
-    emitter takes (``MIN_TILED_DIM``)."""
-    if not transposes_minor(instr):
-        return False
-    a, b = _minor(instr.operand(0).shape), _minor(instr.shape)
-    narrow, wide = min(a, b), max(a, b)
-    if narrow >= MIN_TILED_DIM and narrow * wide >= MIN_TILED_TOTAL:
-        return True
-    bits = instr.shape.element_type.bit_width
-    return bits < 32 and wide >= MIN_PACKED_WIDE and (narrow >= 8 or narrow * bits == 32)

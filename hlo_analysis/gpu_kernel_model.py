@@ -483,6 +483,37 @@ def transposes_minor(instr: Instruction) -> bool:
     return bool(src_phys) and bool(dst_phys) and src_phys[-1] != dst_phys[-1]
 
 
+#: When XLA:GPU's transpose emitter takes a transpose, by the two physically
+#: minor dimensions it swaps (unit dimensions dropped): both at least
+#: ``MIN_TILED_DIM`` with ``MIN_TILED_TOTAL`` elements between them; or, for an
+#: element type narrower than 32 bits, a narrow side of 8 elements, or of one
+#: 32-bit word (the packed transpose of recent XLA), against a wide side of at
+#: least ``MIN_PACKED_WIDE``.  Calibrated on XLA:GPU's own labels (jaxlib 0.12,
+#: H100) of the corpus's fusions whose hero is a transpose: 97% agree
+#: (tests/test_fusion_kind.py); XLA's rule changes between versions
+#: (ir_emission_utils.cc, GetDescriptionForTiledTransposeEmitter).
+MIN_TILED_DIM, MIN_TILED_TOTAL, MIN_PACKED_WIDE = 16, 16 * 16, 1024
+
+
+def _minor_size(shape) -> int:
+    """The size of the physically minor dimension, unit dimensions dropped."""
+    sizes = [s for _, s in physical_dims(shape) if s > 1]
+    return sizes[-1] if sizes else 1
+
+
+def tiled_transpose(instr: Instruction) -> bool:
+    """A transpose of the physically minor dimension that XLA:GPU's transpose
+    emitter takes (``MIN_TILED_DIM``)."""
+    if not transposes_minor(instr):
+        return False
+    a, b = _minor_size(instr.operand(0).shape), _minor_size(instr.shape)
+    narrow, wide = min(a, b), max(a, b)
+    if narrow >= MIN_TILED_DIM and narrow * wide >= MIN_TILED_TOTAL:
+        return True
+    bits = instr.shape.element_type.bit_width
+    return bits < 32 and wide >= MIN_PACKED_WIDE and (narrow >= 8 or narrow * bits == 32)
+
+
 def transpose_emitter(kernel: Instruction) -> bool:
     """Does XLA:GPU emit fusion ``kernel`` with its transpose emitter (tiles through
     shared memory: reads and writes coalesced)?  A kInput fusion without a reduction
@@ -491,8 +522,6 @@ def transpose_emitter(kernel: Instruction) -> bool:
     and a multi-output fusion of a loop output and a transpose keeps its kLoop label
     (Qwen3-MoE's Adam update, writing the parameter and its transpose: 31.3 ms priced
     as uncoalesced loop reads, 1.5 ms by XLA's own estimate)."""
-    from .fusion_kind import tiled_transpose  # fusion_kind builds on this module
-
     body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
     if body is None:
         return False

@@ -5,7 +5,8 @@ against the labels XLA:GPU itself gave the corpus's fusions (jaxlib 0.12, H100).
 from __future__ import annotations
 
 import corpus
-from hlo_analysis.fusion_kind import INPUT, LOOP, _REDUCTIONS, tiled_transpose, gpu_fusion_kind
+from hlo_analysis.fusion_kind import INPUT, LOOP, _REDUCTIONS, gpu_fusion_kind
+from hlo_analysis.gpu_kernel_model import tiled_transpose
 from hlo_analysis.gpu_kernel_model import transposes_minor
 from hlo_tools import parse
 from hlo_tools.opcode import ELEMENTWISE, HloOpcode
