@@ -673,7 +673,8 @@ def tiles_every_instruction(body: Computation, out_tile: list[int]) -> bool:
     dimension (no approximation by size)?  What a fusion needs before it is made a
     Triton fusion of its own: XLA's emitter tiles every instruction so."""
     tiles = instruction_tiles(body, out_tile)
-    return all(len(tiles.get(id(i), ())) == len(i.shape.dims) for i in body if i.shape.is_array and i.users or i is body.root)
+    return all(len(tiles.get(id(i), ())) == len(i.shape.dims)
+               for i in body if (i.shape.is_array and i.users) or i is body.root)
 
 
 def _operand_tile(instr: Instruction, index: int, tile: list[int]) -> list[int]:

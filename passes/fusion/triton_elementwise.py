@@ -338,10 +338,13 @@ def _one_kernel_pays(t: Instruction, other: Instruction, device: Device, *, free
     producer, consumer = (other, t) if other in t.operands else (t, other)
     scratch = fused_region([producer, consumer], root=consumer, kind="kCustom", merge_custom=True).entry.root
     config = t.backend_config
-    tiling = (_best_tiling(scratch, device, free=True, config=config) if free
-              else config["fusion_backend_config"]["block_level_fusion_config"])
-    if tiling is None or not tiles_every_instruction(
-            scratch.fused_computation, [int(n) for n in tiling["output_tiles"][0]["sizes"]]):
+    if free:  # its best tiling, among those that tile every instruction
+        tiling = _best_tiling(scratch, device, free=True, config=config)
+    else:
+        tiling = config["fusion_backend_config"]["block_level_fusion_config"]
+        if not tiles_every_instruction(scratch.fused_computation, output_tile_sizes(t)):
+            return False
+    if tiling is None:
         return False
     scratch.set_attribute("backend_config", _with_tiling(config, tiling))
     return kernel_cost(scratch, device).exec_s < kernel_cost(t, device).exec_s + kernel_cost(other, device).exec_s
@@ -422,13 +425,15 @@ def _best_tiling(t: Instruction, device: Device, *, free: bool, config: dict | N
     config = config or t.backend_config
     blc = config["fusion_backend_config"]["block_level_fusion_config"]
     dims = list(t.shape.dims)
+    def powers_of_two(d: int) -> list[int]:  # 1, 2, 4... up to the first covering dimension d
+        return [1 << k for k in range((d - 1).bit_length() + 1)]
+
     if free:
-        sizes, options = [], [[1 << k for k in range((d - 1).bit_length() + 1)] for d in dims]
+        sizes, options = [], [powers_of_two(d) for d in dims]
     elif not (sizes := output_tile_sizes(t)) or len(sizes) != len(dims):
         return None
     else:  # each outer dimension: its tile as it is, or any larger power of two up to the dimension
-        options = [*([s, *(1 << k for k in range((d - 1).bit_length() + 1) if 1 << k > s)]
-                     for s, d in zip(sizes[:-1], dims)), [sizes[-1]]]
+        options = [*([s, *(p for p in powers_of_two(d) if p > s)] for s, d in zip(sizes[:-1], dims)), [sizes[-1]]]
     best, best_time = None, math.inf
     for cand in map(list, itertools.product(*options)):
         padded = padded_tile_size(cand)
