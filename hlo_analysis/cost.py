@@ -109,7 +109,7 @@ def is_kernel(instr: Instruction) -> bool:
     if instr.opcode is _H.CUSTOM_CALL and is_sharding_annotation(instr):
         return False  # the partitioner's marks: no kernel, no launch
     if instr.opcode is _H.TRANSPOSE and instr.shape.is_array:
-        return not _is_effective_bitcast_transpose(instr)
+        return not transpose_is_bitcast(instr)
     return not instr.opcode_text.endswith("-done")
 
 
@@ -184,7 +184,7 @@ class _Props:
         return _Props(self.flops, self.trans, self.bytes, self.out, self.read, self.unknown)
 
 
-def _is_effective_bitcast_transpose(instr: Instruction) -> bool:
+def transpose_is_bitcast(instr: Instruction) -> bool:
     """ShapeUtil::TransposeIsBitcast: the permutation only relabels the physical order."""
     src, dst = instr.operands[0].shape, instr.shape
     if src.element_type is not dst.element_type:
@@ -326,7 +326,7 @@ class CostAnalysis:
                 p.trans = n_out
             else:
                 p.flops = n_out * _FLOPS_PER_ELEMENT.get(op, 1)
-        elif op in _FREE_OPS or (op is _H.TRANSPOSE and _is_effective_bitcast_transpose(instr)):
+        elif op in _FREE_OPS or (op is _H.TRANSPOSE and transpose_is_bitcast(instr)):
             p.bytes = p.out = p.read = 0
         elif op is _H.DOT:
             p.flops = dot_flops(instr)

@@ -17,7 +17,7 @@ from hlo_tools.ir import Computation, Instruction
 from hlo_tools.opcode import ELEMENTWISE, HloOpcode
 from hlo_tools.shape import PrimitiveType, Shape
 
-from .cost import dot_flops
+from .cost import dot_flops, transpose_is_bitcast
 from .devices import Device
 
 _H = HloOpcode
@@ -453,6 +453,79 @@ def _hero(root: Instruction) -> Instruction:
     return root
 
 
+def _row_major(shape: Shape) -> bool:
+    """Are the non-unit dimensions of ``shape`` laid out in logical order?"""
+    order = [d for d, s in physical_dims(shape) if s > 1]
+    return order == sorted(order)
+
+
+def _intermediate(instr: Instruction, operands: int) -> bool:
+    """IsIntermediate: an op the hero walk passes through, with 1 to ``operands``
+    operands: elementwise (a copy only when it keeps the layout), a bitcast, or a
+    reshape or transpose that only relabels memory."""
+    if not 1 <= len(instr.operands) <= operands:
+        return False
+    op = instr.opcode
+    if op is _H.COPY:
+        return instr.shape == instr.operand(0).shape
+    if op in _ELEMENTWISE or op is _H.BITCAST:
+        return True
+    if op is _H.RESHAPE:
+        src, dst = instr.operand(0).shape, instr.shape
+        return src.is_array and dst.is_array and _row_major(src) and _row_major(dst)
+    return op is _H.TRANSPOSE and transpose_is_bitcast(instr)
+
+
+def _unique_hero(start: Instruction, wanted) -> Instruction | None:
+    """The one instruction ``wanted`` accepts among those reached from ``start``
+    through intermediate ops, if no op but intermediate ones (and the tuple) reads
+    it; None when there are none or several (FindNonTrivialHero's search)."""
+    found: Instruction | None = None
+    queue, seen = [start], {id(start)}
+    while queue:
+        node = queue.pop(0)
+        if wanted(node):
+            if found is not None:
+                return None
+            found = node
+            continue
+        if not _intermediate(node, 3):
+            continue
+        for o in node.operands:
+            if id(o) not in seen and o.opcode is not _H.PARAMETER:
+                seen.add(id(o))
+                queue.append(o)
+    if found is None:
+        return None
+    users, seen = list(found.users), set()
+    while users:
+        u = users.pop()
+        if id(u) in seen:
+            continue
+        seen.add(id(u))
+        if u.opcode is not _H.TUPLE and not _intermediate(u, 3):
+            return None
+        users.extend(u.users)
+    return found
+
+
+def non_trivial_hero(root: Instruction, tiled=None) -> Instruction:
+    """FindNonTrivialHero for one output of a fused computation: the op whose
+    emitter XLA:GPU uses for it. Up the unary intermediate ops from ``root``; then
+    the one tiled transpose (``tiled``, default ``tiled_transpose``) or concatenate
+    reached through elementwise ops that only elementwise ops read; else a reduce;
+    else ``root`` (the loop emitter). A transpose under a slice is no hero: that
+    fusion is a loop reading it uncoalesced."""
+    hero = root
+    while _intermediate(hero, 1) and hero.operand(0).opcode is not _H.PARAMETER:
+        hero = hero.operand(0)
+    for wanted in (tiled or tiled_transpose, lambda i: i.opcode is _H.CONCATENATE):
+        found = _unique_hero(hero, wanted)
+        if found is not None:
+            return found
+    return hero if hero.opcode is _H.REDUCE else root
+
+
 def output_roots(body: Computation) -> list[Instruction]:
     """The values a fused computation writes: its root, or each element of a tuple root."""
     root = body.root
@@ -516,19 +589,23 @@ def tiled_transpose(instr: Instruction) -> bool:
 
 def transpose_emitter(kernel: Instruction) -> bool:
     """Does XLA:GPU emit fusion ``kernel`` with its transpose emitter (tiles through
-    shared memory: reads and writes coalesced)?  A kInput fusion without a reduction
-    hero (labelled for a transpose), or, whatever the label, one whose root's hero is a
-    tiled transpose: XLA picks the emitter from the roots' heroes (HloFusionAnalysis),
-    and a multi-output fusion of a loop output and a transpose keeps its kLoop label
-    (Qwen3-MoE's Adam update, writing the parameter and its transpose: 31.3 ms priced
-    as uncoalesced loop reads, 1.5 ms by XLA's own estimate)."""
+    shared memory: reads and writes coalesced)?  When a root's hero
+    (``non_trivial_hero``) is a tiled transpose and none is a reduce: XLA picks the
+    emitter from the roots' heroes (HloFusionAnalysis), not the label. A
+    multi-output fusion of a loop output and a transpose keeps its kLoop label
+    (Qwen3-MoE's Adam update, writing the parameter and its transpose: 31.3 ms
+    priced as uncoalesced loop reads, 1.5 ms by XLA's own estimate); a kInput one
+    whose transpose feeds a slice is a loop (Qwen3-MoE's expert GEMM transposed
+    into its SiLU consumers). A kInput label vouches for the tiling (XLA's own
+    threshold, which ``tiled_transpose`` only approximates), not for the hero."""
     body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
     if body is None:
         return False
-    heroes = [_hero(r) for r in output_roots(body)]
+    tiled = transposes_minor if kernel.fusion_kind == "kInput" else tiled_transpose
+    heroes = [non_trivial_hero(r, tiled) for r in output_roots(body)]
     if any(h.opcode is _H.REDUCE for h in heroes):
         return False
-    return kernel.fusion_kind == "kInput" or any(tiled_transpose(h) for h in heroes)
+    return any(tiled(h) for h in heroes)
 
 
 def coalesced(kernel: Instruction) -> bool:

@@ -187,15 +187,52 @@ ENTRY %e {
   %y = bf16[64,256,512]{2,1,0} parameter(1)
   %u = (bf16[64,256,512]{2,1,0}, bf16[64,512,256]{2,1,0}) fusion(%x, %y), kind=kLoop, calls=%f
   %v = bf16[64,512,128]{2,1,0} fusion(%x), kind=kLoop, calls=%g
-  ROOT %o = (bf16[64,512,128]{2,1,0}, (bf16[64,256,512]{2,1,0}, bf16[64,512,256]{2,1,0})) tuple(%v, %u)
+  %w = bf16[64,512,128]{2,1,0} fusion(%x), kind=kInput, calls=%g
+  ROOT %o = (bf16[64,512,128]{2,1,0}, bf16[64,512,128]{2,1,0}, (bf16[64,256,512]{2,1,0}, bf16[64,512,256]{2,1,0})) tuple(%v, %w, %u)
 }
 """)
-    u, v = (next(i for i in m.entry if i.name == n) for n in "uv")
+    u, v, w = (next(i for i in m.entry if i.name == n) for n in "uvw")
     assert g.transpose_emitter(u) and g.coalesced(u)
     assert not g.transpose_emitter(v) and not g.coalesced(v)
+    # labelled kInput (as a fusion with a tiled transpose inside is), still a loop:
+    # Qwen3-MoE's expert GEMM transposed into the slices its SiLU halves read
+    assert not g.transpose_emitter(w) and not g.coalesced(w)
     uncoalesced = g.kernel_cost(u, H100, reads=[g.OperandRead(r.total, r.net, r.element_bytes, False)
                                                  for r in g.operand_reads(u)])
     assert g.kernel_cost(u, H100).exec_s < uncoalesced.exec_s / 5
+
+
+def test_the_hero_walk_passes_elementwise_ops_with_other_operands_but_not_a_reduce_or_a_second_transpose():
+    """FindNonTrivialHero: from the root up unary ops, then a search through
+    elementwise ops of up to three operands for the one tiled transpose, which
+    only elementwise ops may read."""
+    m = _module("""%f (p: f32[256,512], q: f32[512,256]) -> f32[512,256] {
+  %p = f32[256,512]{1,0} parameter(0)
+  %q = f32[512,256]{1,0} parameter(1)
+  %t = f32[512,256]{1,0} transpose(%p), dimensions={1,0}
+  %a = f32[512,256]{1,0} add(%t, %q)
+  ROOT %n = f32[512,256]{1,0} negate(%a)
+}
+
+%g (p: f32[256,512]) -> f32[512,256] {
+  %p = f32[256,512]{1,0} parameter(0)
+  %t = f32[512,256]{1,0} transpose(%p), dimensions={1,0}
+  %u = f32[512,256]{1,0} transpose(%p), dimensions={1,0}
+  ROOT %a = f32[512,256]{1,0} add(%t, %u)
+}
+
+ENTRY %e {
+  %x = f32[256,512]{1,0} parameter(0)
+  %y = f32[512,256]{1,0} parameter(1)
+  %one = f32[512,256]{1,0} fusion(%x, %y), kind=kLoop, calls=%f
+  ROOT %two = f32[512,256]{1,0} fusion(%x), kind=kInput, calls=%g
+}
+""")
+    one, two = (next(i for i in m.entry if i.name == n) for n in ("one", "two"))
+    assert g.non_trivial_hero(one.fused_computation.root).name == "t"
+    assert g.transpose_emitter(one)
+    root = two.fused_computation.root
+    assert g.non_trivial_hero(root) is root and not g.transpose_emitter(two)
 
 
 def test_recomputing_a_broadcast_value_pays_while_the_kernel_waits_on_memory():
