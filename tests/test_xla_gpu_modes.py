@@ -173,6 +173,40 @@ def test_gpu_priority_fusion_follows_xlas_bitcast_rules(rules):
     assert ("rope", ("padded",), "merge") in [(p, c, how) for p, c, _, how in log.steps]
 
 
+EXPERT_TRANSPOSE = """HloModule moe
+fused_t {
+  p = bf16[8,4096,1536]{2,1,0} parameter(0)
+  ROOT t = bf16[8,1536,4096]{2,1,0} transpose(p), dimensions={0,2,1}
+}
+ENTRY e {
+  x = bf16[8,4096,1536]{2,1,0} parameter(0)
+  t = bf16[8,1536,4096]{2,1,0} fusion(x), kind=kInput, calls=fused_t
+  g = bf16[8,768,4096]{2,1,0} slice(t), slice={[0:8], [0:768], [0:4096]}
+  u = bf16[8,768,4096]{2,1,0} slice(t), slice={[0:8], [768:1536], [0:4096]}
+  sg = bf16[8,768,4096]{2,1,0} logistic(g)
+  a = bf16[8,768,4096]{2,1,0} multiply(g, sg)
+  ROOT o = bf16[8,768,4096]{2,1,0} multiply(a, u)
+}"""
+
+
+def test_gpu_priority_fusion_keeps_a_transpose_out_of_the_slices_that_read_it():
+    """Qwen3-MoE's expert GEMM output, transposed by its own kernel (stock's
+    kInput fusion), then split in halves for the SiLU gate.  Fused into the
+    slices' consumer, the transpose is no hero (XLA's FindNonTrivialHero stops at a
+    slice): the loop emitter reads it uncoalesced, so XLA:GPU keeps it apart.
+    Priced as the transpose emitter, it went into both the forward and the
+    backward consumers, and XLA's remat then recomputed 48 expert GEMMs (on top:
+    0.962 of stock)."""
+    m, log = parse(EXPERT_TRANSPOSE), PriorityLog()
+    GpuPriorityFusion(log=log).run(m)
+    DeadCodeElimination().run(m)
+    kernels = [i for i in m.entry if i.opcode.value == "fusion"]
+    assert len(kernels) == 2
+    assert any(k.fused_computation.root.opcode.value == "transpose" and k.operands[0].name == "x" for k in kernels)
+    assert not any(i.opcode.value == "transpose" for k in kernels if k.fused_computation.root.opcode.value != "transpose"
+                   for i in k.fused_computation)
+
+
 RMSNORM = """HloModule rmsnorm
 add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }
 ENTRY e {
