@@ -432,9 +432,9 @@ def launch_dimensions(kernel: Instruction, device: Device, fig: GpuFigures | Non
     if root.opcode is _H.SCATTER:
         n = (len(root.operands) - 1) // 2
         return _loop_launch(_elements(root.operands[n + 1].shape), 1, device)
-    transposes = [i for i in body if transposes_minor(i)]
-    if transposes and transpose_emitter(kernel):
-        shape = transposes[0].shape
+    hero = transpose_hero(kernel)
+    if hero is not None:
+        shape = hero.shape
         phys = physical_dims(shape)
         minor = phys[-1][1] if phys else 1
         rest = math.prod(s for _, s in phys[:-1]) if len(phys) > 1 else 1
@@ -598,14 +598,28 @@ def transpose_emitter(kernel: Instruction) -> bool:
     whose transpose feeds a slice is a loop (Qwen3-MoE's expert GEMM transposed
     into its SiLU consumers). A kInput label vouches for the tiling (XLA's own
     threshold, which ``tiled_transpose`` only approximates), not for the hero."""
+    return transpose_hero(kernel) is not None
+
+
+def transpose_hero(kernel: Instruction) -> Instruction | None:
+    """The transpose a transpose-emitter kernel tiles (``transpose_emitter``), else
+    None. As XLA's FindConsistentTransposeHero, a root without a transpose hero must
+    be as large as the transpose's input (the emitter writes it at the input's
+    index): a multi-output fusion of a transpose and a loop over its slices is a loop."""
     body = kernel.fused_computation if kernel.opcode is _H.FUSION else None
     if body is None:
-        return False
+        return None
     tiled = transposes_minor if kernel.fusion_kind == "kInput" else tiled_transpose
-    heroes = [non_trivial_hero(r, tiled) for r in output_roots(body)]
-    if any(h.opcode is _H.REDUCE for h in heroes):
-        return False
-    return any(tiled(h) for h in heroes)
+    heroes = [(r, non_trivial_hero(r, tiled)) for r in output_roots(body)]
+    if any(h.opcode is _H.REDUCE for _, h in heroes):
+        return None
+    hero = next((h for _, h in heroes if tiled(h)), None)
+    if hero is None:
+        return None
+    size = _elements(hero.operand(0).shape)
+    if any(not tiled(h) and r.shape.is_array and _elements(r.shape) != size for r, h in heroes):
+        return None
+    return hero
 
 
 def coalesced(kernel: Instruction) -> bool:

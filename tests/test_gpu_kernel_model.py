@@ -197,6 +197,22 @@ ENTRY %e {
     # labelled kInput (as a fusion with a tiled transpose inside is), still a loop:
     # Qwen3-MoE's expert GEMM transposed into the slices its SiLU halves read
     assert not g.transpose_emitter(w) and not g.coalesced(w)
+    # a multi-output fusion of the transpose and a loop over half of it: the loop
+    # output is not of the transpose's input size, so XLA finds no consistent hero
+    half = _module("""%h (p: bf16[64,256,512]) -> (bf16[64,512,256], bf16[64,512,128]) {
+  %p = bf16[64,256,512]{2,1,0} parameter(0)
+  %t = bf16[64,512,256]{2,1,0} transpose(%p), dimensions={0,2,1}
+  %s = bf16[64,512,128]{2,1,0} slice(%t), slice={[0:64], [0:512], [0:128]}
+  %n = bf16[64,512,128]{2,1,0} negate(%s)
+  ROOT %r = (bf16[64,512,256]{2,1,0}, bf16[64,512,128]{2,1,0}) tuple(%t, %n)
+}
+
+ENTRY %e {
+  %x = bf16[64,256,512]{2,1,0} parameter(0)
+  ROOT %m = (bf16[64,512,256]{2,1,0}, bf16[64,512,128]{2,1,0}) fusion(%x), kind=kInput, calls=%h
+}
+""")
+    assert not g.transpose_emitter(half.entry.root) and not g.coalesced(half.entry.root)
     uncoalesced = g.kernel_cost(u, H100, reads=[g.OperandRead(r.total, r.net, r.element_bytes, False)
                                                  for r in g.operand_reads(u)])
     assert g.kernel_cost(u, H100).exec_s < uncoalesced.exec_s / 5
