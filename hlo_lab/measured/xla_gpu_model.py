@@ -102,15 +102,17 @@ def is_gemm_fusion(instr: Instruction) -> bool:
 
 def module_time(module: Module, device: Device) -> ModuleTime:
     """``module``'s time on ``device`` under XLA's model, completed by our roofline
-    (for the kernels XLA did not price, and for GEMMs: see ``GEMM_KINDS``)."""
+    (for the kernels XLA did not price, and for GEMMs: see ``GEMM_KINDS``). Each
+    kernel counts its runs per module run, a while loop's body its trip count
+    (``roofline``'s ``executions``): a scan over layers runs its kernels per layer."""
     xla = {(i.parent.name, i.name): est for i, est in priced(module) if not is_gemm_fusion(i)}
     total, n_priced = 0.0, 0
     kernels = roofline(module, device).kernels
     for k in kernels:
         est = xla.get((k.computation, k.name))
         if est is None:
-            total += k.time_s
+            total += k.time_s * k.executions
         else:
-            total += est.exec_s + k.launch_s
+            total += (est.exec_s + k.launch_s) * k.executions
             n_priced += 1
     return ModuleTime(total, n_priced, len(kernels))
