@@ -11,7 +11,7 @@ import contextlib
 import contextvars
 import math
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from hlo_tools.ir import Computation, Instruction
 from hlo_tools.opcode import ELEMENTWISE, HloOpcode
@@ -476,7 +476,7 @@ def _intermediate(instr: Instruction, operands: int) -> bool:
     return op is _H.TRANSPOSE and transpose_is_bitcast(instr)
 
 
-def _unique_hero(start: Instruction, wanted) -> Instruction | None:
+def _unique_hero(start: Instruction, wanted: Callable[[Instruction], bool]) -> Instruction | None:
     """The one instruction ``wanted`` accepts among those reached from ``start``
     through intermediate ops, if no op but intermediate ones (and the tuple) reads
     it; None when there are none or several (FindNonTrivialHero's search)."""
@@ -509,7 +509,7 @@ def _unique_hero(start: Instruction, wanted) -> Instruction | None:
     return found
 
 
-def non_trivial_hero(root: Instruction, tiled=None) -> Instruction:
+def non_trivial_hero(root: Instruction, tiled: Callable[[Instruction], bool] | None = None) -> Instruction:
     """FindNonTrivialHero for one output of a fused computation: the op whose
     emitter XLA:GPU uses for it. Up the unary intermediate ops from ``root``; then
     the one tiled transpose (``tiled``, default ``tiled_transpose``) or concatenate
