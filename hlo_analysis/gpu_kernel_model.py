@@ -610,6 +610,8 @@ def transpose_hero(kernel: Instruction) -> Instruction | None:
     if body is None:
         return None
     tiled = transposes_minor if kernel.fusion_kind == "kInput" else tiled_transpose
+    if not any(tiled(i) for i in body):
+        return None  # no transpose to head it: the hero walks (every kernel priced, twice) are skipped
     heroes = [(r, non_trivial_hero(r, tiled)) for r in output_roots(body)]
     if any(h.opcode is _H.REDUCE for _, h in heroes):
         return None
