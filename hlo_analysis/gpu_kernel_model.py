@@ -741,12 +741,28 @@ def instruction_tiles(body: Computation, out_tile: list[int]) -> dict[int, list[
     """Each instruction's tile when the root's is ``out_tile``, propagated from users
     to operands as XLA's symbolic tile analysis does for the shapes Triton fuses: a
     broadcast's operand takes the tile's sizes in the broadcast's dimensions, a reduce's
-    operand the whole reduced dimensions, a transpose's its permutation; a bitcast that
-    only drops or adds unit dimensions maps the others; anything else keeps the tile's
-    size.  An instruction several users read takes the largest tile.  Why it matters:
+    operand the whole reduced dimensions, a transpose's its permutation, a bitcast or reshape
+    the tile that reads the same elements (``reshaped_tile``); anything else keeps the
+    tile's size.  An instruction several users read takes the largest tile.  Why it matters:
     XLA's tiled model computes every instruction once per block, so a value a kernel
     broadcasts (a mask over heads) is recomputed in each block that reads it."""
+    return _propagated_tiles(body, out_tile)[0]
+
+
+def tiles_every_instruction(body: Computation, out_tile: list[int]) -> bool:
+    """Does ``instruction_tiles`` keep track of every instruction's tile, dimension by
+    dimension (no approximation by size)?  What a fusion needs before it is made a
+    Triton fusion of its own: XLA's emitter tiles every instruction so."""
+    tiles, lost = _propagated_tiles(body, out_tile)
+    return not any(id(i) in lost or id(i) not in tiles
+                   for i in body if (i.shape.is_array and i.users) or i is body.root)
+
+
+def _propagated_tiles(body: Computation, out_tile: list[int]) -> tuple[dict[int, list[int]], set[int]]:
+    """``instruction_tiles``, and the instructions whose tile is only approximated by
+    its size (or read by one that is)."""
     tiles: dict[int, list[int]] = {id(body.root): list(out_tile)}
+    lost: set[int] = set()
     for instr in reversed(list(body)):
         tile = tiles.get(id(instr))
         if tile is None:
@@ -754,27 +770,23 @@ def instruction_tiles(body: Computation, out_tile: list[int]) -> dict[int, list[
         for index, o in enumerate(instr.operands):
             if not o.shape.is_array:
                 continue
-            t = _operand_tile(instr, index, tile)
+            t = _operand_tile(instr, index, tile if id(instr) not in lost else None)
+            if t is None:
+                t = [min(math.prod(tile), _elements(o.shape))]  # a tile this approximation lost track of: its size only
+                lost.add(id(o))
             old = tiles.get(id(o))
             if old is None or math.prod(t) > math.prod(old):
                 tiles[id(o)] = t
-    return tiles
+    return tiles, lost
 
 
-def tiles_every_instruction(body: Computation, out_tile: list[int]) -> bool:
-    """Does ``instruction_tiles`` keep track of every instruction's tile, dimension by
-    dimension (no approximation by size)?  What a fusion needs before it is made a
-    Triton fusion of its own: XLA's emitter tiles every instruction so."""
-    tiles = instruction_tiles(body, out_tile)
-    return all(len(tiles.get(id(i), ())) == len(i.shape.dims)
-               for i in body if (i.shape.is_array and i.users) or i is body.root)
-
-
-def _operand_tile(instr: Instruction, index: int, tile: list[int]) -> list[int]:
+def _operand_tile(instr: Instruction, index: int, tile: list[int] | None) -> list[int] | None:
+    """The tile of ``instr``'s operand ``index`` when ``instr``'s is ``tile``; None where
+    it is not one tile of the operand's dimensions (or ``tile`` is not known)."""
     o = instr.operands[index].shape
     op = instr.opcode
-    if not instr.shape.is_array or len(tile) != len(instr.shape.dims):
-        return [min(math.prod(tile), _elements(o))]  # a tile this approximation lost track of: its size only
+    if tile is None or not instr.shape.is_array or len(tile) != len(instr.shape.dims):
+        return None
     if op is _H.BROADCAST:
         return [tile[d] for d in instr.dimensions or ()]
     if op is _H.REDUCE:
@@ -789,14 +801,62 @@ def _operand_tile(instr: Instruction, index: int, tile: list[int]) -> list[int]:
             out[d] = tile[i]
         return out
     if op is _H.BITCAST or op is _H.RESHAPE:
-        big_out = [(d, t) for d, t in zip(instr.shape.dims, tile) if d != 1]
-        big_in = [d for d in o.dims if d != 1]
-        if [d for d, _ in big_out] == big_in:
-            sizes = iter(t for _, t in big_out)
-            return [1 if d == 1 else next(sizes) for d in o.dims]
-    elif len(o.dims) == len(tile):
+        return reshaped_tile(list(instr.shape.dims), tile, list(o.dims))
+    if len(o.dims) == len(tile):
         return [min(t, d) for t, d in zip(tile, o.dims)]
-    return [min(math.prod(tile), _elements(o))]
+    return None
+
+
+def reshaped_tile(out: list[int], tile: list[int], operand: list[int]) -> list[int] | None:
+    """The operand's tile of a bitcast or reshape from ``operand`` to ``out`` whose
+    output tile is ``tile``, or None where no one tile of the operand reads exactly
+    it.  The dimensions are taken in groups of equal products, unit dimensions
+    aside (tile 1).  A group of one dimension on each side keeps its size; output
+    dimensions that split one operand dimension make one tile of it when the tile is
+    contiguous (whole dimensions minor of one, ones major of it: [1, 16, 128] of
+    [1024, 32, 128] reads [1, 2048] of [1024, 4096], the Q/K norm's prologue); an
+    output dimension that merges operand dimensions is split over them, minor first,
+    the same way.  Groups of several dimensions on both sides are not followed, as
+    XLA's symbolic tile analysis does not tile them."""
+    big_out = [(d, min(t, d)) for d, t in zip(out, tile) if d != 1]
+    big_in = [i for i, d in enumerate(operand) if d != 1]
+    result = [1] * len(operand)
+    a = b = 0
+    while a < len(big_out) and b < len(big_in):
+        dims_out, dims_in = [big_out[a]], [big_in[b]]
+        a, b = a + 1, b + 1
+        while math.prod(d for d, _ in dims_out) != math.prod(operand[i] for i in dims_in):
+            if math.prod(d for d, _ in dims_out) < math.prod(operand[i] for i in dims_in):
+                if a == len(big_out):
+                    return None
+                dims_out.append(big_out[a])
+                a += 1
+            else:
+                if b == len(big_in):
+                    return None
+                dims_in.append(big_in[b])
+                b += 1
+        if len(dims_in) == 1:  # output dimensions splitting one operand dimension
+            sizes = [t for _, t in dims_out]
+            first = next((k for k, t in enumerate(sizes) if t != 1), len(sizes))
+            if any(t != d for d, t in dims_out[first + 1:]):
+                return None  # not contiguous
+            result[dims_in[0]] = math.prod(sizes)
+        elif len(dims_out) == 1:  # one output dimension merging operand dimensions
+            left = dims_out[0][1]
+            for i in reversed(dims_in):
+                d = operand[i]
+                if left % d == 0:
+                    result[i], left = d, left // d
+                elif left < d:
+                    result[i], left = left, 1
+                else:
+                    return None
+        else:
+            return None
+    if a != len(big_out) or b != len(big_in):
+        return None
+    return result
 
 
 def recompute_in_tiles_pays(kernel: Instruction, value: Instruction, flops: float, dims: Iterable[int],

@@ -148,17 +148,35 @@ def test_a_tiled_kernel_computes_each_instruction_once_per_block():
 
 
 
-@pytest.mark.parametrize("shape_op, tracked", [("f32[8,4] transpose(%x), dimensions={1,0}", True),
-                                              ("f32[1,4,8] bitcast(%x)", True),
-                                              ("f32[32] reshape(%x)", False)])
-def test_tiles_every_instruction_only_when_each_keeps_its_dimensions(shape_op, tracked):
+@pytest.mark.parametrize("x, shape_op, tile, tracked", [
+    ("f32[4,8]", "f32[8,4] transpose(%x), dimensions={1,0}", [1, 1], True),
+    ("f32[4,8]", "f32[1,4,8] bitcast(%x)", [1, 1, 1], True),
+    ("f32[4,8]", "f32[32] reshape(%x)", [16], True),  # [2, 8] of x
+    ("f32[4,8]", "f32[32] reshape(%x)", [4], True),  # [1, 4] of x
+    ("f32[32]", "f32[4,8] bitcast(%x)", [2, 8], True),  # [16] of x
+    ("f32[32]", "f32[4,8] bitcast(%x)", [2, 4], False),  # two runs of 4: no one tile of x
+    ("f32[4,6]", "f32[6,4] bitcast(%x)", [1, 4], False)])  # both sides split: not followed
+def test_tiles_every_instruction_only_when_each_keeps_its_dimensions(x, shape_op, tile, tracked):
     """A fusion becomes a Triton fusion of its own only when every instruction's tile
-    is known dimension by dimension; a reshape that merges dimensions is not tracked
-    (``instruction_tiles`` falls back to the tile's size)."""
+    is known dimension by dimension.  A bitcast or reshape that merges or splits
+    dimensions is followed when one tile of its operand reads the same elements
+    (``reshaped_tile``); otherwise ``instruction_tiles`` falls back to the tile's size."""
     op = shape_op.split(" ", 1)[0]
-    body = _module(f"ENTRY %e {{\n  %x = f32[4,8]{{1,0}} parameter(0)\n  %y = {shape_op}\n"
-                   f"  ROOT %z = {op} negate(%y)\n}}\n").entry
-    assert g.tiles_every_instruction(body, [1] * len(body.root.shape.dims)) is tracked
+    body = _module(f"ENTRY %e {{\n  %x = {x}{{{','.join(str(i) for i in reversed(range(x.count(',') + 1)))}}} parameter(0)\n"
+                   f"  %y = {shape_op}\n  ROOT %z = {op} negate(%y)\n}}\n").entry
+    assert g.tiles_every_instruction(body, tile) is tracked
+
+
+def test_the_qk_norm_prologue_reads_one_tile_of_the_gemm_output():
+    """Qwen3's q/k norm reads its heads as a bitcast of a slice of the QKV GEMM's output,
+    [1024, 4096] -> [1024, 32, 128]: a tile of whole heads is one run of a row."""
+    body = _module("ENTRY %e {\n  %x = bf16[1024,5120]{1,0} parameter(0)\n"
+                   "  %s = bf16[1024,4096]{1,0} slice(%x), slice={[0:1024], [0:4096]}\n"
+                   "  %b = bf16[1024,32,128]{2,1,0} bitcast(%s)\n  ROOT %c = f32[1024,32,128]{2,1,0} convert(%b)\n}\n").entry
+    tiles = g.instruction_tiles(body, [1, 16, 128])
+    named = {i.name: tiles[id(i)] for i in body}
+    assert named["s"] == [1, 2048] and named["x"] == [1, 2048]
+    assert g.reshaped_tile([1024, 32, 128], [2, 16, 64], [1024, 4096]) is None
 
 
 def test_a_loop_labelled_fusion_whose_root_is_a_transpose_is_emitted_by_the_transpose_emitter():

@@ -467,20 +467,23 @@ ENTRY e {{
 }}"""
 
 
-def test_a_triton_fusion_takes_its_consumer_of_new_dimensions_when_the_tiled_model_prices_it_faster():
+@pytest.mark.parametrize("kind", ["kLoop", "kInput"])
+def test_a_triton_fusion_takes_its_consumer_of_new_dimensions_when_the_tiled_model_prices_it_faster(kind):
     """Mixtral's router: the top-2 weights' normalization (a Triton fusion,
     [1024, 2]), their one-hot spread over the 8 experts and transpose ([8, 1024]),
     the experts' weighted sum and the residual add ([1024, 4096]).  XLA:GPU's priority
     fusion makes the three one Triton fusion, tiled afresh, as the tiled model finds
     every instruction's tile and prices the one kernel faster; so does the pass, in
-    two joins, each priced so before it is made."""
+    two joins, each priced so before it is made.  Qwen3's router (top 8 of 128) reaches
+    the pass with the one-hot's sum as a reduction fusion (kInput): joined the same."""
     from hlo_analysis.gpu_kernel_model import instruction_tiles, kernel_cost
     from passes.fusion.triton_elementwise import TritonElementwiseFusion
 
     dev = devices.load("h100")
-    apart = parse(ROUTER)
+    text = ROUTER.replace("kind=kLoop, calls=hot", f"kind={kind}, calls=hot")
+    apart = parse(text)
     three = sum(kernel_cost(i, dev).exec_s for i in apart.entry if i.opcode.value == "fusion")
-    m = parse(ROUTER)
+    m = parse(text)
     assert TritonElementwiseFusion().run(m)
     root = m.entry.root
     assert [i.opcode.value for i in m.entry if i.opcode.value != "parameter"] == ["fusion"]
@@ -490,6 +493,59 @@ def test_a_triton_fusion_takes_its_consumer_of_new_dimensions_when_the_tiled_mod
     tiles = instruction_tiles(root.fused_computation, sizes)
     assert all(len(tiles[id(i)]) == len(i.shape.dims) for i in root.fused_computation if i.shape.is_array)
     assert kernel_cost(root, dev).exec_s < three
+
+
+_QK_SM = ('{"fusion_backend_config":{"kind":"__triton","block_level_fusion_config":{"num_warps":"4",'
+          '"output_tiles":[{"sizes":["1","16","128"]}]}}}')
+QK_NORM_ROPE = f"""HloModule qk
+add {{ a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT s = f32[] add(a, b) }}
+norm {{ p = f32[1024,32,128] parameter(0)  sq = f32[1024,32,128] multiply(p, p)  z = f32[] constant(0)
+       r = f32[1024,32] reduce(sq, z), dimensions={{2}}, to_apply=add  e = f32[] constant(1e-06)
+       eb = f32[1024,32] broadcast(e), dimensions={{}}  a = f32[1024,32] add(r, eb)  q = f32[1024,32] rsqrt(a)
+       qb = f32[1024,32,128] broadcast(q), dimensions={{0,1}}  ROOT o = f32[1024,32,128] multiply(p, qb) }}
+ENTRY e {{
+  x = bf16[1024,5120] parameter(0)
+  w = bf16[128] parameter(1)
+  cos = bf16[1024,128] parameter(2)
+  s = bf16[1024,4096] slice(x), slice={{[0:1024], [0:4096]}}
+  b = bf16[1024,32,128] bitcast(s)
+  c = f32[1024,32,128] convert(b)
+  t = f32[1024,32,128] fusion(c), kind=kCustom, calls=norm, backend_config={_QK_SM}
+  wf = f32[128] convert(w)
+  wb = f32[1024,32,128] broadcast(wf), dimensions={{2}}
+  m = f32[1024,32,128] multiply(t, wb)
+  h = bf16[1024,32,128] convert(m)
+  cb = bf16[1024,32,128] broadcast(cos), dimensions={{0,2}}
+  hc = bf16[1024,32,128] multiply(h, cb)
+  lo = bf16[1024,32,64] slice(h), slice={{[0:1024], [0:32], [0:64]}}
+  hi = bf16[1024,32,64] slice(h), slice={{[0:1024], [0:32], [64:128]}}
+  n = bf16[1024,32,64] negate(hi)
+  rot = bf16[1024,32,128] concatenate(n, lo), dimensions={{2}}
+  rs = bf16[1024,32,128] multiply(rot, cb)
+  ROOT y = bf16[1024,32,128] add(hc, rs)
+}}"""
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_qk_norm_takes_its_head_split_prologue_and_its_weight_multiply(check):
+    """Qwen3's q/k norm, as XLA:GPU's replace mode hands it over: the norm's Triton
+    fusion reads the heads as a slice and bitcast of the QKV GEMM's output converted
+    to f32, writes f32, and RoPE reads the weight multiply converted to bf16.  The
+    prologue joins (the tiles follow the bitcast that splits 4096 into 32 heads of
+    128).  The epilogue joins only if our priority fusion leaves the weight multiply
+    out of RoPE's kernels: it does, as the norm's f32 output is the larger round
+    trip, and the norm then writes bf16, as stock's does."""
+    from passes.fusion.triton_elementwise import TritonElementwiseFusion
+
+    m, log = parse(QK_NORM_ROPE), PriorityLog()
+    GpuPriorityFusion(log=log, triton_joins=check).run(m)
+    TritonElementwiseFusion().run(m)
+    DeadCodeElimination().run(m)
+    norm = next(i for i in m.entry if triton_kind(i) == "__triton")
+    assert {"slice", "bitcast"} <= {i.opcode.value for i in norm.fused_computation}
+    assert (norm.shape.element_type.value == "bf16") is check
+    refused = log.refused().get(("h", "hc"), "")
+    assert check is refused.startswith("would keep %h out of Triton fusion %t's epilogue")
 
 
 def test_a_consumer_triton_cannot_emit_stays_a_kernel_of_its_own():

@@ -135,7 +135,13 @@ def keeps_triton_joins(producer: list[Instruction], consumer: list[Instruction],
     (``recompute_in_tiles_pays``): Mistral's sliding-window mask and Llama's causal
     mask, each broadcast over 32 heads in every layer's softmax, stay one kernel, as
     on stock; so does Mixtral's, which its softmaxes apply before and after
-    (``where(mask, probs, 0)``)."""
+    (``where(mask, probs, 0)``).  Nor may the tail of a Triton fusion's would-be
+    epilogue (``_joined_chain``) join a consumer when the Triton fusion's output is
+    the larger to write and read back (``_epilogue_tail``)."""
+    if (tail := _epilogue_tail(producer)) is not None:
+        t, last = tail
+        return Decision.forbid(f"would keep %{last.name} out of Triton fusion %{t.name}'s epilogue, which saves "
+                               f"a round trip of {t.shape.byte_size} bytes, not {last.shape.byte_size}")
     if not all(_emitted_by_triton(m) for m in consumer) or (t := _triton_to_join(consumer, outputs)) is None:
         return ALLOW
     kept = next((m for m in producer if not triton_emits(m)), None)
@@ -162,6 +168,23 @@ def keeps_triton_joins(producer: list[Instruction], consumer: list[Instruction],
         return ALLOW
     return Decision.forbid(f"would recompute %{value.name} in every block of Triton fusion %{t.name}: "
                            f"slower than reading it, by XLA's tiled model")
+
+
+def _epilogue_tail(producer: list[Instruction]) -> tuple[Instruction, Instruction] | None:
+    """The Triton fusion whose epilogue chain (``_joined_chain``) ends in ``producer``,
+    and that end, when the Triton fusion writes more bytes than the end.  Then joining
+    the chain to it (one kernel writing the end) saves more than fusing the end into
+    its consumers (the Triton fusion writing its own output): Qwen3's q/k norm writes
+    f32 and its weight multiply converts to bf16 before RoPE reads it.  XLA's priority
+    fusion, which makes the larger saving first, makes the epilogue; so does stock."""
+    inside = {id(m) for m in producer}
+    for t in dict.fromkeys(o for m in producer for o in m.operands if id(o) not in inside):
+        if triton_kind(t) != "__triton" or t is t.parent.root:
+            continue
+        chain = _joined_chain(t)
+        if chain and id(chain[-1]) in inside and t.shape.byte_size > chain[-1].shape.byte_size:
+            return t, chain[-1]
+    return None
 
 
 def _triton_to_join(consumer: list[Instruction], outputs: list[Instruction]) -> Instruction | None:
@@ -230,13 +253,14 @@ _TRITON_SHAPE_OPS = {_H.PARAMETER, _H.BITCAST, _H.BROADCAST, _H.RESHAPE, _H.SLIC
 
 
 def triton_emits(instr: Instruction) -> bool:
-    """Could XLA's Triton emitter emit ``instr`` (a loop fusion: all of its body)?
-    Its support list, less the types: a reduce of one operand over one dimension
-    (a split-K GEMM's partial sums), a scalar constant, a pad at the high end."""
+    """Could XLA's Triton emitter emit ``instr`` (a loop or reduction fusion: all of
+    its body)?  Its support list, less the types: a reduce of one operand over one
+    dimension (a split-K GEMM's partial sums; Qwen3's one-hot router weights summed
+    over the top 8), a scalar constant, a pad at the high end."""
     op = instr.opcode
     if op is _H.FUSION:
         body = instr.fused_computation
-        return instr.fusion_kind == "kLoop" and body is not None and all(triton_emits(i) for i in body)
+        return instr.fusion_kind in ("kLoop", "kInput") and body is not None and all(triton_emits(i) for i in body)
     if op is _H.REDUCE:
         return len(instr.operands) == 2 and len(instr.dimensions or ()) == 1
     if op is _H.CONSTANT:
