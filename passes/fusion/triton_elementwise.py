@@ -176,15 +176,29 @@ def _epilogue_tail(producer: list[Instruction]) -> tuple[Instruction, Instructio
     the chain to it (one kernel writing the end) saves more than fusing the end into
     its consumers (the Triton fusion writing its own output): Qwen3's q/k norm writes
     f32 and its weight multiply converts to bf16 before RoPE reads it.  XLA's priority
-    fusion, which makes the larger saving first, makes the epilogue; so does stock."""
+    fusion, which makes the larger saving first, makes the epilogue; so does stock.
+    Not when the end feeds another Triton fusion (``_feeds_triton``): Gemma-2's
+    post-attention norm and residual add are then duplicated into the next norm
+    (``_duplication_pays``), stock's one kernel of two reductions, which the end fused
+    into its consumers leaves possible."""
     inside = {id(m) for m in producer}
     for t in dict.fromkeys(o for m in producer for o in m.operands if id(o) not in inside):
         if triton_kind(t) != "__triton" or t is t.parent.root:
             continue
         chain = _joined_chain(t)
-        if chain and id(chain[-1]) in inside and t.shape.byte_size > chain[-1].shape.byte_size:
+        if (chain and id(chain[-1]) in inside and t.shape.byte_size > chain[-1].shape.byte_size
+                and not any(_feeds_triton(u) for u in chain[-1].users)):
             return t, chain[-1]
     return None
+
+
+def _feeds_triton(k: Instruction) -> bool:
+    """Is ``k`` a Triton fusion, or the start of a chain of elementwise kernels, each
+    the next's only reader, that a Triton fusion reads (a prologue it may take)?"""
+    while triton_kind(k) != "__triton":
+        if not _elementwise_kernel(k) or (k := _only_user(k)) is None:
+            return False
+    return True
 
 
 def _triton_to_join(consumer: list[Instruction], outputs: list[Instruction]) -> Instruction | None:
