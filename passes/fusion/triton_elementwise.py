@@ -29,14 +29,21 @@ a new fusion's, by the tiled model over the tilings that fit in registers
 (``_retile``): the halves' one-row tiles are not the whole softmax's best.
 
 XLA's priority fusion also fuses a Triton fusion into its only user when that is a
-loop fusion of other dimensions, which makes a generic Triton fusion (``_consumer``),
-and any loop fusion Triton emits into the Triton fusion that alone reads it (a
-split-K GEMM's partial sums into the softmax after it, ``_prologue``): it does so
+loop or reduction fusion of other dimensions, which makes a generic Triton fusion
+(``_consumer``), and any such fusion Triton emits into the Triton fusion that alone
+reads it (a split-K GEMM's partial sums into the softmax after it; Qwen3's q/k heads
+sliced and bitcast from the QKV GEMM's output into their norm, ``_prologue``): it does so
 when its symbolic tile analysis tiles every instruction of the result and the
 tiled model prices the one kernel faster than the two (``_one_kernel_pays``).  Mixtral's router (top-2
 weights' normalization, their one-hot and transpose, the experts' weighted sum and
 the residual add) is so one kernel per layer on stock, and here, tiled afresh over
-every dimension (``_best_tiling(free=True)``).
+every dimension (``_best_tiling(free=True)``); so is Qwen3-MoE's (top 8 of 128 experts).
+
+Our priority fusion runs before these joins, so it leaves out of other kernels what
+they would take (``keeps_triton_joins``): what Triton cannot emit stays out of a
+prologue, and the end of a Triton fusion's epilogue stays out of its consumers when the
+Triton fusion writes more bytes than that end (Qwen3's q/k norm writes f32, its weight
+multiply bf16): the order XLA's priority fusion, largest saving first, fuses them in.
 """
 
 from __future__ import annotations
