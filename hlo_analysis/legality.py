@@ -293,10 +293,12 @@ def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
         return Decision.forbid("is a fusion without a body")  # a kLoop/kInput one with a body was looked inside above
     if op is HloOpcode.CONSTANT:
         return ALLOW if is_scalar_constant(instr) else Decision.forbid("is a non-scalar constant")
+    if op is HloOpcode.REDUCE and instr.operand_count != 2:
+        # an argmax: XLA's reduction emitters take it as a fusion's root, with its
+        # inputs (the convert, the iota) fused in; its tuple is read by get-tuple-elements
+        return ALLOW if all(s.is_array for s in instr.shape.tuple_shapes) else Decision.forbid("is a variadic reduce")
     if not instr.shape.is_array:
         return Decision.forbid("is tuple-shaped")
-    if op is HloOpcode.REDUCE and instr.operand_count != 2:
-        return Decision.forbid("is a variadic reduce")
     if op is HloOpcode.GATHER and not is_simplified_gather(instr):
         # XLA:CPU's indexing analysis CHECK-fails on other gathers inside a fusion
         return Decision.forbid("is a gather not in GatherSimplifier's canonical form")

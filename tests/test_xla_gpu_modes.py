@@ -765,6 +765,40 @@ def test_xla_where_priced_runs_a_scan_body_once_per_layer():
     assert t.seconds > 1.1 * sum(k.time_s for k in r.kernels)  # the body's kernels, each once
 
 
+#: Greedy sampling's argmax over a prefill's logits: a variadic reduce of the values
+#: (converted to f32) and an iota of their indices.
+ARGMAX = """HloModule argmax
+mx { a = f32[] parameter(0)  ai = s32[] parameter(1)  b = f32[] parameter(2)  bi = s32[] parameter(3)
+     g = pred[] compare(a, b), direction=GE  v = f32[] select(g, a, b)  i = s32[] select(g, ai, bi)
+     ROOT t = (f32[], s32[]) tuple(v, i) }
+ENTRY e {
+  x = bf16[2,1024,1024]{2,1,0} parameter(0)
+  c = f32[2,1024,1024]{2,1,0} convert(x)
+  io = s32[2,1024,1024]{2,1,0} iota(), iota_dimension=2
+  ninf = f32[] constant(-inf)
+  z = s32[] constant(0)
+  r = (f32[2,1024]{1,0}, s32[2,1024]{1,0}) reduce(c, io, ninf, z), dimensions={2}, to_apply=mx
+  ROOT g1 = s32[2,1024]{1,0} get-tuple-element(r), index=1
+}"""
+
+
+@needs_xla_gpu
+def test_an_argmax_takes_its_inputs_as_stock_does():
+    """XLA:GPU fuses an argmax's convert and iota into its reduction (one kernel); so
+    does `gpu-priority-fusion`, a variadic reduce being a fusion's root like any
+    reduce.  Replace mode: stock's kernel count and time, and XLA keeps the fusion."""
+    row = gpu_study_modes("argmax", ARGMAX, "gpu-priority-fusion,dce", "h100", modes=("replace",))[0]
+    assert row.kept and row.ours.kernels == row.stock.kernels == 1
+    assert row.ours.predicted_us <= row.stock.predicted_us * 1.01
+
+
+def test_an_argmax_fused_keeps_outputs_equal_on_xla_cpu():
+    """The same fusion on XLA:CPU (its loop emitter takes the variadic reduce as the
+    fusion's root): outputs equal to stock's."""
+    row = cpu_study("argmax", ARGMAX, labelled_for_cpu([get_pass("gpu-priority-fusion")]), reps=2, warmup=1)
+    assert row.outputs == "exact" and row.kept
+
+
 @pytest.mark.parametrize("spec", ["gpu-priority-fusion", "gpu-producer-consumer-fusion", "gpu-multi-output-fusion",
                                   "gpu-best"])
 def test_gpu_best_passes_keep_outputs_equal_on_xla_cpu(spec):

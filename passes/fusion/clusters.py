@@ -67,8 +67,12 @@ class Cluster:
 
 
 def _is_output_gte(instr: Instruction) -> bool:
+    """A get-tuple-element of a multi-output fusion (a tuple root), not of a fusion
+    whose root is a variadic reduce (an argmax): that one reads the reduction's
+    result and stays outside, or the fusion would be a loop computing a reduce."""
     op = instr.operand(0) if instr.operand_count else None
-    return instr.opcode is HloOpcode.GET_TUPLE_ELEMENT and op is not None and op.opcode is HloOpcode.FUSION
+    body = op.fused_computation if op is not None and op.opcode is HloOpcode.FUSION else None
+    return instr.opcode is HloOpcode.GET_TUPLE_ELEMENT and body is not None and body.root.opcode is HloOpcode.TUPLE
 
 
 class Clusters:
