@@ -797,6 +797,8 @@ def test_an_argmax_fused_keeps_outputs_equal_on_xla_cpu():
     fusion's root): outputs equal to stock's."""
     row = cpu_study("argmax", ARGMAX, labelled_for_cpu([get_pass("gpu-priority-fusion")]), reps=2, warmup=1)
     assert row.outputs == "exact" and row.kept
+    reduces = [i for c in row.after.computations for i in c if i.opcode.value == "reduce"]
+    assert len(reduces) == 1 and {o.opcode.value for o in reduces[0].operands} >= {"convert", "iota"}
 
 
 @pytest.mark.parametrize("spec", ["gpu-priority-fusion", "gpu-producer-consumer-fusion", "gpu-multi-output-fusion",
