@@ -824,17 +824,20 @@ def reshaped_tile(out: list[int], tile: list[int], operand: list[int]) -> list[i
     a = b = 0
     while a < len(big_out) and b < len(big_in):
         dims_out, dims_in = [big_out[a]], [big_in[b]]
+        size_out, size_in = big_out[a][0], operand[big_in[b]]  # the group's products, kept as it grows
         a, b = a + 1, b + 1
-        while math.prod(d for d, _ in dims_out) != math.prod(operand[i] for i in dims_in):
-            if math.prod(d for d, _ in dims_out) < math.prod(operand[i] for i in dims_in):
+        while size_out != size_in:
+            if size_out < size_in:
                 if a == len(big_out):
                     return None
                 dims_out.append(big_out[a])
+                size_out *= big_out[a][0]
                 a += 1
             else:
                 if b == len(big_in):
                     return None
                 dims_in.append(big_in[b])
+                size_in *= operand[big_in[b]]
                 b += 1
         if len(dims_in) == 1:  # output dimensions splitting one operand dimension
             sizes = [t for _, t in dims_out]
