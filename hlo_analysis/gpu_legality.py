@@ -44,7 +44,7 @@ def _reduction_hero(value: Instruction) -> Instruction | None:
     return None
 
 
-def _roots(instr: Instruction) -> list[Instruction]:
+def kernel_roots(instr: Instruction) -> list[Instruction]:
     """The values a kernel writes: a fusion's root (each element of a tuple root),
     or the instruction itself."""
     body = instr.fused_computation
@@ -66,7 +66,7 @@ def hero_key(value: Instruction) -> tuple[tuple, tuple[int, ...] | None]:
 def gpu_outputs_compatible(outputs: Iterable[Instruction]) -> Decision:
     """May these kernels' outputs share one XLA:GPU fusion? Their heroes must
     walk the same index space, and their reductions reduce the same dimensions."""
-    keys = {hero_key(v) for o in outputs for v in _roots(o)
+    keys = {hero_key(v) for o in outputs for v in kernel_roots(o)
             if v.shape.is_array and v.opcode is not HloOpcode.PARAMETER}
     dims = {d for d, _ in keys}
     if len(dims) > 1:

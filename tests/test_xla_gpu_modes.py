@@ -859,3 +859,71 @@ ENTRY e {
     assert not any(x.opcode.value == "copy" for f in m.entry if f.fused_computation is not None
                    for x in f.fused_computation)  # not recomputed inside the readers either
     assert any(p == "c" and "copy insertion" in d.reason for p, _, d in log.entries if not d)
+
+
+#: One weight's Adam step: the new moments (written out) and the parameter update
+#: that reads them (a train step's tail, per weight).
+ADAM = """HloModule adam
+ENTRY e {
+  p = bf16[8,256,512]{2,1,0} parameter(0)
+  g = bf16[8,256,512]{2,1,0} parameter(1)
+  m = f32[8,256,512]{2,1,0} parameter(2)
+  v = f32[8,256,512]{2,1,0} parameter(3)
+  c1 = f32[] parameter(4)
+  c2 = f32[] parameter(5)
+  gf = f32[8,256,512]{2,1,0} convert(g)
+  b1 = f32[8,256,512]{2,1,0} broadcast(f32[] constant(0.9)), dimensions={}
+  nb1 = f32[8,256,512]{2,1,0} broadcast(f32[] constant(0.1)), dimensions={}
+  mb = f32[8,256,512]{2,1,0} multiply(m, b1)
+  gb = f32[8,256,512]{2,1,0} multiply(gf, nb1)
+  m1 = f32[8,256,512]{2,1,0} add(mb, gb)
+  b2 = f32[8,256,512]{2,1,0} broadcast(f32[] constant(0.999)), dimensions={}
+  nb2 = f32[8,256,512]{2,1,0} broadcast(f32[] constant(0.001)), dimensions={}
+  g2 = f32[8,256,512]{2,1,0} multiply(gf, gf)
+  vb = f32[8,256,512]{2,1,0} multiply(v, b2)
+  g2b = f32[8,256,512]{2,1,0} multiply(g2, nb2)
+  v1 = f32[8,256,512]{2,1,0} add(vb, g2b)
+  bc1 = f32[8,256,512]{2,1,0} broadcast(c1), dimensions={}
+  bc2 = f32[8,256,512]{2,1,0} broadcast(c2), dimensions={}
+  mh = f32[8,256,512]{2,1,0} divide(m1, bc1)
+  vh = f32[8,256,512]{2,1,0} divide(v1, bc2)
+  eps = f32[8,256,512]{2,1,0} broadcast(f32[] constant(1e-08)), dimensions={}
+  lr = f32[8,256,512]{2,1,0} broadcast(f32[] constant(0.001)), dimensions={}
+  num = f32[8,256,512]{2,1,0} multiply(mh, lr)
+  den = f32[8,256,512]{2,1,0} add(f32[8,256,512]{2,1,0} sqrt(vh), eps)
+  step = f32[8,256,512]{2,1,0} divide(num, den)
+  pf = f32[8,256,512]{2,1,0} convert(p)
+  p1 = bf16[8,256,512]{2,1,0} convert(f32[8,256,512]{2,1,0} subtract(pf, step))
+  ROOT t = (bf16[8,256,512]{2,1,0}, f32[8,256,512]{2,1,0}, f32[8,256,512]{2,1,0}) tuple(p1, m1, v1)
+}"""
+
+
+
+@needs_xla_gpu
+@pytest.mark.parametrize("producer_consumer", [True, False])
+def test_adam_makes_one_kernel_of_three_outputs_as_stock_does(producer_consumer):
+    """Stock XLA:GPU makes one weight's Adam step one loop kernel with three outputs
+    (the new parameter and both moments): its multi-output fusion moves the moments
+    into the update that reads them.  Priority fusion alone leaves them a kernel of
+    their own, since duplicating them into the update costs more than it saves;
+    `gpu-multi-output-fusion`'s producer-consumer half joins them, at stock's time.
+    Without it: two kernels, slower."""
+    from passes.fusion.multi_output import GpuMultiOutputFusion
+
+    passes = [GpuPriorityFusion(), GpuMultiOutputFusion(producer_consumer=producer_consumer), DeadCodeElimination()]
+    row = gpu_study_modes("adam", ADAM, passes, "h100", modes=("replace",))[0]
+    assert row.kept and row.stock.kernels == 1
+    if producer_consumer:
+        assert row.ours.kernels == 1
+        assert row.ours.predicted_us <= row.stock.predicted_us * 1.01
+    else:
+        assert row.ours.kernels == 2 and row.ours.predicted_us > row.stock.predicted_us * 1.1
+
+
+def test_adam_in_one_kernel_keeps_outputs_equal_on_xla_cpu():
+    """The same three-output fusion on XLA:CPU: outputs equal to stock's."""
+    row = cpu_study("adam", ADAM, labelled_for_cpu([GpuPriorityFusion(), get_pass("gpu-multi-output-fusion"),
+                                                     DeadCodeElimination()]), reps=2, warmup=1)
+    assert row.outputs == "exact" and row.kept
+    fusions = [i for i in row.after.entry if i.opcode.value == "fusion" and i.shape.byte_size > 4]  # not XLA's scalar 1/c
+    assert len(fusions) == 1 and fusions[0].shape.is_tuple and len(fusions[0].shape.tuple_shapes) == 3

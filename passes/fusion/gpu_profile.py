@@ -96,6 +96,13 @@ class FasterOn:
 
     def siblings(self, shared: Instruction, a: Cluster, b: Cluster, clusters: Clusters) -> Decision:
         """Merging sibling clusters ``a`` and ``b`` (both read ``shared``)."""
+        return self._merged(a, b, f"siblings reading %{shared.name}")
+
+    def multi_output(self, value: Instruction, producer: Cluster, consumer: Cluster, clusters: Clusters) -> Decision:
+        """Merging ``producer`` (which defines ``value``) into ``consumer``, kept as an output."""
+        return self._merged(producer, consumer, f"%{value.name} into its consumer as an extra output")
+
+    def _merged(self, a: Cluster, b: Cluster, what: str) -> Decision:
         apart = self.time_s(a.members) + self.time_s(b.members)
         fused = self.time_s(a.members + b.members)
-        return self.saving(apart, fused, f"siblings reading %{shared.name}")
+        return self.saving(apart, fused, what)

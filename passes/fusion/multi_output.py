@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from hlo_tools import HloOpcode, Instruction, Module
+from hlo_tools.opcode import ELEMENTWISE
 from hlo_tools.rewriter import Rewriter
 
 from hlo_analysis.fusion_kind import gpu_fusion_kind, loop_kind
-from hlo_analysis.gpu_legality import gpu_outputs_compatible
+from hlo_analysis.gpu_legality import gpu_outputs_compatible, hero_key, kernel_roots
 from hlo_analysis.legality import ALLOW, Decision, fits_in_budget, fusible, shape_key
 
 from passes.base import FusionPass
@@ -135,6 +136,78 @@ def fuse_siblings(clusters: Clusters, profitable: SiblingProfitability = default
     return merges
 
 
+def _reads_elementwise(reader: Instruction, value: Instruction) -> bool:
+    """Does ``reader`` use ``value`` element for element (so a fusion of the two
+    computes each element of ``value`` once)? Inside a fusion: every use of the
+    parameter ``value`` feeds is elementwise or a bitcast, at ``value``'s size."""
+    body = reader.fused_computation
+    if body is None:
+        uses = [reader]
+    else:
+        params = [body.parameter(i) for i, o in enumerate(reader.operands) if o is value]
+        uses = [u for p in params for u in p.users]
+    n = value.shape.num_elements if value.shape.is_array else -1
+    return all((u.opcode in ELEMENTWISE or u.opcode is HloOpcode.BITCAST)
+               and u.shape.is_array and u.shape.num_elements == n for u in uses)
+
+
+def can_fuse_producer_consumer(clusters: Clusters, producer: Cluster, consumer: Cluster) -> Decision:
+    """The legality half of a producer-consumer multi-output fusion on XLA:GPU: may
+    ``producer`` move into ``consumer`` and stay an output of it for its other
+    users? Both loops (no reduction hero: XLA emits a reduction's side outputs only
+    at its input's shape), every output on one index space, the producer's values
+    read element for element (nothing recomputed), and no path between the two
+    through a third kernel."""
+    for side, c in (("producer", producer), ("consumer", consumer)):
+        d = _members_fusible(c)
+        if not d:
+            return Decision.forbid(f"{side}: {d.reason}")
+    outputs = clusters.outputs(producer) + clusters.outputs(consumer)
+    if any(hero_key(v)[1] is not None for o in outputs for v in kernel_roots(o)):
+        return Decision.forbid("a reduction: only loops share a kernel as producer and consumer")
+    d = gpu_outputs_compatible(outputs)
+    if not d:
+        return d
+    inside = {id(m) for m in producer.members}
+    for m in consumer.members:
+        for o in m.operands:
+            if id(o) in inside and not _reads_elementwise(m, o):
+                return Decision.forbid(f"%{m.name} does not read %{o.name} element for element")
+    if clusters.would_cycle(producer, consumer):
+        return Decision.forbid("would create a cycle")
+    return ALLOW
+
+
+def fuse_producers_into_consumers(clusters: Clusters, profitable: SiblingProfitability,
+                                  log: FusionLog | None = None) -> int:
+    """XLA:GPU's producer-consumer multi-output fusion on ``clusters.comp``: a loop
+    kernel whose value also has other users joins a consumer kernel and stays an
+    output of it, so its value is not read back (Adam's new moments and the
+    parameter update they feed: one kernel with three outputs). Producers are
+    taken last first, each into its first user that is legal and profitable;
+    returns the merges done."""
+    merges = 0
+    for value in reversed(clusters.comp.post_order()):
+        pc = clusters.of(value)
+        if value is not _head(clusters, pc) or not clusters.outputs(pc):
+            continue
+        for uc in clusters.users(pc):
+            if any(m.opcode in (HloOpcode.TUPLE, HloOpcode.GET_TUPLE_ELEMENT) for m in uc.members):
+                continue
+            d = can_fuse_producer_consumer(clusters, pc, uc)
+            if d:
+                d = profitable(value, pc, uc, clusters)
+            if d and not consume_fuel(lambda: f"fuse %{value.name} into %{_head(clusters, uc).name} as a multi-output fusion"):
+                d = Decision.forbid("out of fuel")
+            if log is not None:
+                log.record(value, _head(clusters, uc), d)
+            if d:
+                clusters.merge(uc, pc)
+                merges += 1
+                break
+    return merges
+
+
 def _head(clusters: Clusters, c: Cluster) -> Instruction:
     outs = clusters.outputs(c)
     return outs[0] if outs else c.members[0]
@@ -167,13 +240,29 @@ class MultiOutputFusion(FusionPass):
 
 @dataclass(frozen=True)
 class GpuMultiOutputFusion(MultiOutputFusion):
-    """Sibling fusion under the XLA:GPU profile: siblings whose heroes agree,
-    reductions included (a LayerNorm's two sums become one kernel), merged only
-    when the GPU roofline of ``target`` predicts it faster (``gpu_profile``)."""
+    """XLA:GPU's multi-output fusion, each merge only when the GPU roofline of
+    ``target`` predicts it faster (``gpu_profile``): siblings whose heroes agree,
+    reductions included (a LayerNorm's two sums become one kernel); then, with
+    ``producer_consumer``, a loop producer into a loop consumer, kept as an output
+    for its other users (``fuse_producers_into_consumers``)."""
 
     name = "gpu-multi-output-fusion"
     backend: str = "gpu"
     target: str = "h100"
+    producer_consumer: bool = True
+
+    def run(self, module: Module) -> bool:
+        if not self.producer_consumer:
+            return super().run(module)
+        rewriter = Rewriter()
+        faster = FasterOn(self.target)
+        for comp in fusible_computations(module):
+            clusters = Clusters(comp)
+            merges = fuse_siblings(clusters, self.sibling_profitability(), self.log, self.backend)
+            merges += fuse_producers_into_consumers(clusters, faster.multi_output, self.log)
+            if merges:
+                clusters.apply(kind=self.kind or gpu_fusion_kind, name="multi_output_fusion", rewriter=rewriter)
+        return rewriter.changed
 
     def sibling_profitability(self) -> SiblingProfitability:
         faster, base = FasterOn(self.target), self.profitable
