@@ -349,14 +349,15 @@ def _is_costly_concatenate(instr: Instruction) -> bool:
     return cdim == minor and dims[cdim] * size >= 64 and instr.shape.byte_size >= 2048
 
 
-def can_fuse(producer: Instruction, consumer: Instruction, *, check_cycle: bool = True) -> Decision:
+def can_fuse(producer: Instruction, consumer: Instruction, *, check_cycle: bool = True, reuse: bool = True) -> Decision:
     """May ``producer`` be fused into its user ``consumer`` (loop fusion)?
 
     The producer must be fusible and not a reduction unless the consumer is
     elementwise-compatible epilogue code (a reduce is only fused as a fusion root
     or followed by elementwise/broadcast ops, as XLA:CPU's emitter can handle it
     inside a loop). Expensive producers are refused where the consumer reuses
-    their elements; costly concatenates are refused; and no cycle may result.
+    their elements (unless ``reuse`` is off: see ``can_join``); costly concatenates
+    are refused; and no cycle may result.
     """
     if producer not in consumer.operands:
         return Decision.forbid(f"%{producer.name} is not an operand of %{consumer.name}")
@@ -366,7 +367,7 @@ def can_fuse(producer: Instruction, consumer: Instruction, *, check_cycle: bool 
             return Decision.forbid(f"{side} {d.reason}")
     if _is_costly_concatenate(producer) or _is_costly_concatenate(consumer):
         return Decision.forbid("concatenate fusion is inefficient")
-    if is_expensive_producer(producer):
+    if reuse and is_expensive_producer(producer):
         idx = [i for i, o in enumerate(consumer.operands) if o is producer]
         if any(reuses_operand_elements(consumer, i) for i in idx):
             return Decision.forbid("expensive producer would be recomputed per reused element")
@@ -459,18 +460,20 @@ def _is_expensive_producer(instr: Instruction) -> bool:
 
 
 def can_join(producer: Instruction, members: Sequence[Instruction], *,
-             producer_region: Sequence[Instruction] = ()) -> Decision:
+             producer_region: Sequence[Instruction] = (), reuse: bool = True) -> Decision:
     """May ``producer`` join the would-be fusion ``members``: ``can_fuse`` into every
-    member that reads it, and no expensive producer recomputed per element the fusion
-    reuses (through pass-through members too: ``broadcast(bitcast(rsqrt(x)))``);
+    member that reads it, and (``reuse``) no expensive producer recomputed per element
+    the fusion reuses (through pass-through members too: ``broadcast(bitcast(rsqrt(x)))``);
     ``producer_region``: the producer's own grown cluster, any expensive member of
-    which counts. The one question every producer-consumer fusion pass asks."""
+    which counts. The one question every producer-consumer fusion pass asks. A pass
+    that prices recomputation (XLA:GPU's priority fusion: its cost model counts each
+    element's reads) asks without ``reuse``."""
     readers = [m for m in members if producer in m.operands]
     for m in readers:
-        d = can_fuse(producer, m, check_cycle=False)
+        d = can_fuse(producer, m, check_cycle=False, reuse=reuse)
         if not d:
             return Decision(False, d.reason, consumer=m)
-    if any(is_expensive_producer(i) for i in (producer_region or (producer,))) and reused_within(producer, members):
+    if reuse and any(is_expensive_producer(i) for i in (producer_region or (producer,))) and reused_within(producer, members):
         return Decision(False, "expensive producer would be recomputed per reused element",
                         consumer=readers[0] if readers else None)
     return ALLOW

@@ -927,3 +927,38 @@ def test_adam_in_one_kernel_keeps_outputs_equal_on_xla_cpu():
     assert row.outputs == "exact" and row.kept
     fusions = [i for i in row.after.entry if i.opcode.value == "fusion" and i.shape.byte_size > 4]  # not XLA's scalar 1/c
     assert len(fusions) == 1 and fusions[0].shape.is_tuple and len(fusions[0].shape.tuple_shapes) == 3
+
+
+#: A per-head norm's scale computed on the transposed sums ([4,4,128], rsqrt) and
+#: applied, broadcast over the 64 lanes of each head, in the transpose feeding attention.
+RSQRT_SCALE = """HloModule qk_norm_scale
+ENTRY e {
+  ss = f32[4,128,4]{2,1,0} parameter(0)
+  y = bf16[4,128,4,64]{3,2,1,0} parameter(1)
+  t = f32[4,4,128]{2,1,0} transpose(ss), dimensions={0,2,1}
+  inv = f32[4,4,128]{2,1,0} broadcast(f32[] constant(0.015625)), dimensions={}
+  mean = f32[4,4,128]{2,1,0} multiply(t, inv)
+  eps = f32[4,4,128]{2,1,0} broadcast(f32[] constant(1e-06)), dimensions={}
+  r = f32[4,4,128]{2,1,0} rsqrt(f32[4,4,128]{2,1,0} add(mean, eps))
+  yf = f32[4,128,4,64]{3,2,1,0} convert(y)
+  yt = f32[4,4,64,128]{3,2,1,0} transpose(yf), dimensions={0,2,3,1}
+  br = f32[4,4,64,128]{3,2,1,0} broadcast(r), dimensions={0,1,3}
+  ROOT o = bf16[4,4,64,128]{3,2,1,0} convert(f32[4,4,64,128]{3,2,1,0} multiply(yt, br))
+}"""
+
+
+@needs_xla_gpu
+@pytest.mark.parametrize("expensive_reuse", [False, True])
+def test_an_rsqrt_read_64_times_joins_its_consumer_when_the_model_prices_it(expensive_reuse):
+    """XLA:GPU's priority fusion has no rule against recomputing an expensive
+    producer per reused element: its cost model counts the reads (and an f32 rsqrt
+    is cheap there). Stock duplicates the rsqrt into the transpose kernel: one
+    kernel. `gpu-priority-fusion` asks the same way (``expensive_reuse`` off); with
+    XLA:CPU's rule on, the rsqrt stays a kernel of its own, slower."""
+    passes = [GpuPriorityFusion(expensive_reuse=expensive_reuse), DeadCodeElimination()]
+    row = gpu_study_modes("rsqrt_scale", RSQRT_SCALE, passes, "h100", modes=("replace",))[0]
+    assert row.kept and row.stock.kernels == 1
+    if expensive_reuse:
+        assert row.ours.kernels == 2 and row.ours.predicted_us > 1.5 * row.stock.predicted_us
+    else:
+        assert row.ours.kernels == 1 and row.ours.predicted_us <= row.stock.predicted_us * 1.01

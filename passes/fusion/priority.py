@@ -99,8 +99,9 @@ class PriorityQueueFusion:
 
     def __init__(self, comp: Computation, cost: Cost = default_cost, profitable: Profitability = default_profitability,
                  max_operands: int = 0, multi_output: bool = False, duplicate_clusters: bool = False,
-                 xla_bitcasts: bool = False, join_check: JoinCheck | None = None):
+                 xla_bitcasts: bool = False, join_check: JoinCheck | None = None, reuse_check: bool = True):
         self.comp = comp
+        self.reuse_check = reuse_check
         self.join_check = join_check
         self.xla_bitcasts = xla_bitcasts
         self.clusters = Clusters(comp)
@@ -234,7 +235,7 @@ class PriorityQueueFusion:
 
     def _group_legal(self, pc: Cluster, prod: Instruction, uc: Cluster, group: tuple[Instruction, ...]) -> Decision:
         """May ``prod`` (with its cluster ``pc``) join ``uc``? (refusal logged)"""
-        d = can_join(prod, uc.members, producer_region=pc.members)
+        d = can_join(prod, uc.members, producer_region=pc.members, reuse=self.reuse_check)
         if d:
             d = fits_in_budget(pc.members, uc.members, self.max_operands)
         if d and self.join_check is not None:
@@ -334,13 +335,17 @@ class PriorityFusion(FusionPass):
     duplicate_clusters: bool = False
     #: XLA:GPU's bitcast rules: a lone bitcast fuses first, nothing fuses into a lone bitcast
     xla_bitcasts: bool = False
+    #: refuse an expensive producer where the fusion reads its elements more than once
+    #: (off where ``cost`` prices the recomputation, as XLA:GPU's priority fusion does)
+    expensive_reuse: bool = True
 
     def run(self, module: Module) -> bool:
         rewriter = Rewriter()
         cost = self.run_cost()
         for comp in fusible_computations(module):
             planner = PriorityQueueFusion(comp, cost, self.profitable, self.max_operands, self.multi_output,
-                                          self.duplicate_clusters, self.xla_bitcasts, self.run_join_check())
+                                          self.duplicate_clusters, self.xla_bitcasts, self.run_join_check(),
+                                          self.expensive_reuse)
             clusters = planner.run()
             if self.log is not None:
                 planner.log_into(self.log)
@@ -373,6 +378,7 @@ class GpuPriorityFusion(PriorityFusion):
     kind: Callable = gpu_fusion_kind
     duplicate_clusters: bool = True
     xla_bitcasts: bool = True
+    expensive_reuse: bool = False
     #: leave out of a Triton fusion's prologue and epilogue what stock leaves out (``keeps_triton_joins``)
     triton_joins: bool = True
     target: str = "h100"
