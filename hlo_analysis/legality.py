@@ -459,6 +459,19 @@ def _is_expensive_producer(instr: Instruction) -> bool:
     return is_expensive(instr)
 
 
+def _significant_reduce(instrs: Iterable[Instruction]) -> bool:
+    """Does any of ``instrs`` (or a fusion body among them) reduce at least 16
+    elements into each output element? (XLA:GPU emits smaller ones elementally.)"""
+    for i in instrs:
+        body = i.fused_computation
+        for r in (body if body is not None else (i,)):
+            if r.opcode is HloOpcode.REDUCE and r.operands and r.operands[0].shape.is_array:
+                out = r.shape if r.shape.is_array else r.shape.tuple_shapes[0]
+                if out.is_array and r.operands[0].shape.num_elements >= 16 * max(out.num_elements, 1):
+                    return True
+    return False
+
+
 def can_join(producer: Instruction, members: Sequence[Instruction], *,
              producer_region: Sequence[Instruction] = (), reuse: bool = True) -> Decision:
     """May ``producer`` join the would-be fusion ``members``: ``can_fuse`` into every
@@ -467,12 +480,17 @@ def can_join(producer: Instruction, members: Sequence[Instruction], *,
     ``producer_region``: the producer's own grown cluster, any expensive member of
     which counts. The one question every producer-consumer fusion pass asks. A pass
     that prices recomputation (XLA:GPU's priority fusion: its cost model counts each
-    element's reads) asks without ``reuse``."""
+    element's reads) asks without ``reuse``, and then, as XLA:GPU's ``CanFuse``, never
+    joins a region that reduces into another that reduces."""
     readers = [m for m in members if producer in m.operands]
     for m in readers:
         d = can_fuse(producer, m, check_cycle=False, reuse=reuse)
         if not d:
             return Decision(False, d.reason, consumer=m)
+    if not reuse and _significant_reduce(producer_region or (producer,)) and _significant_reduce(members):
+        # XLA:GPU's CanFuse: its cost model does not see a reduce recomputed inside another
+        return Decision(False, "both the producer and the consumer contain a reduce",
+                        consumer=readers[0] if readers else None)
     if reuse and any(is_expensive_producer(i) for i in (producer_region or (producer,))) and reused_within(producer, members):
         return Decision(False, "expensive producer would be recomputed per reused element",
                         consumer=readers[0] if readers else None)

@@ -143,3 +143,35 @@ def test_a_loop_state_read_is_not_moved_past_its_in_place_update():
     ProducerConsumerFusion(log=log, decided=ForcedEdges({("next", "c"): True})).run(m)
     assert ("next", "c") in log.refused() and "loop state" in log.refused()[("next", "c")]
     assert m.get_computation("body").root.operand(0).opcode.value == "add"  # the increment stays where it was
+
+
+def test_without_the_reuse_rule_a_reduce_never_joins_another_reduce():
+    """XLA:GPU's priority fusion has no reuse rule, but never fuses a region that
+    reduces into another that reduces (a softmax's max into its sum: its cost model
+    does not see the max recomputed per element). ``can_join(reuse=False)`` refuses
+    that and allows the rsqrt under a broadcast that the reuse rule refuses."""
+    from hlo_analysis.legality import can_join
+    from hlo_tools import parse as parse_module
+
+    m = parse_module("""HloModule sm
+add { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT c = f32[] add(a, b) }
+mx { a = f32[] parameter(0)  b = f32[] parameter(1)  ROOT c = f32[] maximum(a, b) }
+ENTRY e {
+  x = f32[64,128]{1,0} parameter(0)
+  ninf = f32[] constant(-inf)
+  zero = f32[] constant(0)
+  m = f32[64]{0} reduce(x, ninf), dimensions={1}, to_apply=mx
+  b = f32[64,128]{1,0} broadcast(m), dimensions={0}
+  s = f32[64,128]{1,0} subtract(x, b)
+  ex = f32[64,128]{1,0} exponential(s)
+  sum = f32[64]{0} reduce(ex, zero), dimensions={1}, to_apply=add
+  r = f32[64]{0} rsqrt(sum)
+  rb = f32[64,128]{1,0} broadcast(r), dimensions={0}
+  ROOT o = f32[64,128]{1,0} multiply(x, rb)
+}""")
+    ins = {i.name: i for i in m.entry}
+    consumer = [ins[n] for n in ("b", "s", "ex", "sum")]
+    d = can_join(ins["m"], consumer, reuse=False)
+    assert not d and "both the producer and the consumer contain a reduce" in d.reason
+    assert not can_join(ins["r"], [ins["rb"], ins["o"]])
+    assert can_join(ins["r"], [ins["rb"], ins["o"]], reuse=False)
