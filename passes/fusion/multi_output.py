@@ -227,11 +227,15 @@ class MultiOutputFusion(FusionPass):
         rewriter = Rewriter()
         for comp in fusible_computations(module):
             clusters = Clusters(comp)
-            if fuse_siblings(clusters, self.sibling_profitability(), self.log, self.backend):
+            if self.plan(clusters):
                 clusters.apply(kind=self.kind or (loop_kind if self.backend == "cpu" else gpu_fusion_kind), name="multi_output_fusion",
                                rewriter=rewriter)
         return rewriter.changed
 
+
+    def plan(self, clusters: Clusters) -> int:
+        """Merges the clusters of one computation; returns the merges done."""
+        return fuse_siblings(clusters, self.sibling_profitability(), self.log, self.backend)
 
     def sibling_profitability(self) -> SiblingProfitability:
         """The profitability of one run (``profitable``; the GPU pass adds its model check)."""
@@ -251,18 +255,11 @@ class GpuMultiOutputFusion(MultiOutputFusion):
     target: str = "h100"
     producer_consumer: bool = True
 
-    def run(self, module: Module) -> bool:
-        if not self.producer_consumer:
-            return super().run(module)
-        rewriter = Rewriter()
-        faster = FasterOn(self.target)
-        for comp in fusible_computations(module):
-            clusters = Clusters(comp)
-            merges = fuse_siblings(clusters, self.sibling_profitability(), self.log, self.backend)
-            merges += fuse_producers_into_consumers(clusters, faster.multi_output, self.log)
-            if merges:
-                clusters.apply(kind=self.kind or gpu_fusion_kind, name="multi_output_fusion", rewriter=rewriter)
-        return rewriter.changed
+    def plan(self, clusters: Clusters) -> int:
+        merges = super().plan(clusters)
+        if self.producer_consumer:
+            merges += fuse_producers_into_consumers(clusters, FasterOn(self.target).multi_output, self.log)
+        return merges
 
     def sibling_profitability(self) -> SiblingProfitability:
         faster, base = FasterOn(self.target), self.profitable

@@ -99,9 +99,9 @@ class PriorityQueueFusion:
 
     def __init__(self, comp: Computation, cost: Cost = default_cost, profitable: Profitability = default_profitability,
                  max_operands: int = 0, multi_output: bool = False, duplicate_clusters: bool = False,
-                 xla_bitcasts: bool = False, join_check: JoinCheck | None = None, reuse_check: bool = True):
+                 xla_bitcasts: bool = False, join_check: JoinCheck | None = None, expensive_reuse: bool = True):
         self.comp = comp
-        self.reuse_check = reuse_check
+        self.expensive_reuse = expensive_reuse
         self.join_check = join_check
         self.xla_bitcasts = xla_bitcasts
         self.clusters = Clusters(comp)
@@ -235,7 +235,7 @@ class PriorityQueueFusion:
 
     def _group_legal(self, pc: Cluster, prod: Instruction, uc: Cluster, group: tuple[Instruction, ...]) -> Decision:
         """May ``prod`` (with its cluster ``pc``) join ``uc``? (refusal logged)"""
-        d = can_join(prod, uc.members, producer_region=pc.members, reuse=self.reuse_check)
+        d = can_join(prod, uc.members, producer_region=pc.members, reuse=self.expensive_reuse)
         if d:
             d = fits_in_budget(pc.members, uc.members, self.max_operands)
         if d and self.join_check is not None:
