@@ -328,10 +328,17 @@ def region_module(instructions: Iterable[Instruction], *, kind: Kind, root: Inst
                 if inner.opcode is not HloOpcode.PARAMETER:
                     local[id(inner)] = copy_member(inner, into, local)
             return local[id(body.root)]
+        source = mapping.get(id(instr.operand(0))) if instr.opcode is HloOpcode.GET_TUPLE_ELEMENT else None
+        if source is not None and source.opcode is HloOpcode.TUPLE and source.parent is into:
+            # an output of a merged multi-output fusion: its value, as XLA reads
+            # through the tuple when it merges the fusion (the hero stays visible)
+            return source.operand(instr.tuple_index)
         return copy_member(instr, into, mapping)
 
     inputs = region_inputs(region)
     fused = fused_computation(f"fused_{name}", region, inputs, outputs, add_member=add_member)
+    for dead in [i for i in fused if i.opcode is HloOpcode.TUPLE and not i.users and i is not fused.root]:
+        fused.remove_instruction(dead)  # a merged fusion's tuple, every output read through
     fused.name = module.unique_computation_name(fused.name)
     module.add_computation(fused)
     entry = Computation("main", is_entry=True)
