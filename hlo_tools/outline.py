@@ -138,6 +138,20 @@ def fused_computation(
     return fused
 
 
+def _tuple_order(region: list[Instruction], outputs: list[Instruction]) -> list[Instruction]:
+    """``outputs`` in region order, except that a member multi-output fusion's
+    get-tuple-elements come in its tuple's order, where its fusion stands: a
+    merged fusion keeps its outputs' order, and XLA's emitter takes the first
+    reduction among them as the hero."""
+    at = {id(i): n for n, i in enumerate(region)}
+
+    def key(o: Instruction) -> tuple[int, int]:
+        if o.opcode is HloOpcode.GET_TUPLE_ELEMENT and id(o.operand(0)) in at:
+            return at[id(o.operand(0))], o.tuple_index
+        return at[id(o)], -1
+    return sorted(outputs, key=key)
+
+
 def _pick_kind(kind: Kind, region: list[Instruction], outputs: list[Instruction]) -> str:
     return kind if isinstance(kind, str) else kind(region, outputs)
 
@@ -305,7 +319,7 @@ def region_module(instructions: Iterable[Instruction], *, kind: Kind, root: Inst
             raise ValueError(f"the root %{root.name} is not one of the instructions")
         outputs = [root]
     else:
-        outputs = region_outputs(region) or [region[-1]]
+        outputs = _tuple_order(region, region_outputs(region) or [region[-1]])
     module = Module(name)
     memo: dict[int, Computation] = {}
 

@@ -179,6 +179,26 @@ def test_a_multi_output_fusion_read_through_its_tuple_is_priced_as_itself():
     assert priced.time_s([f, g0, g1]) == pytest.approx(priced.time_s([f]), rel=1e-9)
 
 
+@pytest.mark.parametrize("name", ["llama3-tiny-train-f32", "mixtral-tiny-train-f32"])
+def test_every_multi_output_kernel_of_stock_is_priced_as_itself_with_its_outputs(name):
+    """Each multi-output kernel XLA:GPU made, with its get-tuple-elements as one
+    cluster, is priced as the kernel alone: its own label (XLA's kLoop transpose,
+    a Triton fusion), and with two reductions inside, the first of its tuple as
+    the hero, not whichever get-tuple-element comes first in the computation."""
+    from passes.fusion.gpu_profile import FasterOn
+
+    m = next(corpus.load(name)).module("gpu_h100_after_optimizations")
+    priced = FasterOn("h100")
+    checked = 0
+    for k in kernels.kernels_of(m):
+        outputs = list(k.users)
+        if not k.shape.is_tuple or not outputs or any(u.opcode is not HloOpcode.GET_TUPLE_ELEMENT for u in outputs):
+            continue
+        checked += 1
+        assert priced.time_s([k, *outputs]) == pytest.approx(priced.time_s([k]), rel=1e-9), k.name
+    assert checked >= 25
+
+
 def test_stand_in_keeps_the_signature():
     m = parse(SOFTMAX_ROW)
     s = kernels.stand_in(m)

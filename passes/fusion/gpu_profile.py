@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from hlo_tools import Instruction
+from hlo_tools.opcode import HloOpcode
 
 from hlo_analysis import devices
 from hlo_analysis.cost import is_kernel
@@ -35,6 +36,16 @@ from .clusters import Cluster, Clusters
 #: Relative slack within which a fusion predicted as fast as its parts is still done
 #: (a bitcast or a constant joining a kernel changes nothing but its text).
 TIE = 1e-9
+
+
+def _one_kernel(members: Sequence[Instruction]) -> Instruction | None:
+    """The fusion ``members`` are, alone or with its own get-tuple-elements (a
+    cluster of a multi-output kernel): priced with the label XLA gave it."""
+    head = members[0]
+    if head.fused_computation is None or any(
+            m is not head and not (m.opcode is HloOpcode.GET_TUPLE_ELEMENT and m.operand(0) is head) for m in members):
+        return None
+    return head
 
 
 @dataclass(eq=False)
@@ -52,9 +63,10 @@ class FasterOn:
             return 0.0
         key = tuple(sorted(id(m) for m in members)) + ((id(root),) if root is not None else ())
         if key not in self._times:
-            alone = members[0] if len(members) == 1 and members[0].fused_computation is not None else None
-            # a kernel XLA already made is priced with its own label, a would-be one with XLA:GPU's rule
-            region = fused_region(members, root=root, kind=alone.fusion_kind if alone is not None else gpu_fusion_kind)
+            alone = _one_kernel(members)
+            # a kernel XLA already made is priced as itself, a would-be one with XLA:GPU's rule
+            region = (fused_region([alone], kind=alone.fusion_kind) if alone is not None and root in (None, alone)
+                      else fused_region(members, root=root, kind=gpu_fusion_kind))
             self._times[key] = roofline(region, devices.load(self.target)).time_s
         return self._times[key]
 
