@@ -236,8 +236,7 @@ def _fusible(instr: Instruction) -> Decision:
             op = inner.opcode
             if op is HloOpcode.PARAMETER or op is HloOpcode.TUPLE:
                 continue
-            if (op in _PLAIN_CALLS_NOTHING and inner.shape.is_array and not inner.called_computations
-                    and not inner.has_control_dependencies):
+            if op in _PLAIN_CALLS_NOTHING and inner.shape.is_array and not inner.called_computations:
                 continue  # _fusible_here's first answer, asked without the call (most of every body)
             d = _fusible_here(inner, effects)
             if d is _LOOK_INSIDE:
@@ -269,11 +268,12 @@ _PLAIN_CALLS_NOTHING = _PLAIN - {HloOpcode.MAP, HloOpcode.REDUCE_WINDOW, HloOpco
 def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
     """``fusible`` for ``instr`` itself; ``_LOOK_INSIDE`` for a kLoop/kInput fusion."""
     op = instr.opcode
-    if (op in _PLAIN and not instr.called_computations and instr.shape.is_array
-            and not instr.has_control_dependencies):
-        return ALLOW
-    if (op is HloOpcode.FUSION and instr.fusion_kind in ("kLoop", "kInput") and instr.fused_computation is not None
-            and not instr.has_control_dependencies):
+    if op is HloOpcode.COPY and instr.has_control_dependencies:
+        # copy insertion's: the copy is what lets the loop state be written in place
+        return Decision.forbid("is a copy ordered by control edges")
+    if op in _PLAIN and not instr.called_computations and instr.shape.is_array:
+        return ALLOW  # control edges move to the fusion (``Clusters.would_cycle`` checks them)
+    if op is HloOpcode.FUSION and instr.fusion_kind in ("kLoop", "kInput") and instr.fused_computation is not None:
         # XLA:CPU wraps lone ops (scatter, sort...) in kLoop fusions: look inside;
         # the walk inside asks each member for side effects (one walk, not two)
         return _LOOK_INSIDE
@@ -281,8 +281,6 @@ def _fusible_here(instr: Instruction, effects: SideEffects) -> Decision:
         return Decision.forbid("is a parameter")
     if op in NON_DETERMINISTIC or effects.instruction(instr):
         return Decision.forbid("has a side effect")
-    if instr.has_control_dependencies:
-        return Decision.forbid("has a control dependency")
     if op in (HloOpcode.DOT, HloOpcode.CONVOLUTION, HloOpcode.RAGGED_DOT, HloOpcode.SCALED_DOT):
         # XLA:CPU calls Eigen/oneDNN (or its own tiled emitter) for these
         return Decision.forbid(f"is a {op.value}")
@@ -404,6 +402,72 @@ def _reaches(sources: Iterable[Instruction], target: Instruction) -> bool:
         stack.extend(i.users)
         stack.extend(i.control_successors)
     return False
+
+
+def keeps_in_place_order(a: Sequence[Instruction], b: Sequence[Instruction]) -> bool:
+    """May regions ``a`` and ``b`` become one kernel though control edges join them?
+
+    After copy insertion (the hooked route on XLA:GPU), a control edge orders the
+    readers of a buffer before the instruction that overwrites it in place (a
+    while body's loop state, the threefry rounds of ``jax.random``).  Inside one
+    kernel that order holds only element for element: every value an edge's
+    reader takes from outside must reach the kernel's outputs through
+    elementwise ops on its own dimensions, as XLA requires before a loop fusion
+    writes over its operand (``CanShareOperandBufferWithUser``)."""
+    a_ids = {id(m) for m in a}
+    b_ids = {id(m) for m in b}
+    edges = [(m, s) for m in a if m.has_control_dependencies for s in m.control_successors if id(s) in b_ids]
+    edges += [(m, s) for m in b if m.has_control_dependencies for s in m.control_successors if id(s) in a_ids]
+    inside = a_ids | b_ids
+    for reader, writer in edges:
+        # only a buffer the writer's output can take (as many bytes) is overwritten in place
+        sizes = {s.byte_size for s in (writer.shape.tuple_shapes if writer.shape.is_tuple else (writer.shape,))
+                 if s.is_array}
+        for x in reader.operands:
+            if (id(x) not in inside and (not x.shape.is_array or x.shape.byte_size in sizes)
+                    and not _elementwise_to_outputs(x, inside)):
+                return False
+    return True
+
+
+def _elementwise_to_outputs(value: Instruction, inside: set[int]) -> bool:
+    """Does every member reading ``value``, and every member after them, compute
+    element i from element i of its operands (``value``'s dimensions)?"""
+    if not value.shape.is_array:
+        return False
+    dims = value.shape.dims
+    stack = [u for u in value.users if id(u) in inside]
+    seen: set[int] = set()
+    while stack:
+        u = stack.pop()
+        if id(u) in seen:
+            continue
+        seen.add(id(u))
+        if not _index_preserving(u, dims):
+            return False
+        stack.extend(v for v in u.users if id(v) in inside)
+    return True
+
+
+def _index_preserving(instr: Instruction, dims: tuple[int, ...]) -> bool:
+    op = instr.opcode
+    if op is HloOpcode.GET_TUPLE_ELEMENT or op is HloOpcode.TUPLE:
+        return all(s.is_array and s.dims == dims for s in ([instr.shape] if instr.shape.is_array else instr.shape.tuple_shapes))
+    if op in ELEMENTWISE:
+        return instr.shape.is_array and instr.shape.dims == dims
+    body = instr.fused_computation if op is HloOpcode.FUSION and instr.fusion_kind == "kLoop" else None
+    if body is None:
+        return False
+    for inner in body:
+        iop = inner.opcode
+        if iop is HloOpcode.PARAMETER or iop is HloOpcode.TUPLE or (iop is HloOpcode.CONSTANT and inner.shape.is_array
+                                                                    and inner.shape.num_elements == 1):
+            continue
+        if iop is HloOpcode.BROADCAST and inner.operand(0).shape.is_array and inner.operand(0).shape.num_elements == 1:
+            continue  # a scalar spread over the elements
+        if not (iop in ELEMENTWISE and inner.shape.is_array and inner.shape.dims == dims):
+            return False
+    return True
 
 
 def keeps_loop_state_order(producer: Instruction, consumers: Iterable[Instruction], *, moved: bool,

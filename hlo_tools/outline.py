@@ -42,18 +42,23 @@ def path_around(members: Iterable[Instruction], position: Mapping[int, int] | No
     members = list(members)
     inside = {id(i) for i in members}
     last = max(position[id(i)] for i in members) if position is not None else None
-    stack = [u for i in members for u in i.users if id(u) not in inside]
+    stack = [u for i in members for u in _after(i) if id(u) not in inside]
     seen: set[int] = set()
     while stack:
         x = stack.pop()
         if id(x) in seen or (last is not None and position.get(id(x), -1) > last):
             continue
         seen.add(id(x))
-        for u in x.users:
+        for u in _after(x):
             if id(u) in inside:
                 return x, u
             stack.append(u)
     return None
+
+
+def _after(instr: Instruction) -> tuple[Instruction, ...]:
+    """What must run after ``instr``: its users and control successors."""
+    return (*instr.users, *instr.control_successors) if instr.has_control_dependencies else tuple(instr.users)
 
 
 def in_dependency_order(region: list[Instruction]) -> list[Instruction]:
@@ -158,15 +163,13 @@ def _pick_kind(kind: Kind, region: list[Instruction], outputs: list[Instruction]
 
 def check_region(comp: Computation, region: list[Instruction]) -> None:
     """Raises FusionError unless ``region`` can be outlined from ``comp``:
-    members of it, no parameters, no control edges, and convex (nothing
-    outside lies on a path between two members)."""
+    members of it, no parameters, and convex (nothing outside lies on a path
+    of operands or control edges between two members)."""
     for instr in region:
         if instr.parent is not comp:
             raise FusionError(f"%{instr.name} is not in computation %{comp.name}")
         if instr.opcode is HloOpcode.PARAMETER:
             raise FusionError(f"cannot fuse parameter %{instr.name}")
-        if instr.has_control_dependencies:
-            raise FusionError(f"cannot fuse %{instr.name}: it has control dependencies")
     around = path_around(region)
     if around is not None:
         x, u = around
@@ -193,7 +196,10 @@ def outline_fusion(
     many outlines).  Values used by the region but defined outside become the
     fusion's operands; region members used outside (or the root) its outputs:
     one output is the fusion's value, several make a tuple root and
-    get-tuple-elements."""
+    get-tuple-elements.  Control edges from and to outside the region become
+    the fusion's; those between members end inside the one kernel (the caller
+    checked that its order there keeps what they ordered:
+    ``passes.fusion.clusters.Clusters.would_cycle``)."""
     rw = rewriter or Rewriter()
     module = comp.parent
     if module is None:
@@ -214,6 +220,7 @@ def outline_fusion(
     fusion = Instruction(name, HloOpcode.FUSION, fused.root.shape, inputs, {"kind": _pick_kind(kind, region, outputs)})
     fusion.set_called_computations("calls", [fused])
     rw.insert_after(placed[-1], fusion)  # after the region's last member in computation order
+    _move_control_edges(region, fusion, rw)
     if len(outputs) == 1:
         rw.replace_all_uses_with(outputs[0], fusion)
     else:
@@ -228,6 +235,23 @@ def outline_fusion(
     if keep_order:
         restore_topological_order(comp, rw)
     return fusion
+
+
+def _move_control_edges(region: list[Instruction], fusion: Instruction, rw: Rewriter) -> None:
+    """Hands the control edges between ``region`` and the rest to ``fusion`` and
+    drops the members' own (XLA's fusion takes its members' control edges)."""
+    inside = {id(i) for i in region}
+    preds = {id(p): p for i in region for p in i.control_predecessors if id(p) not in inside}
+    succs = {id(s): s for i in region for s in i.control_successors if id(s) not in inside}
+    for i in region:
+        for p in list(i.control_predecessors):
+            rw.remove_control_predecessor(i, p)
+        for s in list(i.control_successors):
+            rw.remove_control_predecessor(s, i)
+    for p in preds.values():
+        rw.add_control_predecessor(fusion, p)
+    for s in succs.values():
+        rw.add_control_predecessor(s, fusion)
 
 
 def restore_topological_order(comp: Computation, rewriter: Rewriter | None = None) -> bool:
@@ -247,7 +271,8 @@ def inline_fusion(fusion: Instruction, rewriter: Rewriter | None = None, *,
                   remove_body: bool = True) -> list[Instruction]:
     """Copies a fusion's body back into its computation in place of the fusion
     (get-tuple-elements of a multi-output fusion are replaced by the values they
-    select).  The fused computation is removed when nothing else calls it
+    select); each inlined instruction takes the fusion's control edges.  The
+    fused computation is removed when nothing else calls it
     (``remove_body=False``: left for the caller, who inlines many fusions and
     removes their bodies with one scan of the module, ``remove_uncalled``).
     Returns the inlined instructions."""
@@ -276,6 +301,14 @@ def inline_fusion(fusion: Instruction, rewriter: Rewriter | None = None, *,
             rw.erase(gte)
     else:
         rw.replace_all_uses_with(fusion, mapping[id(root)])
+    for p in list(fusion.control_predecessors):  # each inlined instruction keeps the fusion's order
+        rw.remove_control_predecessor(fusion, p)
+        for clone in out:
+            rw.add_control_predecessor(clone, p)
+    for s in list(fusion.control_successors):
+        rw.remove_control_predecessor(s, fusion)
+        for clone in out:
+            rw.add_control_predecessor(s, clone)
     rw.erase(fusion)
     if remove_body and comp.parent is not None:
         remove_uncalled(comp.parent, [fused], rw)

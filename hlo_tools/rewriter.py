@@ -218,6 +218,10 @@ class Rewriter:
             instr.add_control_predecessor(pred)
             self.changed = True
 
+    def remove_control_predecessor(self, instr: Instruction, pred: Instruction) -> None:
+        instr.remove_control_predecessor(pred)
+        self.changed = True
+
     def drop_all_control_deps(self, instr: Instruction) -> None:
         if instr.has_control_dependencies:
             instr.drop_all_control_deps()

@@ -175,3 +175,42 @@ ENTRY e {
     assert not d and "both the producer and the consumer contain a reduce" in d.reason
     assert not can_join(ins["r"], [ins["rb"], ins["o"]])
     assert can_join(ins["r"], [ins["rb"], ins["o"]], reuse=False)
+
+
+IN_PLACE = """HloModule in_place
+
+ENTRY e {
+  x = f32[8]{0} parameter(0)
+  y = f32[8]{0} parameter(1)
+  r = f32[8]{0} REUSE(x)
+  w = f32[8]{0} add(r, y)
+  ROOT t = (f32[8]{0}) tuple(w)
+}
+"""
+
+
+def test_a_control_edge_joins_one_kernel_only_where_its_reads_stay_element_for_element():
+    """``r`` reads ``x``, and a control edge (copy insertion's) orders it before
+    ``w``, which may write over ``x``'s buffer.  In one loop kernel that holds only
+    if element i of ``w`` reads element i of ``x``: a negate does, a reverse reads
+    another thread's element.  A horizontal kernel never keeps it (each member's
+    elements on other threads)."""
+    from hlo_analysis.legality import keeps_in_place_order
+    from passes.fusion.horizontal import HorizontalFusion
+
+    for op, keeps in (("negate", True), ("reverse", False)):
+        m = hlo_tools.parse(IN_PLACE.replace("REUSE(x)", "negate(x)" if op == "negate" else "reverse(x), dimensions={0}"))
+        get = {i.name: i for i in m.entry}
+        get["w"].add_control_predecessor(get["r"])
+        assert keeps_in_place_order([get["r"]], [get["w"]]) is keeps, op
+        clusters = Clusters(m.entry)
+        assert clusters.would_cycle(clusters.of(get["r"]), clusters.of(get["w"])) is not keeps, op
+        assert clusters.control_joined(clusters.of(get["w"]), clusters.of(get["r"]))
+    # siblings with an edge between them: never one horizontal kernel
+    m = hlo_tools.parse(IN_PLACE.replace("REUSE(x)", "negate(x)").replace(
+        "w = f32[8]{0} add(r, y)", "w = f32[8]{0} exponential(y)").replace("tuple(w)", "tuple(w, r)").replace(
+        "ROOT t = (f32[8]{0})", "ROOT t = (f32[8]{0}, f32[8]{0})"))
+    get = {i.name: i for i in m.entry}
+    get["w"].add_control_predecessor(get["r"])
+    HorizontalFusion().run(m)
+    assert not [i for i in m.entry if i.opcode.value == "fusion"]

@@ -23,7 +23,7 @@ from hlo_tools.outline import inline_fusion, outline_fusion, remove_uncalled, re
 from hlo_tools.rewriter import Rewriter
 
 from hlo_analysis.fusion_kind import fusion_kind
-from hlo_analysis.legality import loop_state_writers
+from hlo_analysis.legality import keeps_in_place_order, loop_state_writers
 
 #: Computations whose instructions run as kernels: the entry and control-flow
 #: bodies. Reducers, comparators and fusion bodies are excluded.
@@ -150,6 +150,32 @@ class Clusters:
         root = self.comp.root
         return [m for m in c.members if m is root or any(self._of[id(u)] is not c for u in m.users)]
 
+    def _after(self, c: Cluster) -> list[Cluster]:
+        """Clusters that must run after ``c``: its users and its control successors'."""
+        out = {id(u): u for u in self.users(c)}
+        for m in c.members:
+            for s in (m.control_successors if m.has_control_dependencies else ()):
+                sc = self._of.get(id(s))
+                if sc is not None and sc is not c:
+                    out.setdefault(id(sc), sc)
+        return list(out.values())
+
+    def _before(self, c: Cluster) -> list[Cluster]:
+        """Clusters that must run before ``c``: its operands' and control predecessors'."""
+        out = {id(o): o for o in self.operands(c)}
+        for m in c.members:
+            for p in (m.control_predecessors if m.has_control_dependencies else ()):
+                pc = self._of.get(id(p))
+                if pc is not None and pc is not c:
+                    out.setdefault(id(pc), pc)
+        return list(out.values())
+
+    def control_joined(self, a: Cluster, b: Cluster) -> bool:
+        """Does a control edge run between a member of ``a`` and one of ``b``?"""
+        ids = {id(m) for m in b.members}
+        return any(id(s) in ids for m in a.members if m.has_control_dependencies
+                   for s in (*m.control_successors, *m.control_predecessors))
+
     def _reaches(self, starts: Iterable[Cluster], target: Cluster, skip: Cluster) -> bool:
         stack = [s for s in starts if s is not skip and s is not target and s.index < target.index]
         seen: set[int] = set()
@@ -158,7 +184,7 @@ class Clusters:
             if id(c) in seen:
                 continue
             seen.add(id(c))
-            for u in self.users(c):
+            for u in self._after(c):
                 if u is target:
                     return True
                 if u is not skip and u.index < target.index:
@@ -166,14 +192,17 @@ class Clusters:
         return False
 
     def would_cycle(self, a: Cluster, b: Cluster) -> bool:
-        """Would merging ``a`` and ``b`` create a cycle (a path between them through
-        a third cluster)? Mirrors the reachability check of XLA's multi-output
-        fusion (xla/service/multi_output_fusion.cc)."""
+        """Would merging ``a`` and ``b`` create a cycle (a path of operands or
+        control edges between them through a third cluster)? Mirrors the
+        reachability check of XLA's multi-output fusion
+        (xla/service/multi_output_fusion.cc).  Also True when the merge would take
+        in a control edge between them whose order one kernel does not keep
+        (``keeps_in_place_order``)."""
         if a is b:
             return False
         lo, hi = (a, b) if a.index < b.index else (b, a)
         # only the later one can be reached from the earlier one
-        return self._reaches(self.users(lo), hi, lo)
+        return self._reaches(self._after(lo), hi, lo) or not keeps_in_place_order(a.members, b.members)
 
     # -- mutation ----------------------------------------------------------------
     def merge(self, a: Cluster, b: Cluster) -> Cluster:
@@ -184,8 +213,8 @@ class Clusters:
         a.members.extend(b.members)
         for m in b.members:
             self._of[id(m)] = a
-        broken = any(u.index <= new_index for u in self.users(a) if u is not a) or any(
-            o.index >= new_index for o in self.operands(a)
+        broken = any(u.index <= new_index for u in self._after(a)) or any(
+            o.index >= new_index for o in self._before(a)
         )
         a.index = new_index
         if broken:
@@ -197,6 +226,10 @@ class Clusters:
         the clone to ``consumer`` (XLA's instruction fusion duplicates cheap
         producers the same way, keeping the original for its other users)."""
         clone = self._tentative.insert_after(producer, producer.clone("dup"))
+        for p in producer.control_predecessors:  # the copy keeps the original's order
+            self._tentative.add_control_predecessor(clone, p)
+        for s in producer.control_successors:
+            self._tentative.add_control_predecessor(s, clone)
         for m in list(consumer.members):
             for i, op in enumerate(m.operands):
                 if op is producer:
@@ -224,7 +257,7 @@ class Clusters:
         """A fresh topological order of the contracted graph (Kahn's algorithm,
         ties by the old numbers)."""
         clusters = list(self)
-        indeg = {id(c): len(self.operands(c)) for c in clusters}
+        indeg = {id(c): len(self._before(c)) for c in clusters}
         heap = [(c.index, n, c) for n, c in enumerate(clusters) if indeg[id(c)] == 0]
         heapq.heapify(heap)
         order = 0
@@ -233,7 +266,7 @@ class Clusters:
             _, _, c = heapq.heappop(heap)
             c.index = order
             order += 1
-            for u in self.users(c):
+            for u in self._after(c):
                 indeg[id(u)] -= 1
                 if indeg[id(u)] == 0:
                     tie += 1

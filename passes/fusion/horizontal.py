@@ -152,6 +152,10 @@ def _try_join(clusters: Clusters, g: _Group, instr: Instruction, max_members: in
         return Decision.forbid(f"cap: group has {max_members} members")
     if c in clusters.users(g.cluster) or g.cluster in clusters.users(c):
         return Decision.forbid("dependent: uses or feeds a member")
+    if clusters.control_joined(g.cluster, c):
+        # a horizontal kernel runs its members' elements on different threads: an
+        # edge's reader and in-place writer would race there
+        return Decision.forbid("dependent: a control edge joins it to a member")
     d = fits_in_budget(g.cluster.members, c.members, max_operands)
     if not d:
         return d

@@ -167,6 +167,9 @@ class PriorityQueueFusion:
                 d = Decision.forbid("producer cluster has several users: only single instructions are duplicated")
             elif grown and any(m.shape.is_tuple for m in pc.members):
                 d = Decision.forbid("producer cluster has a multi-output member: not duplicated")
+            elif any(m.has_control_dependencies for m in pc.members) and any(
+                    clusters.would_cycle(pc, clusters.of(g[0])) for g in groups):
+                d = Decision.forbid("producer has control edges that a copy in its consumer would break")
             else:
                 d = ALLOW
             for m in pc.members if d else ():
