@@ -435,7 +435,7 @@ def _elementwise_to_outputs(value: Instruction, inside: set[int]) -> bool:
     element i from element i of its operands (``value``'s dimensions)?"""
     if not value.shape.is_array:
         return False
-    dims = value.shape.dims
+    dims = shape_key(value)  # dimensions and layout: element i at one address on both sides
     stack = [u for u in value.users if id(u) in inside]
     seen: set[int] = set()
     while stack:
@@ -449,23 +449,28 @@ def _elementwise_to_outputs(value: Instruction, inside: set[int]) -> bool:
     return True
 
 
-def _index_preserving(instr: Instruction, dims: tuple[int, ...]) -> bool:
+def _index_preserving(instr: Instruction, key: tuple) -> bool:
+    """Computes element i from element i (``key``: dimensions and layout), alone or
+    as a loop fusion of such ops, scalars spread over the elements and tuples."""
     op = instr.opcode
-    if op is HloOpcode.GET_TUPLE_ELEMENT or op is HloOpcode.TUPLE:
-        return all(s.is_array and s.dims == dims for s in ([instr.shape] if instr.shape.is_array else instr.shape.tuple_shapes))
+    if op is HloOpcode.GET_TUPLE_ELEMENT:
+        return instr.shape.is_array and shape_key(instr) == key
+    if op is HloOpcode.TUPLE:
+        return all(o.shape.is_array and shape_key(o) == key for o in instr.operands)
     if op in ELEMENTWISE:
-        return instr.shape.is_array and instr.shape.dims == dims
+        return instr.shape.is_array and shape_key(instr) == key
     body = instr.fused_computation if op is HloOpcode.FUSION and instr.fusion_kind == "kLoop" else None
     if body is None:
         return False
     for inner in body:
         iop = inner.opcode
-        if iop is HloOpcode.PARAMETER or iop is HloOpcode.TUPLE or (iop is HloOpcode.CONSTANT and inner.shape.is_array
-                                                                    and inner.shape.num_elements == 1):
+        if iop is HloOpcode.TUPLE or (iop is HloOpcode.CONSTANT and inner.shape.is_array and inner.shape.num_elements == 1):
             continue
-        if iop is HloOpcode.BROADCAST and inner.operand(0).shape.is_array and inner.operand(0).shape.num_elements == 1:
-            continue  # a scalar spread over the elements
-        if not (iop in ELEMENTWISE and inner.shape.is_array and inner.shape.dims == dims):
+        if iop is HloOpcode.PARAMETER or (iop is HloOpcode.BROADCAST and inner.operand(0).shape.num_elements == 1):
+            if inner.shape.is_array and (inner.shape.num_elements == 1 or shape_key(inner) == key):
+                continue  # an operand on the same elements, or a scalar spread over them
+            return False
+        if not (iop in ELEMENTWISE and inner.shape.is_array and shape_key(inner) == key):
             return False
     return True
 

@@ -74,9 +74,9 @@ def grow(clusters: Clusters, cluster: Cluster, profitable: Profitability, log: F
                 users = tuple(m for m in cluster.members if producer in m.operands)
                 decision = keeps_loop_state_order(producer, cluster.members, moved=not duplicate,
                                                   writers=clusters.loop_state_writers)
-                if decision and (producer.has_control_dependencies or not duplicate) and clusters.would_cycle(
-                        cluster, clusters.of(producer)):  # a path through a control edge, or one it cannot keep
-                    decision = Decision.forbid("would create a cycle")
+                # moved, a producer without control edges leaves no path out (every user is in the cluster)
+                if decision and producer.has_control_dependencies and clusters.would_cycle(cluster, clusters.of(producer)):
+                    decision = Decision.forbid("would create a cycle")  # through a control edge, or one it cannot keep
                 if decision:
                     decision = profitable(producer, users, duplicate)
                 if decision and priced is not None:
