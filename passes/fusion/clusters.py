@@ -152,22 +152,20 @@ class Clusters:
 
     def _after(self, c: Cluster) -> list[Cluster]:
         """Clusters that must run after ``c``: its users and its control successors'."""
-        out = {id(u): u for u in self.users(c)}
-        for m in c.members:
-            for s in (m.control_successors if m.has_control_dependencies else ()):
-                sc = self._of.get(id(s))
-                if sc is not None and sc is not c:
-                    out.setdefault(id(sc), sc)
-        return list(out.values())
+        return self._with_control(c, self.users(c), lambda m: m.control_successors)
 
     def _before(self, c: Cluster) -> list[Cluster]:
         """Clusters that must run before ``c``: its operands' and control predecessors'."""
-        out = {id(o): o for o in self.operands(c)}
+        return self._with_control(c, self.operands(c), lambda m: m.control_predecessors)
+
+    def _with_control(self, c: Cluster, data: list[Cluster],
+                      edges: Callable[[Instruction], Iterable[Instruction]]) -> list[Cluster]:
+        out = {id(x): x for x in data}
         for m in c.members:
-            for p in (m.control_predecessors if m.has_control_dependencies else ()):
-                pc = self._of.get(id(p))
-                if pc is not None and pc is not c:
-                    out.setdefault(id(pc), pc)
+            for i in (edges(m) if m.has_control_dependencies else ()):
+                x = self._of.get(id(i))
+                if x is not None and x is not c:
+                    out.setdefault(id(x), x)
         return list(out.values())
 
     def control_joined(self, a: Cluster, b: Cluster) -> bool:
