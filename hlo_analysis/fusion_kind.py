@@ -56,9 +56,9 @@ def gpu_fusion_kind(region: Sequence[Instruction], outputs: Sequence[Instruction
     def reduces(o: Instruction) -> bool:
         body = o.fused_computation
         if o.opcode is HloOpcode.GET_TUPLE_ELEMENT:  # an output of a member multi-output fusion
-            inner_root = o.operand(0).fused_computation
-            return inner_root is not None and inner_root.root.opcode is HloOpcode.TUPLE and reduces(
-                inner_root.root.operand(o.tuple_index))
+            source = o.operand(0).fused_computation
+            return source is not None and source.root.opcode is HloOpcode.TUPLE and reduces(
+                source.root.operand(o.tuple_index))
         return o.opcode in _REDUCTIONS or (body is not None and reduces(body.root)) or (
             o.opcode is HloOpcode.TUPLE and any(reduces(x) for x in o.operands))
 
